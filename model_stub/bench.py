@@ -1,0 +1,246 @@
+"""`python -m model_stub bench`: prefill and decode speed, S_kv(l), Phi_kv(l) and roofline efficiency.
+
+The roofline is a large square GEMM measured in the same run on the same device and threads, so
+efficiency = (model matmul FLOPs / prefill seconds) / GEMM FLOP/s is a same-machine ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from model_stub.config import PRESET_NAMES, SIZES, LayerKind, get_preset
+from model_stub.flops import prefill_flops
+from model_stub.model import HybridModel, resolve_device
+
+DENSE = "dense-gqa-mini"
+EFFICIENCY_PRESET, EFFICIENCY_TOKENS, EFFICIENCY_TARGET = "kimi-linear-mini", 4096, 0.40
+SUPERLINEAR_TARGET = 1.25  # dense T(16K) / T(4K) must exceed 4 x this
+
+
+@dataclass(frozen=True, slots=True)
+class BenchSettings:
+    presets: tuple[str, ...]
+    size: str
+    lengths: tuple[int, ...]
+    decode_batches: tuple[int, ...]
+    decode_context: int
+    decode_steps: int
+    repeats: int
+    device: str
+    threads: int
+    gemm_n: int
+
+
+def _timed(fn: Callable[[], object], device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+def measure_gemm(device: torch.device, n: int, repeats: int) -> list[float]:
+    """GFLOP/s samples of an n x n x n float32 matmul (after warm-up)."""
+    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
+    for _ in range(3):
+        a @ b
+    return [2 * n**3 / _timed(lambda: a @ b, device) / 1e9 for _ in range(max(5, repeats))]
+
+
+def measure_prefill(model: HybridModel, tokens: int, repeats: int) -> tuple[list[float], int]:
+    """Seconds per prefill of `tokens` random byte tokens, and the cache bytes it produced."""
+    gen = torch.Generator().manual_seed(tokens)
+    ids = torch.randint(0, 256, (tokens,), generator=gen)
+    model.prefill(ids[: min(tokens, 256)])  # warm-up
+    cache_bytes = model.prefill(ids)[1].nbytes
+    return [_timed(lambda: model.prefill(ids), model.device) for _ in range(repeats)], cache_bytes
+
+
+def measure_decode(model: HybridModel, batch: int, context: int, steps: int) -> list[float]:
+    """Milliseconds per decode step for `batch` requests each `context` tokens long."""
+    ids = torch.randint(0, 256, (context,), generator=torch.Generator().manual_seed(context))
+    _, cache = model.prefill(ids)
+    caches = [type(cache)(cache.config, list(cache.layers), cache.num_tokens) for _ in range(batch)]
+    tokens = [65] * batch
+    model.decode_step(tokens, caches)  # warm-up
+    return [1e3 * _timed(lambda: model.decode_step(tokens, caches), model.device) for _ in range(steps)]
+
+
+def _summary(samples: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(samples), "min": min(samples), "max": max(samples)}
+
+
+def bench_preset(name: str, s: BenchSettings, gemm_gflops: float) -> dict:
+    config = get_preset(name, s.size)
+    model = HybridModel(config, s.device)
+    by_length = {}
+    for tokens in s.lengths:
+        samples, cache_bytes = measure_prefill(model, tokens, s.repeats)
+        seconds = statistics.median(samples)
+        flops = prefill_flops(config, tokens)
+        by_length[str(tokens)] = {
+            "prefill_s": _summary(samples), "samples_s": samples, "tokens_per_s": tokens / seconds,
+            "flops": flops, "gflops_per_s": flops / seconds / 1e9,
+            "efficiency": flops / seconds / 1e9 / gemm_gflops,
+            "s_kv_bytes": cache_bytes, "s_kv_bytes_model": config.cache_bytes(tokens),
+            "phi_kv_mbit_s": cache_bytes * 8 / seconds / 1e6,
+        }
+    decode = {str(b): _summary(measure_decode(model, b, s.decode_context, s.decode_steps)) for b in s.decode_batches}
+    return {
+        "pattern": config.pattern, "kv_bytes_per_token": config.kv_bytes_per_token(),
+        "full_layers": sum(k.is_growing for k in config.layer_kinds), "prefill": by_length,
+        "decode_ms_per_step": decode,
+    }
+
+
+def _machine(device: torch.device) -> dict:
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5).stdout.strip()
+    except OSError:
+        sha = ""
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine()
+    return {
+        "device": str(device), "device_name": name, "cpu_count": os.cpu_count(),
+        "threads": torch.get_num_threads(), "torch": torch.__version__, "python": platform.python_version(),
+        "git_sha": sha,
+    }
+
+
+def run(s: BenchSettings, progress: Callable[[str], None] = lambda _: None) -> dict:
+    device = resolve_device(s.device)
+    if device.type == "cpu":
+        torch.set_num_threads(s.threads)
+    progress(f"gemm {s.gemm_n}^3 on {device}")
+    gemm = measure_gemm(device, s.gemm_n, s.repeats)
+    gemm_gflops = statistics.median(gemm)
+    presets = {}
+    for name in s.presets:
+        progress(f"{name} ({s.size})")
+        presets[name] = bench_preset(name, s, gemm_gflops)
+    result = {
+        "bench": "model_stub", "machine": _machine(device), "settings": asdict(s),
+        "gemm_gflops": _summary(gemm), "gemm_samples": gemm, "presets": presets,
+    }
+    result["summary"] = summarize(result)
+    return result
+
+
+def summarize(result: dict) -> dict:
+    """The figures the issue asks for, derived from the raw results."""
+    presets, lengths = result["presets"], [int(n) for n in result["settings"]["lengths"]]
+    longest = str(max(lengths))
+    out: dict = {}
+    if DENSE in presets:
+        dense_kv = presets[DENSE]["prefill"][longest]["s_kv_bytes"]
+        out[f"s_kv_ratio_vs_dense_at_{longest}"] = {
+            n: p["prefill"][longest]["s_kv_bytes"] / dense_kv for n, p in presets.items()
+        }
+        if {4096, 16384} <= set(lengths):
+            t = presets[DENSE]["prefill"]
+            out["dense_prefill_growth_4k_to_16k"] = t["16384"]["prefill_s"]["median"] / t["4096"]["prefill_s"]["median"]
+    if EFFICIENCY_PRESET in presets and str(EFFICIENCY_TOKENS) in presets[EFFICIENCY_PRESET]["prefill"]:
+        out["kimi_efficiency_at_4k"] = presets[EFFICIENCY_PRESET]["prefill"][str(EFFICIENCY_TOKENS)]["efficiency"]
+    return out
+
+
+def check(result: dict) -> list[str]:
+    """Targets from the [Foundation] issue that this run missed (empty when all hold)."""
+    failures, summary = [], result["summary"]
+    eff = summary.get("kimi_efficiency_at_4k")
+    if eff is not None and eff < EFFICIENCY_TARGET:
+        failures.append(f"{EFFICIENCY_PRESET} prefill at 4K: efficiency {eff:.0%} < {EFFICIENCY_TARGET:.0%}")
+    growth = summary.get("dense_prefill_growth_4k_to_16k")
+    if growth is not None and growth < 4 * SUPERLINEAR_TARGET:
+        failures.append(f"{DENSE} prefill 4K->16K grew {growth:.2f}x, not clearly super-linear (> {4 * SUPERLINEAR_TARGET})")
+    for name, p in result["presets"].items():
+        config = get_preset(name, result["settings"]["size"])
+        growing_per_token = sum(config.growing_bytes_per_token(k) for k in config.layer_kinds if k.is_growing)
+        for n, row in p["prefill"].items():
+            if row["s_kv_bytes"] != row["s_kv_bytes_model"]:
+                failures.append(f"{name} at {n}: measured S_kv {row['s_kv_bytes']} != model {row['s_kv_bytes_model']}")
+        lens = sorted(int(n) for n in p["prefill"])
+        bounded_by_then = lens[0] >= config.window or LayerKind.SWA not in config.layer_kinds
+        if len(lens) >= 2 and bounded_by_then:
+            grew = p["prefill"][str(lens[-1])]["s_kv_bytes"] - p["prefill"][str(lens[0])]["s_kv_bytes"]
+            if grew != (lens[-1] - lens[0]) * growing_per_token:
+                failures.append(f"{name}: S_kv grew {grew} bytes, not only through its full layers")
+    return failures
+
+
+def format_table(result: dict) -> str:
+    lengths = result["settings"]["lengths"]
+    pick = [str(n) for n in lengths if n in (4096, 16384)] or [str(n) for n in lengths[-2:]]
+    head = f"{'preset':<20}" + "".join(f"{'tok/s@' + n:>12}{'eff@' + n:>10}" for n in pick)
+    head += f"{'dec ms b1/b8':>14}{'S_kv MiB@' + pick[-1]:>15}{'Phi Mbit/s':>11}"
+    lines = [f"gemm {result['gemm_gflops']['median']:.1f} GFLOP/s on {result['machine']['device']}", head]
+    for name, p in result["presets"].items():
+        row = f"{name:<20}" + "".join(
+            f"{p['prefill'][n]['tokens_per_s']:>12.0f}{p['prefill'][n]['efficiency']:>10.0%}" for n in pick
+        )
+        dec = "/".join(f"{p['decode_ms_per_step'][b]['median']:.1f}" for b in p["decode_ms_per_step"])
+        last = p["prefill"][pick[-1]]
+        row += f"{dec:>14}{last['s_kv_bytes'] / 2**20:>15.2f}{last['phi_kv_mbit_s']:>11.0f}"
+        lines.append(row)
+    for key, value in result["summary"].items():
+        text = ", ".join(f"{k} {v:.3f}" for k, v in value.items()) if isinstance(value, dict) else f"{value:.3f}"
+        lines.append(f"{key}: {text}")
+    return "\n".join(lines[:10])
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
+    if any(v <= 0 for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: every value must be positive")
+    return values
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m model_stub bench", description=__doc__)
+    parser.add_argument("--presets", default=",".join(PRESET_NAMES), help="comma-separated preset names")
+    parser.add_argument("--size", default="small", choices=SIZES)
+    parser.add_argument("--lengths", type=_ints, default=(1024, 4096, 16384), help="prefill lengths, e.g. 1024,4096")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--quick", action="store_true", help="CI-sized: lengths 1024,4096, one repeat")
+    parser.add_argument("--check", action="store_true", help="exit 1 when an issue target is missed")
+    parser.add_argument("--out", type=Path, default=None, help="JSON path (default bench/results/model_stub_<device>.json)")
+    args = parser.parse_args(argv)
+    presets = tuple(p for p in args.presets.split(",") if p)
+    unknown = [p for p in presets if p not in PRESET_NAMES]
+    if unknown or args.repeats < 1 or args.threads < 1:
+        print(f"bench: unknown presets {unknown} or non-positive --repeats/--threads", file=sys.stderr)
+        return 2
+    settings = BenchSettings(
+        presets=presets, size=args.size, lengths=(1024, 4096) if args.quick else args.lengths,
+        decode_batches=(1, 8), decode_context=256 if args.quick else 1024, decode_steps=4 if args.quick else 16,
+        repeats=1 if args.quick else args.repeats, device=args.device, threads=args.threads,
+        gemm_n=1024 if args.quick else 2048,
+    )
+    result = run(settings, progress=lambda msg: print(f"[bench] {msg}", file=sys.stderr, flush=True))
+    out = args.out or Path("bench/results") / f"model_stub_{result['machine']['device'].split(':')[0]}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    print(format_table(result))
+    print(f"results: {out}")
+    failures = check(result)
+    for failure in failures:
+        print(f"MISSED: {failure}")
+    return 1 if args.check and failures else 0
