@@ -1,0 +1,39 @@
+# Entry points for a fresh machine: `make run` serves the dashboard, `make test` runs the tests.
+# Both create .venv when it is missing and install the pinned requirements into it; a stamp file
+# inside .venv makes the install a no-op until a requirements file changes.
+
+PYTHON ?= python3
+VENV := .venv
+PORT ?= 8501
+ARGS ?=
+PIP := $(VENV)/bin/python -m pip --disable-pip-version-check
+
+# The repository root is the import root: `streamlit run app/Home.py` only adds app/ to sys.path.
+export PYTHONPATH := $(CURDIR)
+
+.PHONY: run test bench install install-dev
+
+run: $(VENV)/.installed
+	$(VENV)/bin/streamlit run app/Home.py --server.address 127.0.0.1 --server.port $(PORT) \
+		--browser.gatherUsageStats false --server.headless true
+
+test: $(VENV)/.installed-dev
+	$(VENV)/bin/python -m pytest $(ARGS)
+
+bench: $(VENV)/.installed
+	$(VENV)/bin/python -m model_stub bench --quick
+
+install: $(VENV)/.installed
+
+install-dev: $(VENV)/.installed-dev
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: requirements.txt | $(VENV)/bin/python
+	$(PIP) install --quiet --progress-bar off -r requirements.txt
+	touch $@
+
+$(VENV)/.installed-dev: requirements.txt requirements-dev.txt | $(VENV)/bin/python
+	$(PIP) install --quiet --progress-bar off -r requirements-dev.txt
+	touch $@ $(VENV)/.installed

@@ -1,0 +1,81 @@
+"""PrfaaS Lab home page: what PrfaaS is, and how large each model preset's cache grows.
+
+Served by `make run` (which puts the repository root on PYTHONPATH). It reads model presets only;
+runs, knobs and live panels come with the emulator.
+"""
+
+from __future__ import annotations
+
+import plotly.express as px
+import streamlit as st
+
+from app.presets_view import CURVE_TOKENS, make_cache_curves, make_presets_table
+from model_stub.config import SIZES
+
+INTRO = """
+**Prefill-as-a-Service (PrfaaS)** splits LLM serving across datacenters: long prompts are
+prefilled in a remote, compute-dense cluster, and their KV cache is streamed back over an
+ordinary Ethernet link to a local prefill/decode cluster, which decodes. Short prompts stay local;
+a length threshold routes each request. This pays off for hybrid-attention models, where most
+layers keep a fixed-size recurrent or windowed state and only a few full-attention layers grow
+with the context, so each token adds little to ship. The presets below mirror such layouts.
+"""
+
+COLUMN_CONFIG = {
+    "preset": st.column_config.TextColumn("Preset"),
+    "layers": st.column_config.NumberColumn("Layers"),
+    "pattern": st.column_config.TextColumn("Layer pattern", width="large"),
+    "d_model": st.column_config.NumberColumn("d_model"),
+    "kv_bytes_per_token": st.column_config.NumberColumn(
+        "KV bytes/token", help="Growing cache one more token adds (full-attention layers)"
+    ),
+    "fixed_bytes": st.column_config.NumberColumn(
+        "Fixed state", format="bytes", help="Recurrent and conv states, sliding windows"
+    ),
+    "cache_bytes": st.column_config.NumberColumn(
+        "Cache at context", format="bytes", help="Fixed state plus growing KV at the chosen length"
+    ),
+}
+
+
+def _cache_chart(size: str, tokens: int, log_y: bool) -> None:
+    """Cache size vs context length, one line per preset, with the chosen length marked."""
+    curves = make_cache_curves(size)
+    curves["cache_mb"] = curves["cache_bytes"] / 1e6  # decimal MB, as the table's byte format
+    fig = px.line(
+        curves, x="tokens", y="cache_mb", color="preset", markers=True, log_x=True, log_y=log_y,
+        labels={"tokens": "context length (tokens)", "cache_mb": "cache (MB)", "preset": ""},
+    )
+    octaves = [t for t in CURVE_TOKENS if t & (t - 1) == 0]  # the powers of two: 1K, 2K, ...
+    fig.update_xaxes(tickvals=octaves, ticktext=[f"{t // 1024}K" for t in octaves])
+    if CURVE_TOKENS[0] <= tokens <= CURVE_TOKENS[-1]:
+        fig.add_vline(x=tokens, line_dash="dot", line_color="gray")
+    fig.update_layout(
+        legend={"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom"}, margin={"t": 40}
+    )
+    st.plotly_chart(fig, key="cache_chart")
+
+
+st.set_page_config(page_title="PrfaaS Lab", layout="wide")
+st.title("PrfaaS Lab")
+st.markdown(INTRO)
+
+size_col, tokens_col, log_col = st.columns([1, 1, 1], vertical_alignment="bottom")
+size = size_col.radio("Model size", SIZES, horizontal=True, key="size")
+tokens = int(
+    tokens_col.number_input(
+        "Context length (tokens)", min_value=0, max_value=1 << 20, value=32_768, step=1024,
+        key="tokens",
+    )
+)
+log_y = log_col.toggle("Log y axis", value=False, key="log_y")
+
+st.subheader("Model presets")
+st.dataframe(make_presets_table(size, tokens), hide_index=True, column_config=COLUMN_CONFIG)
+st.caption(
+    f"Sizes at {tokens:,} tokens in float32. A PrfaaS request ships its whole cache once; "
+    "the KV bytes/token part is what grows with the prompt."
+)
+
+st.subheader("Cache size vs context length")
+_cache_chart(size, tokens, log_y)

@@ -1,0 +1,54 @@
+"""Tables behind the Home page: model presets and their cache sizes, as pandas DataFrames.
+
+Pure functions of (size, tokens) over `model_stub.config`, so tests check them without Streamlit.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from model_stub.config import PRESET_NAMES, get_preset
+
+# 1K..128K tokens in half-octave steps: even spacing on the chart's log x axis.
+CURVE_TOKENS: tuple[int, ...] = tuple(round(1024 * 2 ** (step / 2)) for step in range(15))
+
+TABLE_COLUMNS = (
+    "preset", "layers", "pattern", "d_model", "kv_bytes_per_token", "fixed_bytes", "cache_bytes",
+)
+
+
+def make_presets_table(size: str, tokens: int) -> pd.DataFrame:
+    """One row per preset: its layout, KV bytes per token and cache bytes after `tokens` tokens.
+
+    `fixed_bytes` is the bounded part (recurrent/conv states, SWA windows); `cache_bytes` adds the
+    growing full-attention KV, which is what PrfaaS ships across datacenters.
+    """
+    if tokens < 0:
+        raise ValueError(f"tokens: {tokens} is negative; use 0 or more")
+    rows = []
+    for name in PRESET_NAMES:
+        config = get_preset(name, size)
+        rows.append(
+            {
+                "preset": name,
+                "layers": config.num_layers,
+                "pattern": config.pattern,
+                "d_model": config.d_model,
+                "kv_bytes_per_token": config.kv_bytes_per_token(),
+                "fixed_bytes": config.fixed_bytes(tokens),
+                "cache_bytes": config.cache_bytes(tokens),
+            }
+        )
+    return pd.DataFrame(rows, columns=list(TABLE_COLUMNS))
+
+
+def make_cache_curves(size: str, tokens_grid: tuple[int, ...] = CURVE_TOKENS) -> pd.DataFrame:
+    """Long-form (preset, tokens, cache_bytes) rows: one curve per preset for a line chart."""
+    rows = []
+    for name in PRESET_NAMES:
+        config = get_preset(name, size)
+        rows += [
+            {"preset": name, "tokens": tokens, "cache_bytes": config.cache_bytes(tokens)}
+            for tokens in tokens_grid
+        ]
+    return pd.DataFrame(rows, columns=["preset", "tokens", "cache_bytes"])

@@ -1,0 +1,1 @@
+"""The emulator package; its modules come with later issues (see design.md for the layout)."""
