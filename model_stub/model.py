@@ -118,7 +118,9 @@ class HybridModel(nn.Module):
                 on_layer_done(i, layer_cache)
         new_cache = HybridCache(self.config, layers, start + ids.numel())
         if cache is not None:
-            new_cache.checkpoints.update({p: c for p, c in cache.checkpoints.items() if p <= start})
+            new_cache.checkpoints.update({p: c for p, c in cache.checkpoints.items() if p < start})
+            if start in checkpoint_at:  # the resume point itself: the input's bounded layers
+                new_cache.checkpoints[start] = tuple(None if c.kind.is_growing else c for c in cache.layers)
         for p in checkpoint_at:
             if start < p < new_cache.num_tokens:
                 new_cache.checkpoints[p] = tuple(c.get(p) for c in per_layer_checkpoints)

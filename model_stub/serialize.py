@@ -111,7 +111,7 @@ def decode_layer(
         raise FrameError("frame.payload_crc32: mismatch; the payload is corrupt")
     layer_index, kind = header["layer_index"], header["kind"]
     if config is not None:
-        _check_against_config(config, layer_index, kind, header["shapes"], header["num_tokens"])
+        _check_against_config(config, layer_index, kind, header)
     tensors, offset = [], 0
     for shape in header["shapes"]:
         t = torch.empty(shape, dtype=header["dtype"])
@@ -122,7 +122,10 @@ def decode_layer(
     return layer_index, LayerCache(kind, tuple(tensors)), header["num_tokens"]
 
 
-def _check_against_config(config: ModelConfig, layer_index: int, kind: LayerKind, shapes: tuple, tokens: int) -> None:
+def _check_against_config(config: ModelConfig, layer_index: int, kind: LayerKind, header: dict) -> None:
+    shapes, tokens = header["shapes"], header["num_tokens"]
+    if header["dtype"] != getattr(torch, config.dtype):
+        raise FrameError(f"frame.dtype: {header['dtype']} but {config.name} is {config.dtype}")
     if layer_index >= config.num_layers:
         raise FrameError(f"frame.layer_index: {layer_index} but {config.name} has {config.num_layers} layers")
     if config.layer_kinds[layer_index] is not kind:
