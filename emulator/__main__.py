@@ -1,0 +1,34 @@
+"""`python -m emulator ...`: exit 0 ok, 1 a scenario expectation failed, 2 bad input (one line)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from emulator.errors import PrfaasError
+from emulator.net import cli as net_cli
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m emulator", description="PrfaaS Lab emulator")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    sub = parser.add_subparsers(dest="command", required=True)
+    net_cli.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = make_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
+    try:
+        if args.command == "net":
+            return net_cli.run(args)
+    except PrfaasError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

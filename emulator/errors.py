@@ -1,0 +1,23 @@
+"""The emulator's error hierarchy: each error carries one line naming the field, value and fix."""
+
+from __future__ import annotations
+
+
+class PrfaasError(Exception):
+    """Base of every error the emulator raises on purpose; the CLI prints it and exits 2."""
+
+
+class ScenarioError(PrfaasError):
+    """A scenario file, --set override or control message is invalid."""
+
+
+class LinkSpecError(ScenarioError):
+    """A link specification is invalid (negative delay, NaN rate, ...)."""
+
+
+class LinkBackendUnavailable(PrfaasError):
+    """A link backend cannot run here; the message says why (no root, kernel lacks sch_netem, ...)."""
+
+
+class TopologyError(PrfaasError):
+    """Creating or tearing down namespaces, devices or relays failed."""

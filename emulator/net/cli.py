@@ -1,0 +1,73 @@
+"""`python -m emulator net up|down|status`: bring a shaped link up by hand, inspect, clean up."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+
+from emulator.net.ledger import Ledger, known_run_ids, run_dir, sweep
+from emulator.net.names import PREFIX
+from emulator.net.netns import list_netns
+from emulator.net.spec import parse_link_spec
+from emulator.net.topology import Topology
+
+SHAPE_FLAGS = ("bandwidth_mbit", "delay_ms", "jitter_ms", "loss_pct", "loss_correlation_pct", "queue_packets")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    net = sub.add_parser("net", help="shaped links between datacenter namespaces")
+    actions = net.add_subparsers(dest="net_command", required=True)
+    up = actions.add_parser("up", help="bring a link up and hold it until Ctrl-C or SIGTERM")
+    up.add_argument("--backend", default="auto", choices=("auto", "netem", "tun", "proxy"))
+    up.add_argument("--run-id", default=None, help="6 hex digits (default: a new one)")
+    up.add_argument("--mtu", type=int, default=9000)
+    for flag in SHAPE_FLAGS:
+        up.add_argument("--" + flag.replace("_", "-"), dest=flag, type=float, default=None)
+    down = actions.add_parser("down", help="remove a run's namespaces, links and relays (all runs by default)")
+    down.add_argument("--run-id", default=None)
+    actions.add_parser("status", help="list this project's runs, namespaces and backends")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.net_command == "up":
+        return _up(args)
+    if args.net_command == "down":
+        removed = sweep(args.run_id)
+        print(json.dumps({"removed": removed}))
+        return 0
+    print(json.dumps(status(), indent=1))
+    return 0
+
+
+def _up(args: argparse.Namespace) -> int:
+    shape = {k: getattr(args, k) for k in SHAPE_FLAGS if getattr(args, k) is not None}
+    if "queue_packets" in shape:
+        shape["queue_packets"] = int(shape["queue_packets"])
+    spec = parse_link_spec(shape, where="net up")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with Topology(spec, backend=args.backend, run_id=args.run_id, mtu=args.mtu) as topo:
+        print(json.dumps(topo.status()), flush=True)
+        print(f"link up (run {topo.run_id}); Ctrl-C or `net down --run-id {topo.run_id}` to remove it",
+              file=sys.stderr, flush=True)
+        try:
+            while not stop.wait(0.5):
+                pass
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
+def status() -> dict:
+    runs = []
+    for run_id in known_run_ids():
+        status_file = run_dir(run_id) / "status.json"
+        runs.append({
+            "run_id": run_id,
+            "status": json.loads(status_file.read_text()) if status_file.exists() else None,
+            "ledger": Ledger.open(run_id).entries,
+        })
+    return {"runs": runs, "namespaces": list_netns(f"{PREFIX}-")}

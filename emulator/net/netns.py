@@ -1,0 +1,79 @@
+"""Network namespaces: create, remove, list by prefix, and run code or open sockets inside one.
+
+A namespace is entered only by a short-lived thread (setns acts on the calling thread), so the
+caller's own thread, and any event loop on it, never changes namespace. Sockets and TUN devices
+keep the namespace they were created in after that thread is gone.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from collections.abc import Callable
+from typing import TypeVar
+
+from pyroute2 import netns as _netns
+
+from emulator.errors import TopologyError
+
+T = TypeVar("T")
+NETNS_DIR = "/var/run/netns"
+
+
+def list_netns(prefix: str = "") -> list[str]:
+    return sorted(n for n in _netns.listnetns() if n.startswith(prefix))
+
+
+def create_netns(name: str) -> None:
+    """Create `name` (idempotent) with its loopback up."""
+    if name not in _netns.listnetns():
+        try:
+            _netns.create(name)
+        except OSError as err:
+            raise TopologyError(f"netns {name}: cannot create ({err.strerror}); run as root") from None
+    from pyroute2 import NetNS  # imported late: constructing it forks a helper
+
+    with NetNS(name) as ns:
+        ns.link("set", index=ns.link_lookup(ifname="lo")[0], state="up")
+
+
+def remove_netns(name: str) -> bool:
+    """Remove `name`; False when it was already gone."""
+    if name not in _netns.listnetns():
+        return False
+    _netns.remove(name)
+    return True
+
+
+def run_in_netns(name: str | None, fn: Callable[[], T]) -> T:
+    """Run `fn` in a thread that entered namespace `name` (None: the caller's namespace)."""
+    if name is None:
+        return fn()
+    box: dict[str, object] = {}
+
+    def target() -> None:
+        try:
+            _netns.setns(name, flags=0, fork=False)
+            box["value"] = fn()
+        except BaseException as err:  # handed back to the caller's thread below
+            box["error"] = err
+
+    thread = threading.Thread(target=target, name=f"netns-{name}", daemon=True)
+    thread.start()
+    thread.join()
+    if "error" in box:
+        err = box["error"]
+        if isinstance(err, OSError) and not isinstance(err, TopologyError):
+            raise TopologyError(f"netns {name}: {err}") from err
+        raise err  # type: ignore[misc]
+    return box["value"]  # type: ignore[return-value]
+
+
+def netns_socket(name: str | None, family: int = socket.AF_INET, kind: int = socket.SOCK_STREAM) -> socket.socket:
+    """A socket that lives in namespace `name` (None: this one)."""
+    return run_in_netns(name, lambda: socket.socket(family, kind))
+
+
+def netns_path(name: str) -> str:
+    return os.path.join(NETNS_DIR, name)

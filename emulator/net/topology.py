@@ -1,0 +1,175 @@
+"""Datacenters as network namespaces, joined by one shaped link: the live engine's network.
+
+`Topology` creates the namespaces (remote, local, and any extra datacenters), lets the chosen
+backend build the remote<->local link, and hands out sockets and addresses inside each datacenter.
+Everything it creates goes into the run's ledger first, so `down()` (or `net down` after a crash)
+removes it all.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+from pathlib import Path
+
+from emulator.errors import TopologyError
+from emulator.net import netns
+from emulator.net.backend import LinkBackend, LinkCounters, LinkEnds
+from emulator.net.ledger import Ledger, run_dir
+from emulator.net.names import ifname, netns_name, new_run_id
+from emulator.net.select import BackendChoice, choose_backend
+from emulator.net.spec import LinkSpec
+
+log = logging.getLogger(__name__)
+
+REMOTE, LOCAL = "remote", "local"
+LOOPBACK = "127.0.0.1"
+
+
+def make_backend(name: str, ends: LinkEnds, directory: Path) -> LinkBackend:
+    if name == "netem":
+        from emulator.net.netem_backend import NetemBackend
+
+        return NetemBackend(ends)
+    if name == "tun":
+        from emulator.net.tun_backend import TunRelayBackend
+
+        return TunRelayBackend(ends, directory)
+    from emulator.net.proxy_backend import ProxyBackend
+
+    return ProxyBackend(ends, directory)
+
+
+class Topology:
+    """Namespaces per datacenter plus the shaped remote<->local link.
+
+    With the proxy backend there are no namespaces: every datacenter is this host's 127.0.0.1 and
+    crossing the link means connecting through the relay (`target`).
+    """
+
+    def __init__(
+        self,
+        spec: LinkSpec,
+        backend: str = "auto",
+        run_id: str | None = None,
+        extra_dcs: tuple[str, ...] = (),
+        mtu: int = 9000,
+    ) -> None:
+        self.spec = spec
+        self.requested = backend
+        self.run_id = run_id or new_run_id()
+        self.dcs = (REMOTE, LOCAL, *extra_dcs)
+        self.mtu = mtu
+        self.choice: BackendChoice | None = None
+        self.backend: LinkBackend | None = None
+        self._ends: LinkEnds | None = None
+
+    def __enter__(self) -> Topology:
+        return self.up()
+
+    def __exit__(self, *exc: object) -> None:
+        self.down()
+
+    @property
+    def is_up(self) -> bool:
+        return self.backend is not None
+
+    @property
+    def uses_netns(self) -> bool:
+        return self.choice is not None and self.choice.name != "proxy"
+
+    def up(self) -> Topology:
+        """Create namespaces and the link; a second call is a no-op."""
+        if self.is_up:
+            return self
+        self.choice = choose_backend(self.requested)
+        log.info("%s", self.choice.describe())
+        ledger = Ledger.open(self.run_id)
+        try:
+            if self.uses_netns:
+                for dc in self.dcs:
+                    name = netns_name(self.run_id, dc)
+                    ledger.record("netns", name=name)
+                    netns.create_netns(name)
+            self._ends = self._make_ends()
+            backend = make_backend(self.choice.name, self._ends, run_dir(self.run_id))
+            backend.apply(self.spec)
+            self.backend = backend
+            (run_dir(self.run_id) / "status.json").write_text(json.dumps(self.status(), indent=1))
+        except BaseException:
+            ledger.teardown()
+            raise
+        return self
+
+    def _make_ends(self) -> LinkEnds:
+        if not self.uses_netns:
+            return LinkEnds(self.run_id, None, None, "", "", LOOPBACK, LOOPBACK, 8, self.mtu)
+        return LinkEnds(
+            run_id=self.run_id,
+            remote_netns=netns_name(self.run_id, REMOTE),
+            local_netns=netns_name(self.run_id, LOCAL),
+            remote_ifname=ifname(self.run_id, "rem"),
+            local_ifname=ifname(self.run_id, "loc"),
+            mtu=self.mtu,
+        )
+
+    def down(self) -> list[str]:
+        """Remove the link, then everything in the ledger; safe to call twice or after a failure."""
+        if self.backend is not None:
+            self.backend.close()
+            self.backend = None
+        return Ledger.open(self.run_id).teardown()
+
+    def _require_up(self) -> LinkEnds:
+        if self._ends is None or self.backend is None:
+            raise TopologyError("topology: call up() first")
+        return self._ends
+
+    def netns(self, dc: str) -> str | None:
+        """The namespace of datacenter `dc` (None with the proxy backend: the host's)."""
+        self._require_up()
+        if dc not in self.dcs:
+            raise TopologyError(f"datacenter: {dc!r} is not one of {', '.join(self.dcs)}")
+        return netns_name(self.run_id, dc) if self.uses_netns else None
+
+    def address(self, dc: str) -> str:
+        """The address a listener in `dc` binds to so the other side can reach it over the link."""
+        ends = self._require_up()
+        return {REMOTE: ends.remote_addr, LOCAL: ends.local_addr}.get(dc, LOOPBACK)
+
+    def socket(self, dc: str, family: int = socket.AF_INET, kind: int = socket.SOCK_STREAM) -> socket.socket:
+        return netns.netns_socket(self.netns(dc), family, kind)
+
+    def target(self, dst_dc: str, port: int) -> tuple[str, int]:
+        """Where to connect, from the other datacenter, to reach `dst_dc`'s listener on `port`."""
+        self._require_up()
+        if self.uses_netns:
+            return self.address(dst_dc), port
+        from emulator.net.proxy_backend import ProxyBackend
+
+        assert isinstance(self.backend, ProxyBackend)
+        return self.backend.route(port)
+
+    def update(self, spec: LinkSpec) -> None:
+        """Reshape the live link (takes effect within a second; the stream keeps flowing)."""
+        self._require_up()
+        assert self.backend is not None
+        self.backend.update(spec)
+        self.spec = spec
+
+    def counters(self) -> LinkCounters:
+        self._require_up()
+        assert self.backend is not None
+        return self.backend.counters()
+
+    def status(self) -> dict:
+        """What a run reports about its network: backend, why, namespaces and the link's shape."""
+        return {
+            "run_id": self.run_id,
+            "backend": self.choice.name if self.choice else None,
+            "reason": self.choice.reason if self.choice else None,
+            "description": self.backend.description if self.backend else None,
+            "namespaces": [netns_name(self.run_id, dc) for dc in self.dcs] if self.uses_netns else [],
+            "spec": self.spec.model_dump(),
+        }
