@@ -31,7 +31,7 @@ def make_backend(name: str, ends: LinkEnds, directory: Path) -> LinkBackend:
     if name == "netem":
         from emulator.net.netem_backend import NetemBackend
 
-        return NetemBackend(ends)
+        return NetemBackend.from_probe(ends)
     if name == "tun":
         from emulator.net.tun_backend import TunRelayBackend
 
