@@ -75,5 +75,22 @@ def netns_socket(name: str | None, family: int = socket.AF_INET, kind: int = soc
     return run_in_netns(name, lambda: socket.socket(family, kind))
 
 
+def tune_tcp_buffers(name: str, max_bytes: int) -> None:
+    """Let one TCP stream in `name` fill a long fat pipe (1 Gbit/s x 100 ms needs 12.5 MB in flight).
+
+    tcp_rmem/tcp_wmem are per namespace, and /proc/sys/net shows the namespace of the thread that
+    opens it, so the write happens from inside.
+    """
+
+    def write() -> None:
+        for key in ("tcp_rmem", "tcp_wmem"):
+            with open(f"/proc/sys/net/ipv4/{key}") as f:
+                low, default, _ = f.read().split()
+            with open(f"/proc/sys/net/ipv4/{key}", "w") as f:
+                f.write(f"{low} {default} {max_bytes}")
+
+    run_in_netns(name, write)
+
+
 def netns_path(name: str) -> str:
     return os.path.join(NETNS_DIR, name)

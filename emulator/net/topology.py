@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 
 REMOTE, LOCAL = "remote", "local"
 LOOPBACK = "127.0.0.1"
+TCP_BUFFER_MAX_BYTES = 64 << 20  # cross-DC hosts are tuned for long fat pipes
 
 
 def make_backend(name: str, ends: LinkEnds, directory: Path) -> LinkBackend:
@@ -92,10 +93,13 @@ class Topology:
                     name = netns_name(self.run_id, dc)
                     ledger.record("netns", name=name)
                     netns.create_netns(name)
+                    netns.tune_tcp_buffers(name, TCP_BUFFER_MAX_BYTES)
             self._ends = self._make_ends()
             backend = make_backend(self.choice.name, self._ends, run_dir(self.run_id))
             backend.apply(self.spec)
             self.backend = backend
+            if pid := getattr(backend, "pid", None):  # a relay process: `net down` finds it after a crash
+                ledger.record("pid", pid=pid)
             (run_dir(self.run_id) / "status.json").write_text(json.dumps(self.status(), indent=1))
         except BaseException:
             ledger.teardown()

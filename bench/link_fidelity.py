@@ -1,0 +1,184 @@
+"""How faithfully each link backend shapes: configured vs achieved rate and RTT, beside iperf3.
+
+For every backend available here, one Topology is brought up and reshaped live over a grid of
+(rate, delay, loss). At each point our TCP probe and iperf3 (Debian's, run in the same namespaces
+one after the other) measure goodput, and a TCP echo measures RTT. The relay's CPU seconds per GB
+come from /proc. Writes bench/results/link_fidelity.json; `--check` enforces the [Links] targets.
+
+    python bench/link_fidelity.py [--quick] [--backends tun,proxy] [--check]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from emulator.errors import LinkBackendUnavailable  # noqa: E402
+from emulator.net import probe  # noqa: E402
+from emulator.net.select import choose_backend  # noqa: E402
+from emulator.net.spec import parse_link_spec  # noqa: E402
+from emulator.net.topology import LOCAL, REMOTE, Topology  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results" / "link_fidelity.json"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+FULL_GRID = dict(rates=(10, 100, 500, 1000), delays=(0, 10, 50), losses=(0.0, 1.0))
+QUICK_GRID = dict(rates=(100, 1000), delays=(10,), losses=(0.0,))
+
+
+def cpu_seconds(pid: int | None) -> float:
+    if not pid:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def iperf3(topo: Topology, seconds: float) -> float | None:
+    """iperf3 goodput (bit/s) remote -> local over the same link, or None where it cannot run."""
+    if not shutil.which("iperf3"):
+        return None
+    port = 5201 + int(topo.run_id, 16) % 1000
+    local_ns, remote_ns = topo.netns(LOCAL), topo.netns(REMOTE)
+    wrap = (lambda ns: ["ip", "netns", "exec", ns]) if topo.uses_netns else (lambda ns: [])
+    server = subprocess.Popen([*wrap(local_ns), "iperf3", "-s", "-1", "-B", topo.address(LOCAL), "-p", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.3)
+        host, target_port = topo.target(LOCAL, port)
+        client = subprocess.run(
+            [*wrap(remote_ns), "iperf3", "-c", host, "-p", str(target_port), "-t", str(seconds), "-O", "1",
+             "-C", "cubic", "-J"], capture_output=True, text=True, timeout=seconds + 30,
+        )
+        report = json.loads(client.stdout or "{}")
+        return report.get("end", {}).get("sum_received", {}).get("bits_per_second")
+    finally:
+        server.kill()
+        server.wait()
+
+
+def measure_point(topo: Topology, rate: float, delay: float, loss: float, seconds: float) -> dict:
+    topo.update(parse_link_spec({"bandwidth_mbit": rate, "delay_ms": delay, "loss_pct": loss,
+                                 "queue_packets": 1000}))
+    route = None if topo.uses_netns else (lambda port: topo.target(LOCAL, port))
+    args = dict(src_netns=topo.netns(REMOTE), dst_netns=topo.netns(LOCAL), dst_addr=topo.address(LOCAL), route=route)
+    pid = getattr(topo.backend, "pid", None)
+    cpu0, bytes0 = cpu_seconds(pid), _link_bytes(topo)
+    ours = probe.measure_throughput(**args, seconds=seconds)
+    cpu1, bytes1 = cpu_seconds(pid), _link_bytes(topo)
+    rtts = probe.measure_rtt(**args, samples=10) if loss == 0 else []
+    theirs = iperf3(topo, seconds)
+    moved = max(bytes1 - bytes0, ours["bytes"])
+    return {
+        "rate_mbit": rate, "delay_ms": delay, "loss_pct": loss,
+        "probe_mbit": ours["bits_per_s"] / 1e6, "achieved_ratio": ours["bits_per_s"] / (rate * 1e6),
+        "iperf3_mbit": theirs / 1e6 if theirs else None,
+        "probe_vs_iperf3": ours["bits_per_s"] / theirs if theirs else None,
+        "rtt_ms": [r * 1e3 for r in rtts],
+        "rtt_error_ms": abs(statistics.median(rtts) * 1e3 - 2 * delay) if rtts else None,
+        "relay_cpu_s_per_gb": (cpu1 - cpu0) / (moved / 1e9) if pid and moved else None,
+    }
+
+
+def _link_bytes(topo: Topology) -> int:
+    return sum(d.bytes for d in topo.counters().directions.values())
+
+
+def bench_backend(name: str, grid: dict, seconds: float) -> dict:
+    choice = choose_backend(name)
+    points = []
+    with Topology(parse_link_spec({"bandwidth_mbit": 100}), backend=name) as topo:
+        for rate, delay, loss in itertools.product(grid["rates"], grid["delays"], grid["losses"]):
+            print(f"[bench] {name}: {rate} Mbit/s, {delay} ms, {loss}% loss", file=sys.stderr, flush=True)
+            points.append(measure_point(topo, rate, delay, loss, seconds))
+        description = topo.backend.description
+    return {"backend": name, "reason": choice.reason, "description": description, "points": points}
+
+
+def summarize(run: dict) -> dict:
+    clean = [p for p in run["points"] if p["loss_pct"] == 0]
+
+    def worst(lo: float, hi: float) -> float | None:
+        ratios = [p["achieved_ratio"] for p in clean if lo <= p["rate_mbit"] <= hi]
+        return min(ratios) if ratios else None
+
+    rtt_errors = [p["rtt_error_ms"] for p in clean if p["rtt_error_ms"] is not None]
+    vs_iperf = [p["probe_vs_iperf3"] for p in clean if p["probe_vs_iperf3"]]
+    cpu = [p["relay_cpu_s_per_gb"] for p in clean if p["relay_cpu_s_per_gb"]]
+    return {
+        "min_ratio_10_500": worst(10, 500), "min_ratio_1000": worst(1000, 1000),
+        "max_rtt_error_ms": max(rtt_errors) if rtt_errors else None,
+        "median_probe_vs_iperf3": statistics.median(vs_iperf) if vs_iperf else None,
+        "median_cpu_s_per_gb": statistics.median(cpu) if cpu else None,
+    }
+
+
+def check(results: dict) -> list[str]:
+    """The [Links] targets for tun: ratio >= 0.95 (10-500 Mbit/s), >= 0.90 at 1 Gbit/s, RTT error <= 1 ms."""
+    failures = []
+    for run in results["backends"]:
+        if run["backend"] != "tun":
+            continue
+        s = run["summary"]
+        if s["min_ratio_10_500"] is not None and s["min_ratio_10_500"] < 0.95:
+            failures.append(f"tun: achieved/configured {s['min_ratio_10_500']:.3f} < 0.95 at 10-500 Mbit/s")
+        if s["min_ratio_1000"] is not None and s["min_ratio_1000"] < 0.90:
+            failures.append(f"tun: achieved/configured {s['min_ratio_1000']:.3f} < 0.90 at 1 Gbit/s")
+        if s["max_rtt_error_ms"] is not None and s["max_rtt_error_ms"] > 1.0:
+            failures.append(f"tun: RTT error {s['max_rtt_error_ms']:.2f} ms > 1 ms")
+    return failures
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backends", default="netem,tun,proxy")
+    parser.add_argument("--quick", action="store_true", help="CI-sized grid")
+    parser.add_argument("--seconds", type=float, default=None, help="seconds per measurement")
+    parser.add_argument("--check", action="store_true")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    grid = QUICK_GRID if args.quick else FULL_GRID
+    seconds = args.seconds or (2.0 if args.quick else 3.0)
+    results = {"bench": "link_fidelity", "machine": {"cpus": os.cpu_count(), "kernel": platform.release()},
+               "git_sha": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip(),
+               "grid": grid, "seconds": seconds, "backends": [], "skipped": {}}
+    for name in args.backends.split(","):
+        try:
+            run = bench_backend(name, grid, seconds)
+        except LinkBackendUnavailable as err:
+            results["skipped"][name] = str(err)
+            continue
+        run["summary"] = summarize(run)
+        results["backends"].append(run)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=1))
+    print(f"{'backend':<8}{'ratio 10-500':>13}{'ratio 1G':>10}{'RTT err ms':>11}{'probe/iperf3':>13}{'CPU s/GB':>10}")
+    for run in results["backends"]:
+        s = run["summary"]
+        print(f"{run['backend']:<8}{_fmt(s['min_ratio_10_500'], '.3f'):>13}{_fmt(s['min_ratio_1000'], '.3f'):>10}"
+              f"{_fmt(s['max_rtt_error_ms'], '.2f'):>11}{_fmt(s['median_probe_vs_iperf3'], '.3f'):>13}"
+              f"{_fmt(s['median_cpu_s_per_gb'], '.2f'):>10}")
+    for name, why in results["skipped"].items():
+        print(f"{name}: skipped ({why})"[:100])
+    print(f"results: {args.out}")
+    failures = check(results)
+    for failure in failures:
+        print(f"MISSED: {failure}")
+    return 1 if args.check and failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""`python -m emulator net up|down|status` as a user runs it, in separate processes."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from emulator.net.netns import list_netns
+
+from .conftest import needs_root
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def emulator(*args: str, **kwargs) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "emulator", *args], env=env, capture_output=True, text=True,
+                          timeout=60, **kwargs)
+
+
+def test_bad_link_flags_exit_2_with_one_line():
+    out = emulator("net", "up", "--delay-ms", "-5")
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == [
+        "error: net up.delay_ms: -5.0 is invalid (input should be greater than or equal to 0); "
+        "use 0 for no added delay, at most 10000"
+    ]
+
+
+@needs_root
+def test_up_status_down_leave_nothing_behind(run_id):
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    up = subprocess.Popen(
+        [sys.executable, "-m", "emulator", "net", "up", "--run-id", run_id, "--bandwidth-mbit", "50", "--delay-ms", "5"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        first = json.loads(up.stdout.readline())
+        assert first["run_id"] == run_id and first["backend"] in ("netem", "tun") and first["reason"]
+        status = json.loads(emulator("net", "status").stdout)
+        mine = [r for r in status["runs"] if r["run_id"] == run_id]
+        assert mine and mine[0]["status"]["backend"] == first["backend"]
+        assert f"prf-{run_id}-remote" in status["namespaces"]
+
+        up.send_signal(signal.SIGKILL)  # a crash: `net down` must still clean up
+        up.wait(timeout=10)
+        down = emulator("net", "down", "--run-id", run_id)
+        assert down.returncode == 0
+        removed = json.loads(down.stdout)["removed"]
+        assert f"netns prf-{run_id}-remote" in removed
+        time.sleep(0.5)
+        assert not list_netns(f"prf-{run_id}")
+        procs = subprocess.run(["pgrep", "-af", run_id], capture_output=True, text=True).stdout
+        assert "relay" not in procs
+    finally:
+        if up.poll() is None:
+            up.kill()
