@@ -73,7 +73,8 @@ def measure_point(topo: Topology, rate: float, delay: float, loss: float, second
     args = dict(src_netns=topo.netns(REMOTE), dst_netns=topo.netns(LOCAL), dst_addr=topo.address(LOCAL), route=route)
     pid = getattr(topo.backend, "pid", None)
     cpu0, bytes0 = cpu_seconds(pid), _link_bytes(topo)
-    ours = probe.measure_throughput(**args, seconds=seconds)
+    # slow start needs ~10 round trips to fill a long fat pipe; iperf3 gets the same with -O 1
+    ours = probe.measure_throughput(**args, seconds=seconds, warmup_s=max(0.5, 20 * delay / 1e3))
     cpu1, bytes1 = cpu_seconds(pid), _link_bytes(topo)
     rtts = probe.measure_rtt(**args, samples=10) if loss == 0 else []
     theirs = iperf3(topo, seconds)
