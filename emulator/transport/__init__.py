@@ -1,0 +1,1 @@
+"""KV transport: chunk frames, reassembly, multi-connection TCP and congestion monitoring."""
