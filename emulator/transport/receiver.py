@@ -1,0 +1,113 @@
+"""KVReceiver: accepts the sender's connections, reassembles caches, acknowledges every chunk.
+
+Each connection carries chunks of any request and layer; a chunk is ACKed once placed, NACKed when
+its payload is corrupt (the sender resends it), and a request gets DONE when its cache is rebuilt
+or FAIL with a reason. A header that cannot be trusted closes only that connection. Runs on one
+asyncio loop; the listening socket is made by the caller (inside the decode side's namespace).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from emulator.transport.frames import (
+    HEADER_BYTES, FrameError, FrameType, PayloadCorrupt, check_payload, decode_header, reply,
+)
+from emulator.transport.reassembly import BudgetExceeded, Reassembler
+from model_stub.cache import HybridCache
+from model_stub.config import ModelConfig
+from model_stub.serialize import FrameError as CacheFrameError
+from model_stub.serialize import decode_cache
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiveFailure:
+    request_id: int
+    reason: str
+
+
+class KVReceiver:
+    def __init__(
+        self,
+        config: ModelConfig,
+        on_cache: Callable[[int, HybridCache], None],
+        max_partial_bytes: int = 1 << 30,
+        abandon_after_s: float = 30.0,
+    ) -> None:
+        self.config = config
+        self.on_cache = on_cache
+        self.reassembler = Reassembler(max_partial_bytes, abandon_after_s)
+        self.failures: list[ReceiveFailure] = []
+        self.bytes_received = 0
+        self.corrupt_chunks = 0
+        self._server: asyncio.Server | None = None
+        self._expiry: asyncio.Task | None = None
+
+    async def start(self, listener: socket.socket) -> None:
+        listener.setblocking(False)
+        self._server = await asyncio.start_server(self._serve, sock=listener)
+        self._expiry = asyncio.create_task(self._expire_loop())
+
+    async def close(self) -> None:
+        if self._expiry is not None:
+            self._expiry.cancel()
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    async def _expire_loop(self) -> None:
+        while True:
+            await asyncio.sleep(0.5)
+            for rid in self.reassembler.expire(time.monotonic()):
+                self._fail(rid, f"abandoned: no chunk for {self.reassembler.abandon_after_s:g} s")
+
+    def _fail(self, request_id: int, reason: str) -> None:
+        log.warning("request %d failed on receive: %s", request_id, reason)
+        self.reassembler.finish(request_id)
+        self.failures.append(ReceiveFailure(request_id, reason))
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                header = decode_header(await reader.readexactly(HEADER_BYTES))
+                payload = await reader.readexactly(header.length)  # bounded by decode_header's caps
+                if header.type is not FrameType.DATA:
+                    raise FrameError(f"chunk.type: a receiver accepts DATA only, got {header.type.name}")
+                writer.write(self._handle(header, payload))
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass  # the sender closed or lost this connection; it resends what was not ACKed
+        except FrameError as err:
+            log.warning("closing a KV connection: %s", err)
+        finally:
+            writer.close()
+
+    def _handle(self, header, payload: bytes) -> bytes:
+        try:
+            check_payload(header, payload)
+        except PayloadCorrupt:
+            self.corrupt_chunks += 1
+            return reply(FrameType.NACK, header.key)
+        self.bytes_received += len(payload)
+        try:
+            done = self.reassembler.add(header, payload, time.monotonic())
+        except BudgetExceeded as err:
+            self._fail(header.request_id, str(err))
+            return reply(FrameType.FAIL, header.key, str(err))
+        ack = reply(FrameType.ACK, header.key)
+        if done is None:
+            return ack
+        try:
+            cache = decode_cache(done.layer_frames(), self.config)
+        except CacheFrameError as err:
+            self._fail(header.request_id, f"cache rebuild: {err}")
+            return ack + reply(FrameType.FAIL, header.key, str(err))
+        self.on_cache(header.request_id, cache)
+        return ack + reply(FrameType.DONE, header.key)
