@@ -21,3 +21,11 @@ class LinkBackendUnavailable(PrfaasError):
 
 class TopologyError(PrfaasError):
     """Creating or tearing down namespaces, devices or relays failed."""
+
+
+class TransportError(PrfaasError):
+    """A KV transfer or the monitoring of its connections cannot go on."""
+
+
+class TcpInfoError(TransportError):
+    """A socket cannot be sampled, or a TCP_INFO buffer is too short to be one."""

@@ -47,6 +47,7 @@ class KVReceiver:
         self.failures: list[ReceiveFailure] = []
         self.bytes_received = 0
         self.corrupt_chunks = 0
+        self.first_chunk_at: dict[int, float] = {}  # monotonic time of each request's first chunk
         self._server: asyncio.Server | None = None
         self._expiry: asyncio.Task | None = None
 
@@ -96,6 +97,7 @@ class KVReceiver:
             self.corrupt_chunks += 1
             return reply(FrameType.NACK, header.key)
         self.bytes_received += len(payload)
+        self.first_chunk_at.setdefault(header.request_id, time.monotonic())
         try:
             done = self.reassembler.add(header, payload, time.monotonic())
         except BudgetExceeded as err:

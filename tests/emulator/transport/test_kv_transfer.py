@@ -172,3 +172,34 @@ def test_cache_crosses_a_shaped_link_between_namespaces(model, run_id):
         assert crossed >= sender.bytes_sent  # the stream really went over the shaped link
     finally:
         topo.down()
+
+
+def test_early_layers_arrive_while_later_layers_still_compute():
+    """Layer-wise pipelining: the receiver holds the first chunk before the prefill has ended."""
+    import time
+
+    model = HybridModel(get_preset("kimi-linear-mini", "small"), device="cpu")
+    prompt = list(range(256)) * 8  # 2048 tokens: each layer takes long enough to overlap
+
+    async def main():
+        listener = loopback_listener()
+        receiver = KVReceiver(model.config, lambda rid, cache: None)
+        await receiver.start(listener)
+        sender = KVSender(socket.socket, listener.getsockname())
+        await sender.start()
+        n = model.config.num_layers
+
+        def prefill() -> float:
+            model.prefill(prompt, on_layer_done=lambda i, layer: sender.send_layer(
+                2, i, n, encode_layer(i, layer, len(prompt))))
+            return time.monotonic()
+
+        prefill_end = await asyncio.get_running_loop().run_in_executor(None, prefill)
+        result = await sender.finish(2, deadline_s=30)
+        await sender.close()
+        await receiver.close()
+        return result, receiver.first_chunk_at[2], prefill_end
+
+    result, first_chunk, prefill_end = asyncio.run(main())
+    assert result.status == "delivered"
+    assert first_chunk < prefill_end
