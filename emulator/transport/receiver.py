@@ -50,6 +50,7 @@ class KVReceiver:
         self.first_chunk_at: dict[int, float] = {}  # monotonic time of each request's first chunk
         self._server: asyncio.Server | None = None
         self._expiry: asyncio.Task | None = None
+        self._handlers: set[asyncio.Task] = set()
 
     async def start(self, listener: socket.socket) -> None:
         listener.setblocking(False)
@@ -57,10 +58,15 @@ class KVReceiver:
         self._expiry = asyncio.create_task(self._expire_loop())
 
     async def close(self) -> None:
+        """Stop listening and end every connection's handler before returning."""
         if self._expiry is not None:
             self._expiry.cancel()
         if self._server is not None:
             self._server.close()
+        for task in self._handlers:
+            task.cancel()
+        await asyncio.gather(*self._handlers, return_exceptions=True)
+        if self._server is not None:
             await self._server.wait_closed()
 
     async def _expire_loop(self) -> None:
@@ -75,6 +81,8 @@ class KVReceiver:
         self.failures.append(ReceiveFailure(request_id, reason))
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        self._handlers.add(task)
         try:
             while True:
                 header = decode_header(await reader.readexactly(HEADER_BYTES))
@@ -87,8 +95,11 @@ class KVReceiver:
             pass  # the sender closed or lost this connection; it resends what was not ACKed
         except FrameError as err:
             log.warning("closing a KV connection: %s", err)
+        except asyncio.CancelledError:
+            pass  # close(): the receiver is shutting down
         finally:
             writer.close()
+            self._handlers.discard(task)
 
     def _handle(self, header, payload: bytes) -> bytes:
         try:

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from emulator.transport.congestion import CongestionMonitor
 from emulator.transport.frames import (
     CHUNK_BYTES, HEADER_BYTES, Chunk, FrameError, FrameType, check_payload, decode_header, split_layer,
 )
@@ -43,6 +44,7 @@ class KVSender:
         window_chunks: int = 64,
         chunk_bytes: int = CHUNK_BYTES,
         max_reconnects: int = 5,
+        monitor: CongestionMonitor | None = None,
     ) -> None:
         if congestion not in CONGESTION_CONTROLS:
             raise ValueError(f"congestion: {congestion!r} is not one of {', '.join(CONGESTION_CONTROLS)}")
@@ -51,6 +53,8 @@ class KVSender:
         self.make_socket, self.target = make_socket, target
         self.num_connections, self.congestion = num_connections, congestion
         self.chunk_bytes, self.max_reconnects = chunk_bytes, max_reconnects
+        self.monitor = monitor  # sees every connection (TCP_INFO) and counts egress per destination
+        self.destination = f"{target[0]}:{target[1]}"
         self.sockets: list[socket.socket] = []  # live connections (tests may close one)
         self.bytes_sent = 0
         self.resent_chunks = 0
@@ -80,6 +84,8 @@ class KVSender:
         await asyncio.wait_for(self._loop.sock_connect(sock, self.target), timeout=10)
         reader, writer = await asyncio.open_connection(sock=sock)
         self.sockets.append(sock)
+        if self.monitor is not None:
+            self.monitor.add(sock)
         owned: dict[tuple[int, int, int], Chunk] = {}
         tasks = [asyncio.create_task(self._write_loop(writer, owned)), asyncio.create_task(self._read_loop(reader))]
         self._tasks += [*tasks, asyncio.create_task(self._watch(sock, writer, owned, tasks))]
@@ -134,6 +140,8 @@ class KVSender:
             self._unacked[key] = owned[key] = chunk
             writer.write(chunk.encode())
             self.bytes_sent += HEADER_BYTES + chunk.header.length
+            if self.monitor is not None:
+                self.monitor.record_sent(self.destination, HEADER_BYTES + chunk.header.length)
             await writer.drain()
 
     async def _read_loop(self, reader: asyncio.StreamReader) -> None:
@@ -164,6 +172,8 @@ class KVSender:
         with contextlib.suppress(OSError):
             writer.close()
         self.sockets = [s for s in self.sockets if s is not sock]
+        if self.monitor is not None:
+            self.monitor.remove(sock)
         for key, chunk in list(owned.items()):
             if self._unacked.pop(key, None) is not None:
                 self._window.release()

@@ -9,6 +9,7 @@ import pytest
 
 from emulator.net.spec import parse_link_spec
 from emulator.net.topology import LOCAL, REMOTE, Topology
+from emulator.transport.congestion import CongestionMonitor
 from emulator.transport.frames import HEADER_BYTES
 from emulator.transport.receiver import KVReceiver
 from emulator.transport.sender import KVSender
@@ -63,11 +64,16 @@ def assert_same_generation(model, arrived, first_token, reference_cache):
 
 def test_cache_crosses_loopback_bit_exact_and_decodes_the_same_tokens(model):
     listener = loopback_listener()
-    result, arrived, first, cache, sender, _ = asyncio.run(
-        transfer(model, socket.socket, listener, listener.getsockname(), chunk_bytes=4096))
+    monitor = CongestionMonitor()
+    result, arrived, first, cache, sender, receiver = asyncio.run(
+        transfer(model, socket.socket, listener, listener.getsockname(), chunk_bytes=4096, monitor=monitor))
     assert result.status == "delivered", result
     assert_same_generation(model, arrived, first, cache)
     assert sender.resent_chunks == 0
+    # egress per destination counts every byte put on the wire, headers included
+    assert monitor.bytes_sent_to == {sender.destination: sender.bytes_sent}
+    assert sender.bytes_sent > receiver.bytes_received == sum(len(f) for f in map(
+        lambda i: encode_layer(i, cache.layers[i], len(PROMPT)), range(len(cache.layers))))
 
 
 def test_a_killed_connection_mid_transfer_still_delivers(model):

@@ -106,7 +106,7 @@ def test_real_socket_after_sending(loopback_pair):
     client.sendall(bytes(PAYLOAD_BYTES))
     reader.join(10)
     deadline = time.monotonic() + 5  # the last ACK may still be on its way
-    while ((info := read_tcp_info(client)).bytes_acked < PAYLOAD_BYTES
+    while (((info := read_tcp_info(client)).bytes_acked < PAYLOAD_BYTES or info.send_queue_bytes)
            and time.monotonic() < deadline):
         time.sleep(0.01)
     assert info.state == TcpState.ESTABLISHED
