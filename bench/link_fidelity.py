@@ -43,8 +43,11 @@ def cpu_seconds(pid: int | None) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
-def iperf3(topo: Topology, seconds: float) -> float | None:
-    """iperf3 goodput (bit/s) remote -> local over the same link, or None where it cannot run."""
+def iperf3(topo: Topology, seconds: float, streams: int = 1, omit_first_s: bool = True) -> float | None:
+    """iperf3 goodput (bit/s, `streams` parallel) remote -> local over the same link, or None.
+
+    `omit_first_s` drops slow start (steady-state rate); a whole transfer is compared without it.
+    """
     if not shutil.which("iperf3"):
         return None
     port = 5201 + int(topo.run_id, 16) % 1000
@@ -56,8 +59,8 @@ def iperf3(topo: Topology, seconds: float) -> float | None:
         time.sleep(0.3)
         host, target_port = topo.target(LOCAL, port)
         client = subprocess.run(
-            [*wrap(remote_ns), "iperf3", "-c", host, "-p", str(target_port), "-t", str(seconds), "-O", "1",
-             "-C", "cubic", "-J"], capture_output=True, text=True, timeout=seconds + 30,
+            [*wrap(remote_ns), "iperf3", "-c", host, "-p", str(target_port), "-t", str(seconds),
+             *(["-O", "1"] if omit_first_s else []), "-P", str(streams), "-C", "cubic", "-J"], capture_output=True, text=True, timeout=seconds + 30,
         )
         report = json.loads(client.stdout or "{}")
         return report.get("end", {}).get("sum_received", {}).get("bits_per_second")

@@ -145,15 +145,25 @@ def encode_cache(cache: HybridCache) -> Iterator[bytes]:
 
 def decode_cache(frames: list[bytes], config: ModelConfig, device: str | torch.device = "cpu") -> HybridCache:
     """Frames (any order) back into a HybridCache; every layer exactly once, all at one length."""
-    layers: dict[int, LayerCache] = {}
-    lengths = set()
+    layers: dict[int, tuple[LayerCache, int]] = {}
     for frame in frames:
         index, layer, tokens = decode_layer(frame, config)
         if index in layers:
             raise FrameError(f"frame.layer_index: layer {index} arrived twice")
-        layers[index] = layer.to(device)
-        lengths.add(tokens)
+        layers[index] = layer, tokens
+    return assemble_cache(layers, config, device)
+
+
+def assemble_cache(
+    layers: dict[int, tuple[LayerCache, int]], config: ModelConfig, device: str | torch.device = "cpu"
+) -> HybridCache:
+    """Decoded layers (index -> (cache, num_tokens)) into a HybridCache, checking it is whole.
+
+    Receivers decode each layer as soon as it is complete and call this once the last one lands.
+    """
     missing = sorted(set(range(config.num_layers)) - set(layers))
+    lengths = {tokens for _, tokens in layers.values()}
     if missing or len(lengths) != 1:
         raise FrameError(f"cache: missing layers {missing} or mixed num_tokens {sorted(lengths)}")
-    return HybridCache(config, [layers[i] for i in range(config.num_layers)], lengths.pop())
+    ordered = [layers[i][0].to(device) for i in range(config.num_layers)]
+    return HybridCache(config, ordered, lengths.pop())

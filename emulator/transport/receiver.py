@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from emulator.transport.frames import (
     HEADER_BYTES, FrameError, FrameType, PayloadCorrupt, check_payload, decode_header, reply,
 )
-from emulator.transport.reassembly import BudgetExceeded, Reassembler
+from emulator.transport.reassembly import BudgetExceeded, Reassembler, RequestAssembly
 from model_stub.cache import HybridCache
 from model_stub.config import ModelConfig
 from model_stub.serialize import FrameError as CacheFrameError
-from model_stub.serialize import decode_cache
+from model_stub.serialize import assemble_cache, decode_layer
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,7 @@ class KVReceiver:
         self._server: asyncio.Server | None = None
         self._expiry: asyncio.Task | None = None
         self._handlers: set[asyncio.Task] = set()
+        self._decoded: dict[int, dict[int, tuple]] = {}  # request -> layer -> (LayerCache, num_tokens)
 
     async def start(self, listener: socket.socket) -> None:
         listener.setblocking(False)
@@ -78,6 +79,7 @@ class KVReceiver:
     def _fail(self, request_id: int, reason: str) -> None:
         log.warning("request %d failed on receive: %s", request_id, reason)
         self.reassembler.finish(request_id)
+        self._decoded.pop(request_id, None)
         self.failures.append(ReceiveFailure(request_id, reason))
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -115,12 +117,29 @@ class KVReceiver:
             self._fail(header.request_id, str(err))
             return reply(FrameType.FAIL, header.key, str(err))
         ack = reply(FrameType.ACK, header.key)
-        if done is None:
-            return ack
         try:
-            cache = decode_cache(done.layer_frames(), self.config)
+            cache = self._decode_progress(header, done)
         except CacheFrameError as err:
             self._fail(header.request_id, f"cache rebuild: {err}")
+            self._decoded.pop(header.request_id, None)
             return ack + reply(FrameType.FAIL, header.key, str(err))
+        if cache is None:
+            return ack
         self.on_cache(header.request_id, cache)
         return ack + reply(FrameType.DONE, header.key)
+
+    def _decode_progress(self, header, done: RequestAssembly | None) -> HybridCache | None:
+        """Decode a layer the moment its last chunk lands (so only the final layer's decode is
+        exposed after the transfer); return the whole cache once every layer is in."""
+        rid, index = header.request_id, header.layer_index
+        assembly = done if done is not None else self.reassembler.partial.get(rid)
+        layer = assembly.layers.get(index) if assembly is not None else None
+        decoded = self._decoded.setdefault(rid, {})
+        if layer is not None and layer.is_complete and index not in decoded:
+            got_index, layer_cache, tokens = decode_layer(bytes(layer.buffer), self.config)
+            if got_index != index:
+                raise CacheFrameError(f"frame.layer_index: {got_index} arrived as layer {index}")
+            decoded[index] = layer_cache, tokens
+        if done is None:
+            return None
+        return assemble_cache(self._decoded.pop(rid), self.config)
