@@ -93,7 +93,7 @@ class Topology:
                     name = netns_name(self.run_id, dc)
                     ledger.record("netns", name=name)
                     netns.create_netns(name)
-                    netns.tune_tcp_buffers(name, TCP_BUFFER_MAX_BYTES)
+                    netns.tune_tcp(name, TCP_BUFFER_MAX_BYTES)
             self._ends = self._make_ends()
             backend = make_backend(self.choice.name, self._ends, run_dir(self.run_id))
             backend.apply(self.spec)

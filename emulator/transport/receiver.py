@@ -9,6 +9,7 @@ asyncio loop; the listening socket is made by the caller (inside the decode side
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import socket
 import time
@@ -25,6 +26,9 @@ from model_stub.serialize import FrameError as CacheFrameError
 from model_stub.serialize import assemble_cache, decode_layer
 
 log = logging.getLogger(__name__)
+# asyncio pauses a socket once twice this much is buffered; the 64 KiB default pauses several times
+# per 256 KiB chunk at 1 Gbit/s
+STREAM_LIMIT_BYTES = 4 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,11 +55,11 @@ class KVReceiver:
         self._server: asyncio.Server | None = None
         self._expiry: asyncio.Task | None = None
         self._handlers: set[asyncio.Task] = set()
-        self._decoded: dict[int, dict[int, tuple]] = {}  # request -> layer -> (LayerCache, num_tokens)
+        self._decoded: dict[int, dict[int, asyncio.Future]] = {}  # request -> layer -> its decode
 
     async def start(self, listener: socket.socket) -> None:
         listener.setblocking(False)
-        self._server = await asyncio.start_server(self._serve, sock=listener)
+        self._server = await asyncio.start_server(self._serve, sock=listener, limit=STREAM_LIMIT_BYTES)
         self._expiry = asyncio.create_task(self._expire_loop())
 
     async def close(self) -> None:
@@ -91,7 +95,7 @@ class KVReceiver:
                 payload = await reader.readexactly(header.length)  # bounded by decode_header's caps
                 if header.type is not FrameType.DATA:
                     raise FrameError(f"chunk.type: a receiver accepts DATA only, got {header.type.name}")
-                writer.write(self._handle(header, payload))
+                writer.write(await self._handle(header, payload))
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
             pass  # the sender closed or lost this connection; it resends what was not ACKed
@@ -103,7 +107,7 @@ class KVReceiver:
             writer.close()
             self._handlers.discard(task)
 
-    def _handle(self, header, payload: bytes) -> bytes:
+    async def _handle(self, header, payload: bytes) -> bytes:
         try:
             check_payload(header, payload)
         except PayloadCorrupt:
@@ -118,7 +122,7 @@ class KVReceiver:
             return reply(FrameType.FAIL, header.key, str(err))
         ack = reply(FrameType.ACK, header.key)
         try:
-            cache = self._decode_progress(header, done)
+            cache = await self._decode_progress(header, done)
         except CacheFrameError as err:
             self._fail(header.request_id, f"cache rebuild: {err}")
             self._decoded.pop(header.request_id, None)
@@ -128,18 +132,26 @@ class KVReceiver:
         self.on_cache(header.request_id, cache)
         return ack + reply(FrameType.DONE, header.key)
 
-    def _decode_progress(self, header, done: RequestAssembly | None) -> HybridCache | None:
-        """Decode a layer the moment its last chunk lands (so only the final layer's decode is
-        exposed after the transfer); return the whole cache once every layer is in."""
+    async def _decode_progress(self, header, done: RequestAssembly | None) -> HybridCache | None:
+        """Start decoding a layer the moment its last chunk lands (so only the final layer's
+        decode is exposed after the transfer); return the whole cache once every layer is in.
+
+        Decoding copies and checksums megabytes, so it runs in a worker thread: the loop keeps
+        reading every connection meanwhile instead of letting their windows fill. Each layer's
+        decode is a future, so the handler that completes the request waits for all of them.
+        """
         rid, index = header.request_id, header.layer_index
         assembly = done if done is not None else self.reassembler.partial.get(rid)
         layer = assembly.layers.get(index) if assembly is not None else None
-        decoded = self._decoded.setdefault(rid, {})
-        if layer is not None and layer.is_complete and index not in decoded:
-            got_index, layer_cache, tokens = decode_layer(bytes(layer.buffer), self.config)
-            if got_index != index:
-                raise CacheFrameError(f"frame.layer_index: {got_index} arrived as layer {index}")
-            decoded[index] = layer_cache, tokens
+        pending = self._decoded.setdefault(rid, {})
+        if layer is not None and layer.is_complete and index not in pending:
+            decode = functools.partial(decode_layer, layer.buffer, self.config)
+            pending[index] = asyncio.get_running_loop().run_in_executor(None, decode)
         if done is None:
             return None
-        return assemble_cache(self._decoded.pop(rid), self.config)
+        decoded = dict(zip(pending, await asyncio.gather(*pending.values())))
+        del self._decoded[rid]
+        for index, (got_index, _, _) in decoded.items():
+            if got_index != index:
+                raise CacheFrameError(f"frame.layer_index: {got_index} arrived as layer {index}")
+        return assemble_cache({i: (layer, tokens) for i, (_, layer, tokens) in decoded.items()}, self.config)

@@ -115,7 +115,7 @@ def test_real_socket_after_sending(loopback_pair):
     assert info.rtt_us > 0 and info.min_rtt_us > 0 and info.snd_mss > 0 and info.snd_cwnd > 0
     assert info.info_len >= BASE_INFO_BYTES
     assert info.send_queue_bytes == 0 and info.unacked_bytes == 0 and info.notsent_bytes == 0
-    assert info.busy_time_us is None or info.busy_time_us > 0
+    assert info.busy_time_us is None or info.busy_time_us >= 0  # loopback can finish within one tick
     received = read_tcp_info(server)
     assert received.bytes_received is None or received.bytes_received >= PAYLOAD_BYTES
 
