@@ -138,7 +138,7 @@ class KVSender:
                 self._window.release()  # its request already ended (failed): drop the leftovers
                 continue
             self._unacked[key] = owned[key] = chunk
-            writer.write(chunk.encode())
+            writer.write(chunk.encode())  # one write: with TCP_NODELAY a lone header would go as its own packet
             self.bytes_sent += HEADER_BYTES + chunk.header.length
             if self.monitor is not None:
                 self.monitor.record_sent(self.destination, HEADER_BYTES + chunk.header.length)
