@@ -23,7 +23,7 @@ from typing import Any
 
 from emulator.errors import PrfaasError
 from emulator.net.backend import TO_LOCAL, TO_REMOTE
-from emulator.net.relay_control import ControlServer, RequestError
+from emulator.net.relay_control import ControlServer, RequestError, spec_from_update
 from emulator.net.relay_process import (
     RelayLifecycle,
     configure_relay_logging,
@@ -71,9 +71,7 @@ class ProxyRelay:
         """Control requests arrive on the control thread; loop state is touched on the loop."""
         op = request["op"]
         if op == "update":
-            if not isinstance(request.get("spec"), dict):
-                raise RequestError('update: needs "spec", a LinkSpec JSON object')
-            spec = parse_link_spec(request["spec"], where="spec")
+            spec = spec_from_update(request)
             self._on_loop(self._reshape(spec))
             return {"ignored": ignored_settings(spec)}
         if op == "route":

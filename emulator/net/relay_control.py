@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from emulator.errors import LinkSpecError, PrfaasError, TopologyError
+from emulator.net.spec import LinkSpec, parse_link_spec
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +33,13 @@ Handler = Callable[[dict[str, Any]], Reply]
 
 class RequestError(PrfaasError):
     """A control request is malformed or names an operation this relay does not have."""
+
+
+def spec_from_update(request: dict[str, Any]) -> LinkSpec:
+    """The LinkSpec of an `update` request; RequestError/LinkSpecError name what is wrong."""
+    if not isinstance(request.get("spec"), dict):
+        raise RequestError('update: needs "spec", a LinkSpec JSON object')
+    return parse_link_spec(request["spec"], where="spec")
 
 
 class RelayUnreachable(TopologyError):

@@ -19,7 +19,7 @@ from typing import Any
 from emulator.errors import PrfaasError
 from emulator.net.backend import TO_LOCAL, TO_REMOTE, LinkEnds
 from emulator.net.packet_pump import PacketPump
-from emulator.net.relay_control import ControlServer, RequestError
+from emulator.net.relay_control import ControlServer, RequestError, spec_from_update
 from emulator.net.relay_process import (
     RelayLifecycle,
     configure_relay_logging,
@@ -74,9 +74,7 @@ class TunRelay:
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:
         op = request["op"]
         if op == "update":
-            if not isinstance(request.get("spec"), dict):
-                raise RequestError('update: needs "spec", a LinkSpec JSON object')
-            spec = parse_link_spec(request["spec"], where="spec")
+            spec = spec_from_update(request)
             self.pumps[TO_LOCAL].reshape(spec.to_local)
             self.pumps[TO_REMOTE].reshape(spec.to_remote)
             self.spec = spec

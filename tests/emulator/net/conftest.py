@@ -7,7 +7,6 @@ import subprocess
 
 import pytest
 
-from emulator.net.ledger import sweep
 from emulator.net.names import new_run_id
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: namespaces, veth and TUN need CAP_NET_ADMIN")
@@ -25,11 +24,3 @@ def kernel_has_netem() -> bool:
         return tc.returncode == 0
     finally:
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-
-
-@pytest.fixture
-def run_id():
-    """A fresh run id; whatever the test leaves under it is swept afterwards."""
-    rid = new_run_id()
-    yield rid
-    sweep(rid)

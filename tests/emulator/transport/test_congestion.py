@@ -94,18 +94,6 @@ def test_bad_arguments_are_refused(prev, cur, dt_s, match):
 
 # ---- the monitor on loopback ----
 
-@pytest.fixture
-def loopback_pair() -> Iterator[tuple[socket.socket, socket.socket]]:
-    with socket.create_server(("127.0.0.1", 0)) as listener:
-        client = socket.create_connection(listener.getsockname(), timeout=5)
-        server, _ = listener.accept()
-    try:
-        yield client, server
-    finally:
-        client.close()
-        server.close()
-
-
 def _send_and_wait_acked(client: socket.socket, server: socket.socket, nbytes: int) -> None:
     start = read_tcp_info(client).bytes_acked
     reader = threading.Thread(target=_drain, args=(server, nbytes), daemon=True)

@@ -16,7 +16,7 @@ from emulator.transport.sender import KVSender
 from model_stub import HybridModel, get_preset
 from model_stub.serialize import encode_layer
 
-from ..net.conftest import needs_root, run_id  # noqa: F401  (fixture)
+from ..net.conftest import needs_root
 
 PROMPT = list(range(40, 240)) * 2  # 400 tokens
 

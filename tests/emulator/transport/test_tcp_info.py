@@ -8,7 +8,6 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -76,19 +75,6 @@ def test_every_field_decodes_from_its_own_offset():
     assert {name: getattr(info, name) for name in expected} == expected
     assert info.delivery_rate_app_limited is True
     assert info.info_len == 248 and info.send_queue_bytes == 4096
-
-
-@pytest.fixture
-def loopback_pair() -> Iterator[tuple[socket.socket, socket.socket]]:
-    """A connected (client, server-side) TCP pair on 127.0.0.1."""
-    with socket.create_server(("127.0.0.1", 0)) as listener:
-        client = socket.create_connection(listener.getsockname(), timeout=5)
-        server, _ = listener.accept()
-    try:
-        yield client, server
-    finally:
-        client.close()
-        server.close()
 
 
 def _drain(sock: socket.socket, nbytes: int) -> None:
