@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -36,34 +37,76 @@ from model_stub.serialize import encode_cache, encode_layer  # noqa: E402
 RESULTS = Path(__file__).resolve().parent / "results" / "transport.json"
 
 
-def synthetic_frames(megabytes: float) -> tuple[object, list[bytes]]:
+def synthetic_frames(megabytes: float) -> tuple[str, list[bytes]]:
     """Layer frames of a dense-model cache of about `megabytes` (random values, real format)."""
     config = get_preset("dense-gqa-mini")
     tokens = max(64, int(megabytes * 2**20 / config.kv_bytes_per_token()))
     gen = torch.Generator().manual_seed(0)
     layers = [LayerCache(k, tuple(torch.randn(s, generator=gen) for s in expected_shapes(config, k, tokens)))
               for k in config.layer_kinds]
-    return config, list(encode_cache(HybridCache(config, layers, tokens)))
+    return config.name, list(encode_cache(HybridCache(config, layers, tokens)))
 
 
-async def _with_link(topo: Topology, config, connections: int, body):
-    """A receiver in `local`, a sender in `remote`; runs `body(sender, receiver)`."""
-    listener = topo.socket(LOCAL)
-    listener.bind((topo.address(LOCAL), 0))
-    listener.listen()
-    receiver = KVReceiver(config, lambda rid, cache: None)
-    await receiver.start(listener)
-    sender = KVSender(lambda: topo.socket(REMOTE), topo.target(LOCAL, listener.getsockname()[1]),
-                      num_connections=connections)
-    await sender.start()
+def _receiver_process(netns: str | None, addr: str, preset: str, conn) -> None:
+    """The decode side, in its own process as a decode worker would be: listen, rebuild, report.
+
+    Sends the listening port, then (request id, monotonic time) as each cache is whole; exits when
+    the parent sends anything. CLOCK_MONOTONIC is system-wide, so the parent can compare times.
+    """
+    from emulator.net.netns import netns_socket
+
+    async def main() -> None:
+        listener = netns_socket(netns)
+        listener.bind((addr, 0))
+        listener.listen()
+        receiver = KVReceiver(get_preset(preset), lambda rid, cache: conn.send((rid, time.monotonic())))
+        await receiver.start(listener)
+        conn.send(listener.getsockname()[1])
+        await asyncio.get_running_loop().run_in_executor(None, conn.recv)
+        await receiver.close()
+
+    asyncio.run(main())
+
+
+class ReceiverProcess:
+    """A KVReceiver in a separate process inside `dc`'s namespace (sender and receiver each get a
+    core, as prefill and decode workers do; one shared event loop would halve both)."""
+
+    def __init__(self, topo: Topology, preset: str) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(target=_receiver_process, args=(topo.netns(LOCAL), topo.address(LOCAL), preset, child))
+        self._proc.start()
+        if not self._conn.poll(60):
+            raise RuntimeError("receiver process did not start")
+        self.port = self._conn.recv()
+
+    def ready_at(self, timeout_s: float = 60) -> float:
+        """When the receiver held the next whole cache (monotonic seconds)."""
+        if not self._conn.poll(timeout_s):
+            raise RuntimeError("receiver reported no cache")
+        return self._conn.recv()[1]
+
+    def close(self) -> None:
+        self._conn.send("stop")
+        self._proc.join(10)
+        if self._proc.is_alive():
+            self._proc.kill()
+
+
+async def _with_link(topo: Topology, preset: str, connections: int, body):
+    """A receiver process in `local`, a sender in `remote`; runs `body(sender, receiver)`."""
+    receiver = ReceiverProcess(topo, preset)
+    sender = KVSender(lambda: topo.socket(REMOTE), topo.target(LOCAL, receiver.port), num_connections=connections)
     try:
+        await sender.start()
         return await body(sender, receiver)
     finally:
         await sender.close()
-        await receiver.close()
+        receiver.close()
 
 
-def transfer_goodput(topo: Topology, config, frames: list[bytes], connections: int) -> float:
+def transfer_goodput(topo: Topology, preset: str, frames: list[bytes], connections: int) -> float:
     """Bits per second of one whole transfer, from the first send to the receiver's DONE."""
 
     async def body(sender, _):
@@ -74,7 +117,7 @@ def transfer_goodput(topo: Topology, config, frames: list[bytes], connections: i
         assert result.status == "delivered", result
         return sum(map(len, frames)) * 8 / (time.monotonic() - start)
 
-    return asyncio.run(_with_link(topo, config, connections, body))
+    return asyncio.run(_with_link(topo, preset, connections, body))
 
 
 def exposed_time(topo: Topology, model: HybridModel, tokens: int, pipelined: bool) -> dict:
@@ -84,8 +127,6 @@ def exposed_time(topo: Topology, model: HybridModel, tokens: int, pipelined: boo
 
     async def body(sender, receiver):
         frames: list[bytes] = []
-        ready_at: list[float] = []
-        receiver.on_cache = lambda rid, cache: ready_at.append(time.monotonic())
 
         def on_layer(i, layer):
             frame = encode_layer(i, layer, tokens)
@@ -102,18 +143,19 @@ def exposed_time(topo: Topology, model: HybridModel, tokens: int, pipelined: boo
         result = await sender.finish(3, deadline_s=300)
         assert result.status == "delivered", result
         # exposed: until the decode side holds the whole cache (the DONE reply is not on that path)
-        return {"prefill_s": prefill_end - start, "exposed_s": ready_at[0] - prefill_end,
+        ready_at = await asyncio.get_running_loop().run_in_executor(None, receiver.ready_at)
+        return {"prefill_s": prefill_end - start, "exposed_s": ready_at - prefill_end,
                 "largest_layer_bytes": max(map(len, frames)), "bytes": sum(map(len, frames))}
 
-    return asyncio.run(_with_link(topo, model.config, 4, body))
+    return asyncio.run(_with_link(topo, model.config.name, 4, body))
 
 
 def bench_vs_iperf(quick: bool) -> list[dict]:
     rows = []
     for mbit, delay in [(100, 10)] if quick else [(100, 10), (1000, 20)]:
-        config, frames = synthetic_frames(mbit / 8 * (2 if quick else 3))
+        preset, frames = synthetic_frames(mbit / 8 * (2 if quick else 3))
         with Topology(parse_link_spec({"bandwidth_mbit": mbit, "delay_ms": delay}), backend="tun") as topo:
-            ours = transfer_goodput(topo, config, frames, 4)
+            ours = transfer_goodput(topo, preset, frames, 4)
             theirs = iperf3(topo, 2 if quick else 3, streams=4, omit_first_s=False)
         rows.append({"mbit": mbit, "delay_ms": delay, "connections": 4, "ours_mbit": ours / 1e6,
                      "iperf3_mbit": theirs / 1e6 if theirs else None, "ratio": ours / theirs if theirs else None})
@@ -121,12 +163,12 @@ def bench_vs_iperf(quick: bool) -> list[dict]:
 
 
 def bench_connections(quick: bool) -> list[dict]:
-    config, frames = synthetic_frames(32 if quick else 96)  # long enough for steady state, not slow start
+    preset, frames = synthetic_frames(32 if quick else 96)  # long enough for steady state, not slow start
     rows = []
     spec = parse_link_spec({"bandwidth_mbit": 1000, "delay_ms": 20, "loss_pct": 0.5})
     with Topology(spec, backend="tun") as topo:
         for n in (1, 8) if quick else (1, 2, 4, 8):
-            rows.append({"connections": n, "mbit": transfer_goodput(topo, config, frames, n) / 1e6})
+            rows.append({"connections": n, "mbit": transfer_goodput(topo, preset, frames, n) / 1e6})
     return rows
 
 
