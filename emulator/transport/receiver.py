@@ -16,9 +16,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from emulator.transport.frames import (
-    HEADER_BYTES, FrameError, FrameType, PayloadCorrupt, check_payload, decode_header, reply,
-)
+from emulator.transport.chunk_protocol import ChunkProtocol
+from emulator.transport.frames import ChunkHeader, FrameError, FrameType, PayloadCorrupt, check_payload, reply
 from emulator.transport.reassembly import BudgetExceeded, Reassembler, RequestAssembly
 from model_stub.cache import HybridCache
 from model_stub.config import ModelConfig
@@ -26,9 +25,6 @@ from model_stub.serialize import FrameError as CacheFrameError
 from model_stub.serialize import assemble_cache, decode_layer
 
 log = logging.getLogger(__name__)
-# asyncio pauses a socket once twice this much is buffered; the 64 KiB default pauses several times
-# per 256 KiB chunk at 1 Gbit/s
-STREAM_LIMIT_BYTES = 4 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,20 +50,30 @@ class KVReceiver:
         self.first_chunk_at: dict[int, float] = {}  # monotonic time of each request's first chunk
         self._server: asyncio.Server | None = None
         self._expiry: asyncio.Task | None = None
-        self._handlers: set[asyncio.Task] = set()
+        self._handlers: set[asyncio.Task] = set()  # pending request completions
+        self._connections: set[ChunkProtocol] = set()
         self._decoded: dict[int, dict[int, asyncio.Future]] = {}  # request -> layer -> its decode
 
     async def start(self, listener: socket.socket) -> None:
         listener.setblocking(False)
-        self._server = await asyncio.start_server(self._serve, sock=listener, limit=STREAM_LIMIT_BYTES)
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(self._make_protocol, sock=listener)
         self._expiry = asyncio.create_task(self._expire_loop())
 
+    def _make_protocol(self) -> ChunkProtocol:
+        protocol = ChunkProtocol(self._on_chunk, self._connections.discard)
+        self._connections.add(protocol)
+        return protocol
+
     async def close(self) -> None:
-        """Stop listening and end every connection's handler before returning."""
+        """Stop listening, drop every connection and wait for pending completions."""
         if self._expiry is not None:
             self._expiry.cancel()
         if self._server is not None:
             self._server.close()
+        for protocol in list(self._connections):
+            if protocol.transport is not None:
+                protocol.transport.close()
         for task in self._handlers:
             task.cancel()
         await asyncio.gather(*self._handlers, return_exceptions=True)
@@ -86,60 +92,49 @@ class KVReceiver:
         self._decoded.pop(request_id, None)
         self.failures.append(ReceiveFailure(request_id, reason))
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        self._handlers.add(task)
-        try:
-            while True:
-                header = decode_header(await reader.readexactly(HEADER_BYTES))
-                payload = await reader.readexactly(header.length)  # bounded by decode_header's caps
-                if header.type is not FrameType.DATA:
-                    raise FrameError(f"chunk.type: a receiver accepts DATA only, got {header.type.name}")
-                writer.write(await self._handle(header, payload))
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass  # the sender closed or lost this connection; it resends what was not ACKed
-        except FrameError as err:
-            log.warning("closing a KV connection: %s", err)
-        except asyncio.CancelledError:
-            pass  # close(): the receiver is shutting down
-        finally:
-            writer.close()
-            self._handlers.discard(task)
-
-    async def _handle(self, header, payload: bytes) -> bytes:
+    def _on_chunk(self, header: ChunkHeader, payload: memoryview, transport: asyncio.Transport) -> None:
+        """Check and place one chunk (its bytes are copied into the layer buffer before returning),
+        then ACK it; the chunk that completes a request schedules the rebuild and DONE."""
         try:
             check_payload(header, payload)
         except PayloadCorrupt:
             self.corrupt_chunks += 1
-            return reply(FrameType.NACK, header.key)
+            transport.write(reply(FrameType.NACK, header.key))
+            return
         self.bytes_received += len(payload)
         self.first_chunk_at.setdefault(header.request_id, time.monotonic())
         try:
             done = self.reassembler.add(header, payload, time.monotonic())
         except BudgetExceeded as err:
             self._fail(header.request_id, str(err))
-            return reply(FrameType.FAIL, header.key, str(err))
-        ack = reply(FrameType.ACK, header.key)
+            transport.write(reply(FrameType.FAIL, header.key, str(err)))
+            return
+        except FrameError as err:
+            log.warning("closing a KV connection: %s", err)
+            transport.close()
+            return
+        transport.write(reply(FrameType.ACK, header.key))
+        self._start_decode(header, done)
+        if done is not None:
+            task = asyncio.create_task(self._complete(header, transport))
+            self._handlers.add(task)
+            task.add_done_callback(self._handlers.discard)
+
+    async def _complete(self, header: ChunkHeader, transport: asyncio.Transport) -> None:
         try:
-            cache = await self._decode_progress(header, done)
+            cache = await self._gather_layers(header.request_id)
         except CacheFrameError as err:
             self._fail(header.request_id, f"cache rebuild: {err}")
-            self._decoded.pop(header.request_id, None)
-            return ack + reply(FrameType.FAIL, header.key, str(err))
-        if cache is None:
-            return ack
+            transport.write(reply(FrameType.FAIL, header.key, str(err)))
+            return
         self.on_cache(header.request_id, cache)
-        return ack + reply(FrameType.DONE, header.key)
+        if not transport.is_closing():
+            transport.write(reply(FrameType.DONE, header.key))
 
-    async def _decode_progress(self, header, done: RequestAssembly | None) -> HybridCache | None:
-        """Start decoding a layer the moment its last chunk lands (so only the final layer's
-        decode is exposed after the transfer); return the whole cache once every layer is in.
-
-        Decoding copies and checksums megabytes, so it runs in a worker thread: the loop keeps
-        reading every connection meanwhile instead of letting their windows fill. Each layer's
-        decode is a future, so the handler that completes the request waits for all of them.
-        """
+    def _start_decode(self, header: ChunkHeader, done: RequestAssembly | None) -> None:
+        """Start decoding a layer the moment its last chunk lands, in a worker thread (it copies
+        and checksums megabytes), so only the final layer's decode is exposed after the transfer
+        and the loop keeps reading every connection meanwhile."""
         rid, index = header.request_id, header.layer_index
         assembly = done if done is not None else self.reassembler.partial.get(rid)
         layer = assembly.layers.get(index) if assembly is not None else None
@@ -147,10 +142,12 @@ class KVReceiver:
         if layer is not None and layer.is_complete and index not in pending:
             decode = functools.partial(decode_layer, layer.buffer, self.config)
             pending[index] = asyncio.get_running_loop().run_in_executor(None, decode)
-        if done is None:
-            return None
+
+    async def _gather_layers(self, rid: int) -> HybridCache:
+        """Wait for every layer's decode and build the cache (each layer's decode is a future, so
+        the chunk that completes the request waits for decodes that other chunks started)."""
+        pending = self._decoded.pop(rid)
         decoded = dict(zip(pending, await asyncio.gather(*pending.values())))
-        del self._decoded[rid]
         for index, (got_index, _, _) in decoded.items():
             if got_index != index:
                 raise CacheFrameError(f"frame.layer_index: {got_index} arrived as layer {index}")
