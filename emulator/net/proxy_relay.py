@@ -26,8 +26,7 @@ from emulator.net.backend import TO_LOCAL, TO_REMOTE
 from emulator.net.relay_control import ControlServer, RequestError, spec_from_update
 from emulator.net.relay_process import (
     RelayLifecycle,
-    configure_relay_logging,
-    set_timer_slack,
+    parse_relay_args,
     startup_failed,
 )
 from emulator.net.shaped_stream import ShapedDirection, pump_connection
@@ -182,13 +181,7 @@ async def serve(args: argparse.Namespace, lifecycle: RelayLifecycle) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m emulator.net.proxy_relay")
-    parser.add_argument("--control", required=True, help="Unix socket path for control requests")
-    parser.add_argument("--spec", required=True, help="LinkSpec as JSON")
-    parser.add_argument("--seed", type=int, default=None, help="seed for jitter draws")
-    args = parser.parse_args(argv)
-    configure_relay_logging()
-    set_timer_slack()
+    args = parse_relay_args("python -m emulator.net.proxy_relay", argv)
     # select(2) takes its timeout in microseconds, epoll_wait(2) in whole milliseconds: with
     # epoll every delayed write would land up to 1 ms late. MAX_CONNECTIONS keeps fds < 1024.
     loop = asyncio.SelectorEventLoop(selectors.SelectSelector())

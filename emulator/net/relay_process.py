@@ -10,6 +10,7 @@ used: it fires when the parent *thread* that spawned the relay exits, e.g. an ex
 
 from __future__ import annotations
 
+import argparse
 import ctypes
 import json
 import logging
@@ -224,6 +225,21 @@ def set_timer_slack(ns: int = 1) -> None:
         libc.prctl(_PR_SET_TIMERSLACK, ctypes.c_ulong(ns), 0, 0, 0)
     except (OSError, AttributeError) as err:
         log.debug("timer slack unchanged: %s", err)
+
+
+def parse_relay_args(prog: str, argv: list[str] | None, extra: tuple[str, ...] = ()) -> argparse.Namespace:
+    """The command line every relay takes (--control, --spec, --seed, plus `extra` JSON options);
+    also sets up the relay's logging and timer slack, the first thing each relay does."""
+    parser = argparse.ArgumentParser(prog=prog)
+    parser.add_argument("--control", required=True, help="Unix socket path for control requests")
+    for name in extra:
+        parser.add_argument(f"--{name}", required=True, help=f"{name} as JSON")
+    parser.add_argument("--spec", required=True, help="LinkSpec as JSON")
+    parser.add_argument("--seed", type=int, default=None, help="seed for loss and jitter draws")
+    args = parser.parse_args(argv)
+    configure_relay_logging()
+    set_timer_slack()
+    return args
 
 
 def configure_relay_logging() -> None:

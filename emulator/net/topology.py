@@ -125,10 +125,10 @@ class Topology:
             self.backend = None
         return Ledger.open(self.run_id).teardown()
 
-    def _require_up(self) -> LinkEnds:
+    def _require_up(self) -> tuple[LinkEnds, LinkBackend]:
         if self._ends is None or self.backend is None:
             raise TopologyError("topology: call up() first")
-        return self._ends
+        return self._ends, self.backend
 
     def netns(self, dc: str) -> str | None:
         """The namespace of datacenter `dc` (None with the proxy backend: the host's)."""
@@ -139,7 +139,7 @@ class Topology:
 
     def address(self, dc: str) -> str:
         """The address a listener in `dc` binds to so the other side can reach it over the link."""
-        ends = self._require_up()
+        ends, _ = self._require_up()
         return {REMOTE: ends.remote_addr, LOCAL: ends.local_addr}.get(dc, LOOPBACK)
 
     def socket(self, dc: str, family: int = socket.AF_INET, kind: int = socket.SOCK_STREAM) -> socket.socket:
@@ -147,25 +147,20 @@ class Topology:
 
     def target(self, dst_dc: str, port: int) -> tuple[str, int]:
         """Where to connect, from the other datacenter, to reach `dst_dc`'s listener on `port`."""
-        self._require_up()
+        _, backend = self._require_up()
         if self.uses_netns:
             return self.address(dst_dc), port
-        from emulator.net.proxy_backend import ProxyBackend
-
-        assert isinstance(self.backend, ProxyBackend)
-        return self.backend.route(port)
+        return backend.route(port)  # type: ignore[attr-defined]  # the proxy is the only other backend
 
     def update(self, spec: LinkSpec) -> None:
         """Reshape the live link (takes effect within a second; the stream keeps flowing)."""
-        self._require_up()
-        assert self.backend is not None
-        self.backend.update(spec)
+        _, backend = self._require_up()
+        backend.update(spec)
         self.spec = spec
 
     def counters(self) -> LinkCounters:
-        self._require_up()
-        assert self.backend is not None
-        return self.backend.counters()
+        _, backend = self._require_up()
+        return backend.counters()
 
     def status(self) -> dict:
         """What a run reports about its network: backend, why, namespaces and the link's shape."""

@@ -9,7 +9,6 @@ removes the devices.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
@@ -22,8 +21,7 @@ from emulator.net.packet_pump import PacketPump
 from emulator.net.relay_control import ControlServer, RequestError, spec_from_update
 from emulator.net.relay_process import (
     RelayLifecycle,
-    configure_relay_logging,
-    set_timer_slack,
+    parse_relay_args,
     startup_failed,
 )
 from emulator.net.spec import LinkSpec, parse_link_spec
@@ -112,14 +110,7 @@ class TunRelay:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m emulator.net.tun_relay")
-    parser.add_argument("--control", required=True, help="Unix socket path for control requests")
-    parser.add_argument("--ends", required=True, help="LinkEnds as JSON")
-    parser.add_argument("--spec", required=True, help="LinkSpec as JSON")
-    parser.add_argument("--seed", type=int, default=None, help="seed for loss and jitter draws")
-    args = parser.parse_args(argv)
-    configure_relay_logging()
-    set_timer_slack()
+    args = parse_relay_args("python -m emulator.net.tun_relay", argv, extra=("ends",))
     lifecycle = RelayLifecycle()
     lifecycle.install_signal_handlers()
     lifecycle.watch_parent()
