@@ -24,6 +24,11 @@ from emulator.transport.frames import (
 log = logging.getLogger(__name__)
 CONGESTION_CONTROLS = ("cubic", "reno", "bbr")
 SOCKET_BUFFER_BYTES = 8 << 20
+# Unsent bytes a connection may hold in the kernel. Without a cap each connection queues megabytes,
+# and at the end of a transfer the link idles while the slowest one drains its backlog (1 Gbit/s,
+# 20 ms, 4 connections: 0.93 -> 0.96 of iperf3). Sent-but-unacked bytes do not count against it.
+NOTSENT_LOWAT_BYTES = 256 << 10
+TCP_NOTSENT_LOWAT = getattr(socket, "TCP_NOTSENT_LOWAT", 25)  # Linux >= 3.12
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +85,7 @@ class KVSender:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, self.congestion.encode())
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER_BYTES)
+        sock.setsockopt(socket.IPPROTO_TCP, TCP_NOTSENT_LOWAT, NOTSENT_LOWAT_BYTES)
         sock.setblocking(False)
         await asyncio.wait_for(self._loop.sock_connect(sock, self.target), timeout=10)
         reader, writer = await asyncio.open_connection(sock=sock)
