@@ -1,0 +1,353 @@
+"""The hybrid prefix-cache index: which node holds which full-attention KV blocks and which
+linear/SWA state snapshots, with per-cluster byte capacity and consistent LRU eviction.
+
+It holds bookkeeping only (hashes, sizes, recency), never tensors, and does no I/O.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import islice
+
+from emulator.control.types import Cluster, NodeId
+
+_BLOCK, _STATE = 0, 1  # entry kinds in an LRU key (node, kind, block hash)
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixHit:
+    """A reusable prefix on one node: blocks 0..num_blocks-1 plus the state at their end."""
+
+    cluster: Cluster
+    node: NodeId
+    cached_len: int  # tokens: num_blocks * block_tokens
+    num_blocks: int
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixLookup:
+    """Every node's positive hit for one prompt, sorted by node; misses are left out."""
+
+    hits: tuple[PrefixHit, ...] = ()
+
+    @property
+    def hits_by_node(self) -> dict[NodeId, PrefixHit]:
+        return {hit.node: hit for hit in self.hits}
+
+    def best(self, cluster: Cluster) -> PrefixHit | None:
+        """The longest hit in `cluster` (lowest node on ties), or None."""
+        in_cluster = [hit for hit in self.hits if hit.cluster is cluster]
+        return max(in_cluster, key=lambda hit: hit.num_blocks, default=None)
+
+    def cached_len(self, cluster: Cluster) -> int:
+        best = self.best(cluster)
+        return best.cached_len if best else 0
+
+    def on_node(self, node: NodeId) -> int:
+        hit = self.hits_by_node.get(node)
+        return hit.cached_len if hit else 0
+
+
+@dataclass(frozen=True, slots=True)
+class TransferEntry:
+    """A prefill's KV held on `node` until the decode side has it (the paper's transfer cache)."""
+
+    request_id: str
+    node: NodeId
+    block_hashes: tuple[int, ...]
+    num_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class NodeContents:
+    """What one node caches: each block's parent hash (None for a first block) and its states."""
+
+    node: NodeId
+    block_parents: Mapping[int, int | None]
+    states: frozenset[int]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeDrop:
+    """What `drop_node` removed: freed prefix-cache bytes and the transfers that were in flight."""
+
+    node: NodeId
+    freed_bytes: int
+    transfer_request_ids: tuple[str, ...]
+
+
+class _Block:
+    """A cached block on one node; `children` lets eviction cascade down the chain."""
+
+    __slots__ = ("parent", "children")
+
+    def __init__(self, parent: int | None) -> None:
+        self.parent = parent
+        self.children: set[int] = set()
+
+
+class _NodeCache:
+    __slots__ = ("blocks", "states")
+
+    def __init__(self) -> None:
+        self.blocks: dict[int, _Block] = {}
+        self.states: set[int] = set()
+
+
+def _matching(cache: _NodeCache, block_hashes: Sequence[int]) -> Iterator[int]:
+    """The leading hashes that `cache` holds as one chain (each block under the previous one)."""
+    parent = None
+    for block_hash in block_hashes:
+        block = cache.blocks.get(block_hash)
+        if block is None or block.parent != parent:
+            return
+        yield block_hash
+        parent = block_hash
+
+
+class PrefixCacheIndex:
+    """Per cluster and node: KV blocks keyed by chained block hash and states keyed by the hash of
+    the block they end, so a hit of k blocks needs blocks 0..k-1 and the state at block k-1.
+
+    Invariants after every public call: used_bytes(c) <= capacity(c); every state's block and all
+    its ancestors are present; a block's parent is present; used bytes equal the entry sum.
+    Recency is one OrderedDict per cluster; inserts and touches put the deepest entries first, so
+    a capacity eviction drops a state before its block and a chain's tail before its head. The
+    cascade in `_evict_block` (later blocks and their states go with a block) then only fires when
+    a hash turns up under a different parent, which chained hashes make a collision.
+    Transfer entries live apart and do not count against capacity: they are pinned until delivery
+    and must neither be evicted nor evict reusable prefixes; `transfer_bytes` reports them.
+    """
+
+    def __init__(
+        self,
+        block_tokens: int,
+        kv_bytes_per_block: int,
+        state_bytes: int,
+        capacity_bytes: Mapping[Cluster, int],
+    ) -> None:
+        if block_tokens <= 0:
+            raise ValueError(f"block_tokens: {block_tokens} must be positive; use e.g. 512")
+        sizes = (("kv_bytes_per_block", kv_bytes_per_block), ("state_bytes", state_bytes))
+        for name, value in sizes:
+            if value < 0:
+                raise ValueError(f"{name}: {value} is negative; use 0 or a byte size")
+        for cluster in Cluster:
+            if capacity_bytes.get(cluster, -1) < 0:
+                raise ValueError(
+                    f"capacity_bytes[{cluster.value}]: {capacity_bytes.get(cluster)!r} is missing "
+                    "or negative; give every cluster a byte capacity (0 disables its cache)"
+                )
+        self.block_tokens = block_tokens
+        self.kv_bytes_per_block = kv_bytes_per_block
+        self.state_bytes = state_bytes
+        self._capacity = {cluster: int(capacity_bytes[cluster]) for cluster in Cluster}
+        self._used = dict.fromkeys(Cluster, 0)
+        self._lru: dict[Cluster, OrderedDict[tuple[NodeId, int, int], None]] = {
+            cluster: OrderedDict() for cluster in Cluster
+        }
+        self._nodes: dict[NodeId, _NodeCache] = {}
+        self._transfers: dict[str, TransferEntry] = {}
+        self._last_now_s = float("-inf")
+
+    # ---- queries -------------------------------------------------------------------------------
+
+    def capacity(self, cluster: Cluster) -> int:
+        return self._capacity[cluster]
+
+    def used_bytes(self, cluster: Cluster) -> int:
+        return self._used[cluster]
+
+    def nodes(self) -> tuple[NodeId, ...]:
+        """Nodes that cache at least one entry, sorted."""
+        return tuple(sorted(node for node, cache in self._nodes.items() if cache.blocks))
+
+    def contents(self, node: NodeId) -> NodeContents:
+        cache = self._nodes.get(node, _NodeCache())
+        parents = {block_hash: block.parent for block_hash, block in cache.blocks.items()}
+        return NodeContents(node, parents, frozenset(cache.states))
+
+    def lookup(self, block_hashes: Sequence[int], now_s: float | None = None) -> PrefixLookup:
+        """Each node's longest prefix with all blocks and the state at its end. With `now_s` the
+        hits are touched (made most recent); without it the lookup is a side-effect-free peek."""
+        hits = []
+        for node in sorted(self._nodes):
+            num_blocks = self._hit_blocks(self._nodes[node], block_hashes)
+            if num_blocks:
+                cached_len = num_blocks * self.block_tokens
+                hits.append(PrefixHit(node.cluster, node, cached_len, num_blocks))
+        if now_s is not None:
+            for hit in hits:
+                self.touch(hit.node, block_hashes, hit.num_blocks, now_s)
+        return PrefixLookup(tuple(hits))
+
+    def _hit_blocks(self, cache: _NodeCache, block_hashes: Sequence[int]) -> int:
+        best = 0
+        for i, block_hash in enumerate(_matching(cache, block_hashes)):
+            if block_hash in cache.states:
+                best = i + 1
+        return best
+
+    # ---- updates -------------------------------------------------------------------------------
+
+    def insert(
+        self,
+        node: NodeId,
+        block_hashes: Sequence[int],
+        now_s: float,
+        state_at: Iterable[int] | None = None,
+    ) -> None:
+        """Record that `node` holds `block_hashes` and states after the given block counts (default:
+        after the last block), then evict least recently used entries down to capacity."""
+        hashes = tuple(block_hashes)
+        if not hashes:
+            return
+        counts = {len(hashes)} if state_at is None else set(state_at)
+        bad = sorted(c for c in counts if not 1 <= c <= len(hashes))
+        if bad:
+            raise ValueError(f"state_at: {bad} outside 1..{len(hashes)}; give block counts")
+        if len(set(hashes)) != len(hashes):
+            raise ValueError("block_hashes: a hash repeats; pass chained hashes (one per prefix)")
+        self._check_time(now_s)
+        cache = self._nodes.setdefault(node, _NodeCache())
+        parent = None
+        for block_hash in hashes:
+            block = cache.blocks.get(block_hash)
+            if block is not None and block.parent != parent:
+                self._evict_block(node, cache, block_hash)  # hash reused under another prefix
+                block = None
+            if block is None:
+                self._add_block(node, cache, block_hash, parent)
+            parent = block_hash
+        for count in counts:
+            if hashes[count - 1] not in cache.states:
+                cache.states.add(hashes[count - 1])
+                self._charge(node, _STATE, hashes[count - 1], self.state_bytes)
+        self._touch_chain(node, cache, hashes, len(hashes), counts)
+        self._evict_to_capacity(node.cluster)
+
+    def touch(
+        self, node: NodeId, block_hashes: Sequence[int], num_blocks: int, now_s: float
+    ) -> None:
+        """Make a used prefix of `node` most recent (e.g. the router's chosen node)."""
+        self._check_time(now_s)
+        cache = self._nodes.get(node)
+        if cache is not None:
+            self._touch_chain(node, cache, tuple(block_hashes), num_blocks, {num_blocks})
+
+    def drop_node(self, node: NodeId) -> NodeDrop:
+        """Forget everything a killed node held, its in-flight transfers included."""
+        cache = self._nodes.pop(node, None)
+        before = self._used[node.cluster]
+        if cache is not None:
+            lru = self._lru[node.cluster]
+            for block_hash in cache.blocks:
+                del lru[(node, _BLOCK, block_hash)]
+            for block_hash in cache.states:
+                del lru[(node, _STATE, block_hash)]
+            self._used[node.cluster] -= (
+                len(cache.blocks) * self.kv_bytes_per_block + len(cache.states) * self.state_bytes
+            )
+        lost = tuple(rid for rid, entry in self._transfers.items() if entry.node == node)
+        for rid in lost:
+            del self._transfers[rid]
+        return NodeDrop(node, before - self._used[node.cluster], lost)
+
+    # ---- transfer cache ------------------------------------------------------------------------
+
+    def add_transfer(
+        self, request_id: str, node: NodeId, block_hashes: Sequence[int]
+    ) -> TransferEntry:
+        """Pin a prefill's KV (its blocks and final state) on `node` until `drop_transfer`."""
+        if request_id in self._transfers:
+            raise ValueError(f"request {request_id!r}: a transfer is already held; drop it first")
+        hashes = tuple(block_hashes)
+        num_bytes = len(hashes) * self.kv_bytes_per_block + self.state_bytes
+        entry = TransferEntry(request_id, node, hashes, num_bytes)
+        self._transfers[request_id] = entry
+        return entry
+
+    def drop_transfer(self, request_id: str) -> TransferEntry | None:
+        """Release a delivered (or failed) transfer; None when it is already gone."""
+        return self._transfers.pop(request_id, None)
+
+    def transfers(self) -> tuple[TransferEntry, ...]:
+        return tuple(self._transfers.values())
+
+    def transfer_bytes(self, cluster: Cluster) -> int:
+        return sum(e.num_bytes for e in self._transfers.values() if e.node.cluster is cluster)
+
+    # ---- internals -----------------------------------------------------------------------------
+
+    def _check_time(self, now_s: float) -> None:
+        if now_s < self._last_now_s:
+            raise ValueError(f"now_s: {now_s} is before {self._last_now_s}; pass a monotonic clock")
+        self._last_now_s = now_s
+
+    def _charge(self, node: NodeId, kind: int, block_hash: int, num_bytes: int) -> None:
+        self._lru[node.cluster][(node, kind, block_hash)] = None
+        self._used[node.cluster] += num_bytes
+
+    def _add_block(
+        self, node: NodeId, cache: _NodeCache, block_hash: int, parent: int | None
+    ) -> None:
+        cache.blocks[block_hash] = _Block(parent)
+        if parent is not None:
+            cache.blocks[parent].children.add(block_hash)
+        self._charge(node, _BLOCK, block_hash, self.kv_bytes_per_block)
+
+    def _touch_chain(
+        self,
+        node: NodeId,
+        cache: _NodeCache,
+        hashes: tuple[int, ...],
+        num_blocks: int,
+        state_counts: Iterable[int],
+    ) -> None:
+        """Touch blocks 0..num_blocks-1 and the states after the given block counts (the ones
+        written or used; other states on the way keep their age), deepest first: the state after
+        block i, then block i, down to block 0. Only the chain that matches is touched, so a block
+        is never older than one of its descendants: the LRU victim is a tail block or a state, and
+        a capacity eviction trims chains from their end (as vLLM frees blocks in reverse order)."""
+        lru = self._lru[node.cluster]
+        counts = set(state_counts)
+        matched = list(islice(_matching(cache, hashes), num_blocks))
+        for count in range(len(matched), 0, -1):
+            block_hash = matched[count - 1]
+            if count in counts and block_hash in cache.states:
+                lru.move_to_end((node, _STATE, block_hash))
+            lru.move_to_end((node, _BLOCK, block_hash))
+
+    def _evict_to_capacity(self, cluster: Cluster) -> None:
+        lru = self._lru[cluster]
+        while self._used[cluster] > self._capacity[cluster]:
+            node, kind, block_hash = next(iter(lru))
+            cache = self._nodes[node]
+            if kind == _STATE:
+                self._evict_state(node, cache, block_hash)
+            else:
+                self._evict_block(node, cache, block_hash)
+            if not cache.blocks:
+                del self._nodes[node]
+
+    def _evict_state(self, node: NodeId, cache: _NodeCache, block_hash: int) -> None:
+        cache.states.discard(block_hash)
+        del self._lru[node.cluster][(node, _STATE, block_hash)]
+        self._used[node.cluster] -= self.state_bytes
+
+    def _evict_block(self, node: NodeId, cache: _NodeCache, block_hash: int) -> None:
+        """Evict a block, every later block of its chains and every state at or after it."""
+        parent = cache.blocks[block_hash].parent
+        if parent is not None:
+            cache.blocks[parent].children.discard(block_hash)
+        lru = self._lru[node.cluster]
+        stack = [block_hash]
+        while stack:
+            victim = stack.pop()
+            stack.extend(cache.blocks.pop(victim).children)
+            del lru[(node, _BLOCK, victim)]
+            self._used[node.cluster] -= self.kv_bytes_per_block
+            if victim in cache.states:
+                self._evict_state(node, cache, victim)

@@ -1,0 +1,1 @@
+"""Workloads: arrivals, length distributions, trace readers and token synthesis; no sockets."""

@@ -1,0 +1,197 @@
+"""The threshold router: each policy, both prefix rules, node choice and fallbacks, by hand."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from emulator.control.prefix_cache import PrefixCacheIndex
+from emulator.control.router import CacheTransfer, NodeLoad, RouteDecision, Router, RouterConfig
+from emulator.control.types import (
+    Cluster,
+    NodeId,
+    PrefixRule,
+    RequestSpec,
+    Route,
+    RoutePolicy,
+)
+
+TOKENS = 1000  # block_tokens: a hit of k blocks is k * 1000 tokens
+HASHES = tuple(range(100, 160))  # one prompt's chained block hashes (60 blocks)
+NODES = (
+    "remote-prefill-0", "remote-prefill-1", "local-prefill-0", "local-prefill-1", "local-decode-0"
+)
+SCARCE, ABUNDANT = PrefixRule.BANDWIDTH_SCARCE, PrefixRule.BANDWIDTH_ABUNDANT
+PRFAAS, LOCAL_ONLY, ALL_REMOTE = RoutePolicy.PRFAAS, RoutePolicy.LOCAL_ONLY, RoutePolicy.ALL_REMOTE
+IDLE = "least loaded: holds 0 tokens, 0 queued tokens"
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    policy: RoutePolicy
+    rule: PrefixRule
+    t: int
+    input_len: int
+    route: Route | None
+    node: str | None
+    cached: int
+    compared: int
+    reason: str
+    blocks: dict[str, int] = field(default_factory=dict)  # node -> cached blocks of the prompt
+    down: tuple[str, ...] = ()
+    queued: dict[str, int] = field(default_factory=dict)  # node -> queued tokens
+    affinity: bool = True
+    transfer: CacheTransfer | None = None
+
+
+def make_router(case: Case, capacity: int = 10**9) -> Router:
+    index = PrefixCacheIndex(TOKENS, 100, 10, {Cluster.REMOTE: capacity, Cluster.LOCAL: capacity})
+    for node, num_blocks in case.blocks.items():
+        index.insert(NodeId.parse(node), HASHES[:num_blocks], now_s=0.0)
+    config = RouterConfig(case.policy, case.t, case.rule, case.affinity)
+    return Router(config, index)
+
+
+def make_loads(case: Case) -> list[NodeLoad]:
+    return [
+        NodeLoad(NodeId.parse(n), case.queued.get(n, 0), int(n in case.queued), n not in case.down)
+        for n in NODES
+    ]
+
+
+def request(input_len: int) -> RequestSpec:
+    return RequestSpec("r1", 0.0, input_len, 64, HASHES[: input_len // TOKENS])
+
+
+CASES = [
+    Case("local-only picks the least loaded local node", LOCAL_ONLY, SCARCE, 0, 30_000,
+         Route.LOCAL, "local-prefill-1", 0, 30_000, queued={"local-prefill-0": 4000},
+         reason=f"policy local-only -> local (local-prefill-1 {IDLE})"),
+    Case("all-remote ignores a local prefix and never transfers", ALL_REMOTE, ABUNDANT, 0, 30_000,
+         Route.PRFAAS, "remote-prefill-0", 0, 30_000, blocks={"local-prefill-0": 10},
+         reason=f"policy all-remote -> prfaas (remote-prefill-0 {IDLE})"),
+    Case("all-remote falls back to local when the remote cluster is down", ALL_REMOTE, SCARCE,
+         0, 30_000, Route.LOCAL, "local-prefill-0", 0, 30_000,
+         down=("remote-prefill-0", "remote-prefill-1"),
+         reason="policy all-remote -> prfaas; remote cluster down -> local "
+         f"(local-prefill-0 {IDLE})"),
+    Case("prfaas: long uncached prompt goes remote", PRFAAS, SCARCE, 19_400, 30_000,
+         Route.PRFAAS, "remote-prefill-0", 0, 30_000,
+         reason="incremental 30000 (input 30000 - local prefix 0) > t 19400 -> prfaas "
+         f"(remote-prefill-0 {IDLE})"),
+    Case("prfaas: incremental equal to t stays local", PRFAAS, SCARCE, 19_400, 19_400,
+         Route.LOCAL, "local-prefill-0", 0, 19_400,
+         reason="incremental 19400 (input 19400 - local prefix 0) <= t 19400 -> local "
+         f"(local-prefill-0 {IDLE})"),
+    Case("prfaas: one token over t goes remote", PRFAAS, SCARCE, 19_399, 19_400,
+         Route.PRFAAS, "remote-prefill-0", 0, 19_400,
+         reason="incremental 19400 (input 19400 - local prefix 0) > t 19399 -> prfaas "
+         f"(remote-prefill-0 {IDLE})"),
+    Case("scarce: a local prefix brings the increment under t", PRFAAS, SCARCE, 20_000, 30_000,
+         Route.LOCAL, "local-prefill-1", 12_000, 18_000, blocks={"local-prefill-1": 12},
+         reason="incremental 18000 (input 30000 - local prefix 12000) <= t 20000 -> local "
+         "(local-prefill-1 longest prefix: holds 12000 tokens, 0 queued tokens)"),
+    Case("rules disagree: scarce counts only the local prefix", PRFAAS, SCARCE, 20_000, 30_000,
+         Route.PRFAAS, "remote-prefill-1", 15_000, 25_000,
+         blocks={"local-prefill-0": 5, "remote-prefill-1": 15},
+         reason="incremental 25000 (input 30000 - local prefix 5000) > t 20000 -> prfaas "
+         "(remote-prefill-1 longest prefix: holds 15000 tokens, 0 queued tokens)"),
+    Case("rules disagree: abundant uses the remote prefix and ships it", PRFAAS, ABUNDANT, 20_000,
+         30_000, Route.LOCAL, "local-prefill-0", 15_000, 15_000,
+         blocks={"local-prefill-0": 5, "remote-prefill-1": 15},
+         transfer=CacheTransfer(Cluster.REMOTE, Cluster.LOCAL, 15_000),
+         reason="incremental 15000 (input 30000 - max(remote prefix 15000, local prefix 5000)) "
+         "<= t 20000 -> local; transfer 15000 cached tokens remote->local "
+         "(local-prefill-0 longest prefix: holds 5000 tokens, 0 queued tokens)"),
+    Case("abundant: a longer local prefix travels with a remote prefill", PRFAAS, ABUNDANT,
+         20_000, 40_000, Route.PRFAAS, "remote-prefill-0", 8_000, 32_000,
+         blocks={"local-prefill-0": 8},
+         transfer=CacheTransfer(Cluster.LOCAL, Cluster.REMOTE, 8_000),
+         reason="incremental 32000 (input 40000 - max(remote prefix 0, local prefix 8000)) "
+         "> t 20000 -> prfaas; transfer 8000 cached tokens local->remote "
+         f"(remote-prefill-0 {IDLE})"),
+    Case("abundant: equal prefixes need no transfer", PRFAAS, ABUNDANT, 20_000, 30_000,
+         Route.PRFAAS, "remote-prefill-0", 5_000, 25_000,
+         blocks={"local-prefill-0": 5, "remote-prefill-0": 5},
+         reason="incremental 25000 (input 30000 - max(remote prefix 5000, local prefix 5000)) "
+         "> t 20000 -> prfaas "
+         "(remote-prefill-0 longest prefix: holds 5000 tokens, 0 queued tokens)"),
+    Case("affinity on: the node with the prefix wins despite its queue", PRFAAS, SCARCE, 25_000,
+         30_000, Route.LOCAL, "local-prefill-1", 10_000, 20_000,
+         blocks={"local-prefill-1": 10}, queued={"local-prefill-1": 5000},
+         reason="incremental 20000 (input 30000 - local prefix 10000) <= t 25000 -> local "
+         "(local-prefill-1 longest prefix: holds 10000 tokens, 5000 queued tokens)"),
+    Case("affinity off: the idle node wins and recomputes", PRFAAS, SCARCE, 25_000, 30_000,
+         Route.LOCAL, "local-prefill-0", 0, 20_000, affinity=False,
+         blocks={"local-prefill-1": 10}, queued={"local-prefill-1": 5000},
+         reason="incremental 20000 (input 30000 - local prefix 10000) <= t 25000 -> local "
+         f"(local-prefill-0 {IDLE})"),
+    Case("affinity tie: fewer queued tokens wins", PRFAAS, SCARCE, 25_000, 30_000,
+         Route.LOCAL, "local-prefill-1", 10_000, 20_000,
+         blocks={"local-prefill-0": 10, "local-prefill-1": 10},
+         queued={"local-prefill-0": 3000, "local-prefill-1": 1000},
+         reason="incremental 20000 (input 30000 - local prefix 10000) <= t 25000 -> local "
+         "(local-prefill-1 longest prefix: holds 10000 tokens, 1000 queued tokens)"),
+    Case("local cluster down: a short prompt goes remote", PRFAAS, SCARCE, 20_000, 10_000,
+         Route.PRFAAS, "remote-prefill-0", 0, 10_000, down=("local-prefill-0", "local-prefill-1"),
+         blocks={"local-prefill-0": 8},
+         reason="incremental 10000 (input 10000 - local prefix 0) <= t 20000 -> local; "
+         f"local cluster down -> remote (remote-prefill-0 {IDLE})"),
+    Case("a down node's prefix neither counts nor travels", PRFAAS, ABUNDANT, 20_000, 30_000,
+         Route.PRFAAS, "remote-prefill-0", 0, 30_000, down=("remote-prefill-1",),
+         blocks={"remote-prefill-1": 15},
+         reason="incremental 30000 (input 30000 - max(remote prefix 0, local prefix 0)) "
+         f"> t 20000 -> prfaas (remote-prefill-0 {IDLE})"),
+    Case("every prefill node down: the request cannot be placed", PRFAAS, SCARCE, 20_000, 30_000,
+         None, None, 0, 30_000, down=NODES[:4],
+         reason="no prefill node is up (remote 0/2 up, local 0/2 up) -> cannot place request r1"),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_route_decision(case: Case) -> None:
+    decision = make_router(case).decide(request(case.input_len), make_loads(case), now_s=1.0)
+    node = NodeId.parse(case.node) if case.node else None
+    assert decision == RouteDecision(
+        "r1", case.route, node, case.input_len, case.cached, case.input_len - case.cached,
+        case.t, case.reason, case.transfer, case.compared,
+    )
+
+
+def test_knobs_change_later_decisions() -> None:
+    case = CASES[3]  # prfaas, t 19400, 30000 uncached tokens -> remote
+    router, loads = make_router(case), make_loads(case)
+    router.set_threshold(30_000)
+    assert router.decide(request(30_000), loads).route is Route.LOCAL
+    router.set_policy(RoutePolicy.ALL_REMOTE)
+    assert router.decide(request(30_000), loads).route is Route.PRFAAS
+    router.set_policy(RoutePolicy.LOCAL_ONLY)
+    router.index.insert(NodeId.parse("local-prefill-1"), HASHES[:3], now_s=1.0)
+    assert router.decide(request(30_000), loads).node == NodeId.parse("local-prefill-1")
+    router.set_cache_affinity(False)
+    assert router.decide(request(30_000), loads).node == NodeId.parse("local-prefill-0")
+    router.set_prefix_rule(PrefixRule.BANDWIDTH_ABUNDANT)
+    assert router.config == RouterConfig(LOCAL_ONLY, 30_000, ABUNDANT, False)
+
+
+def test_a_decision_with_time_keeps_the_chosen_prefix_cached() -> None:
+    case = Case("", LOCAL_ONLY, SCARCE, 0, 2000, Route.LOCAL, None, 0, 0, "")
+    router = make_router(case, capacity=2 * (100 + 10))  # two one-block prefixes fit
+    lp0, lp1 = NodeId.parse("local-prefill-0"), NodeId.parse("local-prefill-1")
+    router.index.insert(lp0, (1,), now_s=0.0)
+    router.index.insert(lp1, (2,), now_s=1.0)
+    spec = RequestSpec("r2", 2.0, 1000, 64, (1,))
+    assert router.decide(spec, make_loads(case), now_s=2.0).node == lp0  # touches (1,) on lp0
+    router.index.insert(lp1, (3,), now_s=3.0)  # evicts the least recent: (2,) on lp1
+    assert router.index.lookup((1,)).on_node(lp0) == TOKENS
+    assert router.index.lookup((2,)).hits == ()
+
+
+def test_a_negative_threshold_is_refused() -> None:
+    with pytest.raises(ValueError, match="threshold_tokens: -1"):
+        RouterConfig(PRFAAS, -1, SCARCE, True)
+    router = make_router(CASES[0])
+    with pytest.raises(ValueError, match="threshold_tokens"):
+        router.set_threshold(-5)
