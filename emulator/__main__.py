@@ -6,6 +6,7 @@ import argparse
 import logging
 import sys
 
+from emulator import scenario_cli
 from emulator.errors import PrfaasError
 from emulator.net import cli as net_cli
 
@@ -15,6 +16,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true")
     sub = parser.add_subparsers(dest="command", required=True)
     net_cli.add_parser(sub)
+    scenario_cli.add_parser(sub)
     return parser
 
 
@@ -24,8 +26,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "net":
             return net_cli.run(args)
+        if args.command in scenario_cli.COMMANDS:
+            return scenario_cli.run(args)
     except PrfaasError as err:
-        print(f"error: {err}", file=sys.stderr)
+        for line in str(err).splitlines() or [type(err).__name__]:
+            print(f"error: {line}", file=sys.stderr)
         return 2
     return 2
 

@@ -29,3 +29,11 @@ class TransportError(PrfaasError):
 
 class TcpInfoError(TransportError):
     """A socket cannot be sampled, or a TCP_INFO buffer is too short to be one."""
+
+
+class TelemetryError(PrfaasError):
+    """A broker URL, control message or recorded run is invalid, or the embedded broker cannot start."""
+
+
+class WorkerError(PrfaasError):
+    """A live worker's command line, control message or request is invalid."""

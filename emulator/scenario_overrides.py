@@ -1,0 +1,94 @@
+"""Dotted paths into a scenario document: the `--set a.b=value` flag and the runtime knobs a
+timeline `set:` (or the dashboard) may turn. Edits plain documents only; emulator.scenario
+revalidates every edited document as a whole.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+from pydantic import BaseModel
+
+from emulator.errors import ScenarioError
+
+# Knob path -> what turning it does. Values are validated by the same rules as the file's fields.
+KNOBS: dict[str, str] = {
+    "router.threshold_tokens": "incremental length above which a prefill goes remote (or auto)",
+    "router.policy": "prfaas, local-only (homogeneous PD) or all-remote (naive heterogeneous)",
+    "router.cache_affinity": "prefer the node that holds the longest cached prefix",
+    "scheduler.short_term.enabled": "the seconds-scale threshold re-search",
+    "scheduler.long_term.enabled": "the minutes-scale prefill/decode re-split",
+    "clusters.local.prefill_instances": "local instances that prefill; the rest decode",
+    "workload.arrival.rate_per_s": "arrival rate of a generated workload",
+    "link.bandwidth_mbit": "cross-datacenter bandwidth, Mbit/s (null = unshaped)",
+    "link.delay_ms": "one-way added delay, ms",
+    "link.loss_pct": "random packet loss, %",
+    "link.jitter_ms": "delay jitter, ms",
+}
+
+
+class PathError(Exception):
+    """A dotted path leads through something that is not a mapping; carries the path so far."""
+
+
+def set_path(doc: dict, dotted: str, value: Any) -> None:
+    """Set `doc[a][b][c] = value` for `a.b.c` (list items by index); PathError where it cannot."""
+    parts = dotted.split(".")
+    node: Any = doc
+    for depth, part in enumerate(parts[:-1]):
+        node = _child(node, part, ".".join(parts[: depth + 1]))
+    last = parts[-1]
+    if isinstance(node, dict):
+        node[last] = value
+    elif isinstance(node, list) and last.isdigit() and int(last) < len(node):
+        node[int(last)] = value
+    else:
+        raise PathError(dotted)
+
+
+def _child(node: Any, part: str, here: str) -> Any:
+    if isinstance(node, dict) and isinstance(node.get(part), dict | list):
+        return node[part]
+    if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+        return node[int(part)]
+    raise PathError(here)
+
+
+def parse_override(item: str) -> tuple[str, Any]:
+    """`a.b=value` -> ("a.b", value parsed as YAML: 8000 -> int, true -> bool, empty -> null)."""
+    path, sep, text = item.partition("=")
+    path = path.strip()
+    if not sep or not path:
+        raise ScenarioError(f"--set {item}: not path=value; write e.g. router.policy=local-only")
+    try:
+        return path, yaml.safe_load(text)
+    except yaml.YAMLError:
+        raise ScenarioError(f"--set {path}: {text!r} is not a YAML value; quote it") from None
+
+
+def check_override_path(scenario: BaseModel, dotted: str) -> None:
+    """Refuse a path that names no field: walk the validated scenario itself, so sections follow
+    their real type (a poisson arrival has no `cv`) and mappings such as `expect` take new keys."""
+    obj: Any = scenario
+    parts = dotted.split(".")
+    for depth, part in enumerate(parts):
+        here = ".".join(parts[: depth + 1])
+        is_last = depth == len(parts) - 1
+        if isinstance(obj, BaseModel):
+            fields = type(obj).model_fields
+            if part not in fields:
+                raise ScenarioError(f"--set {here}: unknown path; known here: {', '.join(fields)}")
+            obj = getattr(obj, part)
+        elif isinstance(obj, dict):
+            obj = obj.get(part)
+        elif isinstance(obj, tuple):
+            if not (part.isdigit() and int(part) < len(obj)):
+                raise ScenarioError(f"--set {here}: no such item; use an index below {len(obj)}")
+            obj = obj[int(part)]
+        else:
+            raise ScenarioError(f"--set {here}: unknown path; its parent holds a plain value")
+        if obj is None and not is_last:
+            raise ScenarioError(
+                f"--set {here}: this scenario has no {here}; set the whole section in the file"
+            )

@@ -1,0 +1,185 @@
+"""Rules that span fields or sections of a scenario, each problem one `path: problem; fix` line.
+
+Run after every field has passed its own checks; what a timeline change does to the values is
+checked by emulator.scenario, which revalidates the edited document.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from emulator.control.types import Cluster, NodeId, Role, RoutePolicy
+from emulator.net.spec import LinkSpec
+from emulator.scenario_overrides import KNOBS
+from emulator.scenario_parts import ACTIONS, ClustersSpec
+from emulator.scenario_workload import LognormalLength, UniformLength
+
+if TYPE_CHECKING:
+    from emulator.scenario import Scenario
+
+
+def static_problems(s: Scenario) -> list[str]:
+    return [
+        *_model_problems(s), *_cluster_problems(s), *_workload_problems(s),
+        *_scheduler_problems(s), *_timeline_problems(s), *_expect_problems(s),
+    ]
+
+
+def _model_problems(s: Scenario) -> Iterator[str]:
+    model, profile = s.model, s.model.profile
+    if (model.preset is None) == (profile is None):
+        given = "both" if profile else "neither"
+        yield f"model: {given} of preset and profile given; give exactly one"
+    if profile is not None and model.size is not None:
+        yield "model.size: applies to a preset, not a profile; remove it"
+    if s.engine == "live" and profile is not None:
+        yield ("model.profile: the live engine runs a model_stub preset, not a profile; "
+               "use model.preset or engine: virtual")
+    if profile is None:
+        return
+    lengths = profile.lengths_tokens
+    if any(b <= a for a, b in zip(lengths, lengths[1:])):
+        yield (f"model.profile.lengths_tokens: {list(lengths)} is not strictly increasing; "
+               "sort it and drop repeats")
+    tables = {"kv_mib": profile.kv_mib}
+    tables.update((f"prefill_s.{device}", table) for device, table in profile.prefill_s.items())
+    for name, table in tables.items():
+        if len(table) != len(lengths):
+            yield (f"model.profile.{name}: {len(table)} values for {len(lengths)} lengths; "
+                   "give one value per entry of lengths_tokens")
+    for cluster in ("remote", "local"):
+        device = getattr(s.clusters, cluster).device
+        if device not in profile.prefill_s:
+            yield (f"model.profile.prefill_s: no table for device {device!r} "
+                   f"(clusters.{cluster}.device); add prefill_s.{device} or change the device")
+    local = s.clusters.local.device
+    if local not in profile.decode_step_ms:
+        yield (f"model.profile.decode_step_ms: no value for device {local!r} "
+               f"(clusters.local.device); add decode_step_ms.{local}")
+
+
+def _cluster_problems(s: Scenario) -> Iterator[str]:
+    local, policy = s.clusters.local, s.router.policy
+    n_p = local.prefill_instances
+    if n_p is not None and n_p >= local.instances:
+        yield (f"clusters.local.prefill_instances: {n_p} must be below clusters.local.instances "
+               f"({local.instances}); lower it")
+    if n_p == 0 and policy is not RoutePolicy.ALL_REMOTE:
+        yield (f"clusters.local.prefill_instances: 0 leaves policy {policy.value} no local "
+               "prefill; use at least 1, or router.policy: all-remote")
+    if local.instances < 2 and policy is not RoutePolicy.ALL_REMOTE:
+        yield (f"clusters.local.instances: {local.instances} cannot hold both local prefill and "
+               "decode; use at least 2, or router.policy: all-remote")
+    if s.clusters.remote.instances == 0 and policy is not RoutePolicy.LOCAL_ONLY:
+        yield (f"clusters.remote.instances: 0 leaves policy {policy.value} no remote prefill; "
+               "add instances, or router.policy: local-only")
+
+
+def _workload_problems(s: Scenario) -> Iterator[str]:
+    w = s.workload
+    generated = {"arrival": w.arrival, "input_len": w.input_len, "output_len": w.output_len}
+    if w.trace is not None:
+        extra = [k for k, v in generated.items() if v is not None]
+        if w.rate_changes:
+            extra.append("rate_changes")
+        if w.prefix_sharing is not None:
+            extra.append("prefix_sharing")
+        if extra:
+            yield (f"workload.trace: given together with {', '.join(extra)}; use either a trace or "
+                   "arrival + input_len + output_len, remove one")
+    elif all(v is None for v in generated.values()):
+        yield "workload: no requests; add arrival + input_len + output_len, or a trace"
+    else:
+        for key in (k for k, v in generated.items() if v is None):
+            yield (f"workload.{key}: missing; a generated workload needs arrival, input_len "
+                   "and output_len, add it")
+    for key in ("input_len", "output_len"):
+        dist = getattr(w, key)
+        if isinstance(dist, UniformLength) and dist.min > dist.max:
+            yield f"workload.{key}.min: {dist.min} is above max ({dist.max}); swap them"
+        if isinstance(dist, LognormalLength) and dist.min >= dist.max:
+            yield f"workload.{key}.min: {dist.min} is not below max ({dist.max}); lower min"
+    for i, change in enumerate(w.rate_changes):
+        where = f"workload.rate_changes.{i}.at_s"
+        if i and change.at_s <= w.rate_changes[i - 1].at_s:
+            yield f"{where}: {change.at_s:g} does not come after the previous change; sort by at_s"
+        if change.at_s > s.duration_s:
+            yield f"{where}: {change.at_s:g} is after duration_s ({s.duration_s:g}); move it back"
+
+
+def _scheduler_problems(s: Scenario) -> Iterator[str]:
+    short, long = s.scheduler.short_term, s.scheduler.long_term
+    if short.enabled and long.enabled and long.interval_s <= short.interval_s:
+        yield (f"scheduler.long_term.interval_s: {long.interval_s:g} must exceed "
+               f"scheduler.short_term.interval_s ({short.interval_s:g}); raise it")
+
+
+def _timeline_problems(s: Scenario) -> Iterator[str]:
+    down: set[str] = set()
+    for i, event in enumerate(s.timeline):
+        where = f"timeline.{i}"
+        actions = [a for a in ACTIONS if getattr(event, a) is not None]
+        if len(actions) != 1:
+            shown = ", ".join(actions) or "none"
+            yield f"{where}: actions given: {shown}; give exactly one of {', '.join(ACTIONS)}"
+        at_s = event.at_s
+        if at_s > s.duration_s:
+            yield f"{where}.at_s: {at_s:g} is after duration_s ({s.duration_s:g}); move it earlier"
+        if i and at_s < s.timeline[i - 1].at_s:
+            yield f"{where}.at_s: {at_s:g} comes before timeline.{i - 1}; sort the timeline by at_s"
+        for key in event.set or {}:
+            if key not in KNOBS:
+                yield f"{where}.set.{key}: unknown knob; use one of {', '.join(KNOBS)}"
+        for key in event.link or {}:
+            if key not in LinkSpec.model_fields:
+                known = ", ".join(LinkSpec.model_fields)
+                yield f"{where}.link.{key}: unknown link field; use one of {known}"
+        if event.burst is not None and s.workload.input_len is None:
+            yield (f"{where}.burst: a burst draws lengths from workload.input_len/output_len, "
+                   "which this workload lacks; remove it or generate the workload")
+        yield from _node_problems(s.clusters, event.kill, f"{where}.kill", down, is_kill=True)
+        yield from _node_problems(s.clusters, event.restart, f"{where}.restart", down, False)
+
+
+def _node_problems(
+    clusters: ClustersSpec, text: str | None, where: str, down: set[str], is_kill: bool
+) -> Iterator[str]:
+    """Kill or restart of `text`: it must name an existing node; a restart must follow its kill."""
+    if text is None:
+        return
+    try:
+        node = NodeId.parse(text)
+    except ValueError as err:
+        yield f"{where}: {err}"
+        return
+    count = num_nodes(clusters, node.cluster, node.role)
+    if node.index >= count:
+        yield (f"{where}: {text} does not exist ({count} {node.cluster.value}-{node.role.value} "
+               f"nodes); use an index below {count}")
+    elif is_kill:
+        down.add(str(node))
+    elif str(node) not in down:
+        yield f"{where}: {text} is not down at that time; kill it first or drop the restart"
+    else:
+        down.discard(str(node))
+
+
+def num_nodes(clusters: ClustersSpec, cluster: Cluster, role: Role) -> int:
+    """Instances in one role. With the split left to the optimizer, a local node may take either
+    role, keeping at least one of the other."""
+    if cluster is Cluster.REMOTE:
+        return clusters.remote.instances if role is Role.PREFILL else 0
+    local = clusters.local
+    if local.prefill_instances is None:
+        return max(local.instances - 1, 0)
+    n_p = local.prefill_instances
+    return n_p if role is Role.PREFILL else local.instances - n_p
+
+
+def _expect_problems(s: Scenario) -> Iterator[str]:
+    for metric, bounds in s.expect.items():
+        if bounds.min is None and bounds.max is None:
+            yield f"expect.{metric}: no bounds; give min and/or max"
+        elif bounds.min is not None and bounds.max is not None and bounds.min > bounds.max:
+            yield f"expect.{metric}.min: {bounds.min:g} is above max ({bounds.max:g}); swap them"
