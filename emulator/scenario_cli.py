@@ -1,4 +1,5 @@
-"""`python -m emulator validate SCENARIO | schema`: check a scenario file, publish its JSON Schema.
+"""`python -m emulator validate | optimize SCENARIO | schema`: check a scenario, find its operating
+point with the paper's throughput model, publish the JSON Schema of scenario files.
 
 Argument wiring only; the rules live in emulator.scenario. Errors propagate as ScenarioError, which
 `__main__` prints one `error: ` line per problem before exiting 2.
@@ -11,16 +12,19 @@ import json
 
 from emulator.scenario import apply_overrides, load_scenario, scenario_json_schema
 
-COMMANDS = ("validate", "schema")
+COMMANDS = ("validate", "optimize", "schema")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    validate = sub.add_parser("validate", help="check a scenario file; list each problem")
-    validate.add_argument("scenario", help="path to a scenario YAML file")
-    validate.add_argument(
-        "--set", dest="overrides", action="append", default=[], metavar="PATH=VALUE",
-        help="override a field first (repeatable), e.g. router.threshold_tokens=8000",
-    )
+    helps = {"validate": "check a scenario file; list each problem",
+             "optimize": "print the optimal threshold and P/D split, and both baselines, as JSON"}
+    for command, text in helps.items():
+        parser = sub.add_parser(command, help=text)
+        parser.add_argument("scenario", help="path to a scenario YAML file")
+        parser.add_argument(
+            "--set", dest="overrides", action="append", default=[], metavar="PATH=VALUE",
+            help="override a field first (repeatable), e.g. router.threshold_tokens=8000",
+        )
     sub.add_parser("schema", help="print the JSON Schema of scenario files")
 
 
@@ -29,6 +33,11 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(scenario_json_schema(), indent=2))
         return 0
     scenario = apply_overrides(load_scenario(args.scenario), args.overrides)
+    if args.command == "optimize":
+        from emulator.analytic import optimize_scenario
+
+        print(json.dumps(optimize_scenario(scenario), indent=1))
+        return 0
     events = len(scenario.timeline)
     print(f"ok: {scenario.name} ({scenario.engine}, {events} timeline events)")
     return 0
