@@ -60,7 +60,8 @@ def iperf3(topo: Topology, seconds: float, streams: int = 1, omit_first_s: bool 
         host, target_port = topo.target(LOCAL, port)
         client = subprocess.run(
             [*wrap(remote_ns), "iperf3", "-c", host, "-p", str(target_port), "-t", str(seconds),
-             *(["-O", "1"] if omit_first_s else []), "-P", str(streams), "-C", "cubic", "-J"], capture_output=True, text=True, timeout=seconds + 30,
+             *(["-O", "1"] if omit_first_s else []), "-P", str(streams), "-C", "cubic", "-J"],
+            capture_output=True, text=True, timeout=seconds + 30,
         )
         report = json.loads(client.stdout or "{}")
         return report.get("end", {}).get("sum_received", {}).get("bits_per_second")

@@ -28,40 +28,23 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from emulator.control.profiles import LengthSamples, PiecewiseLinear  # noqa: E402
+from emulator.analytic import model_inputs  # noqa: E402
 from emulator.control.throughput_model import (  # noqa: E402
     ModelInputs,
     Plan,
     default_t_grid,
     optimize,
 )
+from emulator.scenario import load_scenario  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "optimizer.json"
 TARGET_S = 1.0
-CONFIG = {  # ../shared/paper-model.md, Section 4 of the paper
-    "lengths_tokens": [1024, 8192, 32768, 131072],
-    "kv_mib": [190.8, 308.9, 701.3, 2316.3],
-    "prefill_s_h200": [0.44, 0.72, 1.84, 7.40],
-    "prefill_s_h20": [1.00, 1.543, 5.017, 21.0],
-    "decode_step_s": 0.025, "max_decode_batch": 20, "output_len": 1024,
-    "num_prfaas": 4, "num_local": 8, "num_baseline": 12, "egress_bytes_per_s": 12.5e9,
-    "lognormal": {"mu": 9.90, "sigma": 1.00, "lo": 128, "hi": 131072, "n": 4096},
-}
+CASE_STUDY = Path(__file__).resolve().parents[1] / "scenarios" / "paper-case-study.yaml"
 
 
 def case_study_inputs() -> ModelInputs:
-    c, xs = CONFIG, tuple(CONFIG["lengths_tokens"])
-    ln = c["lognormal"]
-    return ModelInputs(
-        kv_bytes=PiecewiseLinear(xs, tuple(m * 2**20 for m in c["kv_mib"])),
-        prefill_remote_s=PiecewiseLinear(xs, tuple(c["prefill_s_h200"])),
-        prefill_local_s=PiecewiseLinear(xs, tuple(c["prefill_s_h20"])),
-        decode_step_s=c["decode_step_s"], max_decode_batch=c["max_decode_batch"],
-        output_len=c["output_len"], num_prfaas=c["num_prfaas"], num_local=c["num_local"],
-        num_baseline=c["num_baseline"], egress_bytes_per_s=c["egress_bytes_per_s"],
-        lengths=LengthSamples.truncated_lognormal(ln["mu"], ln["sigma"], ln["lo"], ln["hi"],
-                                                  ln["n"]),
-    )
+    """The inputs `python -m emulator optimize scenarios/paper-case-study.yaml` searches."""
+    return model_inputs(load_scenario(CASE_STUDY))[0]
 
 
 def measure(inputs: ModelInputs, repeats: int, warmup: int) -> tuple[list[float], Plan]:
@@ -105,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
                     "python": platform.python_version(), "numpy": np.__version__, "threads": 1},
         "git_sha": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
                                   text=True).stdout.strip(),
-        "config": {**CONFIG, "repeats": repeats, "warmup": warmup, "quick": args.quick},
+        "config": {"scenario": str(CASE_STUDY.relative_to(CASE_STUDY.parents[1])), "repeats": repeats,
+                   "warmup": warmup, "quick": args.quick},
         "samples_s": samples, "summary": summary, "plan": plan.as_dict(),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -198,7 +198,8 @@ def check(results: dict) -> list[str]:
         failures.append(f"8 connections gave {conns.get(8, 0) / conns[1]:.1f}x one connection (< 3x)")
     for row in results["pipelining"]:
         if row["exposed_pipelined_s"] > row["target_s"]:
-            failures.append(f"{row['tokens']} tokens: exposed {row['exposed_pipelined_s']:.3f} s > {row['target_s']:.3f} s")
+            failures.append(
+                f"{row['tokens']} tokens: exposed {row['exposed_pipelined_s']:.3f} s > {row['target_s']:.3f} s")
     return failures
 
 
@@ -226,7 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     print("40 ms RTT, 0.5% loss: " + ", ".join(
         f"{r['connections']} conn {r['mbit']:.0f} Mbit/s ({r['mbit'] / base:.1f}x)" for r in results["connections"]))
     for r in results["pipelining"]:
-        print(f"{r['tokens']} tokens: prefill {r['prefill_s']:.2f} s, exposed pipelined {r['exposed_pipelined_s']:.3f} s "
+        print(f"{r['tokens']} tokens: prefill {r['prefill_s']:.2f} s, "
+              f"exposed pipelined {r['exposed_pipelined_s']:.3f} s "
               f"(target <= {r['target_s']:.3f}), not pipelined {r['exposed_after_s']:.3f} s")
     print(f"results: {args.out}")
     failures = check(results)

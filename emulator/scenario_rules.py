@@ -39,7 +39,7 @@ def _model_problems(s: Scenario) -> Iterator[str]:
     if profile is None:
         return
     lengths = profile.lengths_tokens
-    if any(b <= a for a, b in zip(lengths, lengths[1:])):
+    if any(b <= a for a, b in zip(lengths, lengths[1:], strict=False)):
         yield (f"model.profile.lengths_tokens: {list(lengths)} is not strictly increasing; "
                "sort it and drop repeats")
     tables = {"kv_mib": profile.kv_mib}

@@ -165,7 +165,8 @@ def check(result: dict) -> list[str]:
         failures.append(f"{EFFICIENCY_PRESET} prefill at 4K: efficiency {eff:.0%} < {EFFICIENCY_TARGET:.0%}")
     growth = summary.get("dense_prefill_growth_4k_to_16k")
     if growth is not None and growth < 4 * SUPERLINEAR_TARGET:
-        failures.append(f"{DENSE} prefill 4K->16K grew {growth:.2f}x, not clearly super-linear (> {4 * SUPERLINEAR_TARGET})")
+        failures.append(
+            f"{DENSE} prefill 4K->16K grew {growth:.2f}x, not clearly super-linear (> {4 * SUPERLINEAR_TARGET})")
     for name, p in result["presets"].items():
         config = get_preset(name, result["settings"]["size"])
         growing_per_token = sum(config.growing_bytes_per_token(k) for k in config.layer_kinds if k.is_growing)
@@ -221,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--quick", action="store_true", help="CI-sized: lengths 1024,4096, one repeat")
     parser.add_argument("--check", action="store_true", help="exit 1 when an issue target is missed")
-    parser.add_argument("--out", type=Path, default=None, help="JSON path (default bench/results/model_stub_<device>.json)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="JSON path (default bench/results/model_stub_<device>.json)")
     args = parser.parse_args(argv)
     presets = tuple(p for p in args.presets.split(",") if p)
     unknown = [p for p in presets if p not in PRESET_NAMES]

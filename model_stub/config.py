@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 BYTE_VOCAB = 256
 BOS_ID, EOS_ID, PAD_ID = 256, 257, 258
@@ -18,7 +18,7 @@ BLOCK_TOKENS = 64  # prefix-cache block size; snapshots sit on multiples of it
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
-class LayerKind(str, Enum):
+class LayerKind(StrEnum):
     KDA = "kda"  # Kimi Delta Attention: gated delta rule, per-channel decay
     GDN = "gdn"  # Gated DeltaNet: gated delta rule, scalar per-head decay
     SWA = "swa"  # sliding-window softmax attention

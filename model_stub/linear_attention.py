@@ -101,7 +101,7 @@ class DeltaRuleMixer(nn.Module):
         q, k, v = self._qkv(mixed.unsqueeze(1))  # (b, h, 1, d)
         beta = torch.sigmoid(self.beta_proj(x)).transpose(1, 2)
         o, state = recurrent_gated_delta_rule(q, k, v, self._log_decay(x), beta, state)
-        new = [LayerCache(self.kind, (s, cs)) for s, cs in zip(state, conv_state)]
+        new = [LayerCache(self.kind, (s, cs)) for s, cs in zip(state, conv_state, strict=False)]
         return self._output(o, x), new
 
 

@@ -137,7 +137,7 @@ class HybridModel(nn.Module):
         x = self.embed(ids).unsqueeze(1)  # (b, 1, d_model)
         for i, block in enumerate(self.blocks):
             x, layer_caches = block.decode(x, [c.layers[i] for c in caches], positions)
-            for cache, layer_cache in zip(caches, layer_caches):
+            for cache, layer_cache in zip(caches, layer_caches, strict=False):
                 cache.layers[i] = layer_cache
         for cache in caches:
             cache.num_tokens += 1

@@ -130,7 +130,8 @@ def _check_against_config(config: ModelConfig, layer_index: int, kind: LayerKind
         raise FrameError(f"frame.layer_index: {layer_index} but {config.name} has {config.num_layers} layers")
     if config.layer_kinds[layer_index] is not kind:
         raise FrameError(
-            f"frame.kind: layer {layer_index} is {kind.value}, {config.name} expects {config.layer_kinds[layer_index].value}"
+            f"frame.kind: layer {layer_index} is {kind.value}, "
+            f"{config.name} expects {config.layer_kinds[layer_index].value}"
         )
     want = expected_shapes(config, kind, tokens)
     if tuple(shapes) != want:

@@ -6,35 +6,35 @@ Plain enums and frozen values only; the scenario schema converts its pydantic fi
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 
-class Route(str, Enum):
+class Route(StrEnum):
     """Where a request's prefill runs: the remote PrfaaS cluster or the local PD cluster."""
 
     PRFAAS = "prfaas"
     LOCAL = "local"
 
 
-class RoutePolicy(str, Enum):
+class RoutePolicy(StrEnum):
     PRFAAS = "prfaas"  # incremental length over a threshold goes remote
     LOCAL_ONLY = "local-only"  # the homogeneous PD baseline
     ALL_REMOTE = "all-remote"  # the naive heterogeneous baseline
 
 
-class PrefixRule(str, Enum):
+class PrefixRule(StrEnum):
     """The paper's two ways of counting a prefix hit when both clusters hold part of a prompt."""
 
     BANDWIDTH_SCARCE = "bandwidth-scarce"
     BANDWIDTH_ABUNDANT = "bandwidth-abundant"
 
 
-class Cluster(str, Enum):
+class Cluster(StrEnum):
     REMOTE = "remote"  # the PrfaaS prefill cluster
     LOCAL = "local"  # the PD cluster: local prefill and decode
 
 
-class Role(str, Enum):
+class Role(StrEnum):
     PREFILL = "prefill"
     DECODE = "decode"
 

@@ -147,7 +147,7 @@ class KVReceiver:
         """Wait for every layer's decode and build the cache (each layer's decode is a future, so
         the chunk that completes the request waits for decodes that other chunks started)."""
         pending = self._decoded.pop(rid)
-        decoded = dict(zip(pending, await asyncio.gather(*pending.values())))
+        decoded = dict(zip(pending, await asyncio.gather(*pending.values()), strict=False))
         for index, (got_index, _, _) in decoded.items():
             if got_index != index:
                 raise CacheFrameError(f"frame.layer_index: {got_index} arrived as layer {index}")

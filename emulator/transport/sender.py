@@ -18,7 +18,14 @@ from dataclasses import dataclass
 
 from emulator.transport.congestion import CongestionMonitor
 from emulator.transport.frames import (
-    CHUNK_BYTES, HEADER_BYTES, Chunk, FrameError, FrameType, check_payload, decode_header, split_layer,
+    CHUNK_BYTES,
+    HEADER_BYTES,
+    Chunk,
+    FrameError,
+    FrameType,
+    check_payload,
+    decode_header,
+    split_layer,
 )
 
 log = logging.getLogger(__name__)

@@ -9,8 +9,7 @@ import zlib
 import pytest
 import torch
 
-from model_stub import PRESET_NAMES, HybridCache, get_preset
-from model_stub import serialize
+from model_stub import PRESET_NAMES, HybridCache, get_preset, serialize
 from model_stub.serialize import FrameError
 
 # The layout from serialize's docstring, spelled out independently of its private structs.
@@ -113,7 +112,7 @@ def test_decode_cache_accepts_frames_in_any_order(kimi_cache, kimi_frames):
 def test_decode_layer_returns_index_cache_and_length(kimi_cache, kimi_frames):
     index, layer, tokens = serialize.decode_layer(kimi_frames[3], kimi_cache.config)
     assert (index, layer.kind, tokens) == (3, kimi_cache.layers[3].kind, PROMPT_LEN)
-    assert all(torch.equal(a, b) for a, b in zip(layer.tensors, kimi_cache.layers[3].tensors))
+    assert all(torch.equal(a, b) for a, b in zip(layer.tensors, kimi_cache.layers[3].tensors, strict=False))
 
 
 def test_flipped_payload_byte_is_rejected(kimi_frames):

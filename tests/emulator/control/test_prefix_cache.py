@@ -257,7 +257,8 @@ class CacheMachine(RuleBasedStateMachine):
         written = [len(hashes)] if state_at is None else state_at
         needed = len(hashes) * KV + len(written) * STATE
         if written and needed <= self.index.capacity(node.cluster):  # never its own victim
-            assert self.index.lookup(hashes).on_node(node) == max(written) * TOKENS
+            # at least what was just written; a deeper state from an earlier insert may remain
+            assert self.index.lookup(hashes).on_node(node) >= max(written) * TOKENS
 
     @rule(hashes=st.sampled_from(PROMPTS + COLLIDING), touch=st.booleans())
     def lookup(self, hashes: tuple[int, ...], touch: bool) -> None:

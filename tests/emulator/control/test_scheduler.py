@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from emulator.control.estimators import ArrivalWindow, Ewma, LinkEstimator, LinkObservation
-from emulator.control.profiles import LengthSamples, PiecewiseLinear
 from emulator.control.scheduler import (
     DualTimescaleScheduler,
     RoleChange,
@@ -20,26 +19,12 @@ from emulator.control.scheduler import (
 )
 from emulator.control.throughput_model import ModelInputs, optimize
 from emulator.control.types import Cluster, NodeId, Role
+from tests.emulator.control.paper_case import K, paper_inputs
 
-K = 1024
-LENGTHS_K = (1 * K, 8 * K, 32 * K, 128 * K)
-KV_MIB = (190.8, 308.9, 701.3, 2316.3)
 INTERVAL_S = 5.0
 
 
-def paper_inputs(egress_bytes_per_s: float = 12.5e9) -> ModelInputs:
-    """The paper's case study (../shared/paper-model.md) with a chosen link."""
-    return ModelInputs(
-        kv_bytes=PiecewiseLinear(LENGTHS_K, tuple(m * 2**20 for m in KV_MIB)),
-        prefill_remote_s=PiecewiseLinear(LENGTHS_K, (0.44, 0.72, 1.84, 7.40)),
-        prefill_local_s=PiecewiseLinear(LENGTHS_K, (1.00, 1.543, 5.017, 21.0)),
-        decode_step_s=0.025, max_decode_batch=20, output_len=1024,
-        num_prfaas=4, num_local=8, num_baseline=12, egress_bytes_per_s=egress_bytes_per_s,
-        lengths=LengthSamples.truncated_lognormal(9.90, 1.00, 128, 131072),
-    )
-
-
-TEN_GBIT = paper_inputs(1.25e9)  # a link thin enough that the egress term binds
+TEN_GBIT = paper_inputs(egress_bytes_per_s=1.25e9)  # a link thin enough that the egress term binds
 SHORT_ONLY = SchedulerConfig(long_term_enabled=False)
 
 

@@ -25,25 +25,9 @@ from emulator.control.throughput_model import (
     optimize_threshold,
     stage_throughputs,
 )
+from tests.emulator.control.paper_case import paper_inputs
 
-K = 1024
-LENGTHS_K = (1 * K, 8 * K, 32 * K, 128 * K)
-KV_MIB = (190.8, 308.9, 701.3, 2316.3)
-
-
-def case_study(**changes) -> ModelInputs:
-    """Section 4 of the paper with this project's H20 calibration (../shared/paper-model.md)."""
-    inputs = ModelInputs(
-        kv_bytes=PiecewiseLinear(LENGTHS_K, tuple(m * 2**20 for m in KV_MIB)),
-        prefill_remote_s=PiecewiseLinear(LENGTHS_K, (0.44, 0.72, 1.84, 7.40)),
-        prefill_local_s=PiecewiseLinear(LENGTHS_K, (1.00, 1.543, 5.017, 21.0)),
-        decode_step_s=0.025, max_decode_batch=20, output_len=1024,
-        num_prfaas=4, num_local=8, num_baseline=12, egress_bytes_per_s=12.5e9,
-        lengths=LengthSamples.truncated_lognormal(9.90, 1.00, 128, 131072),
-    )
-    return dataclasses.replace(inputs, **changes)
-
-
+case_study = paper_inputs
 CASE = case_study()
 
 

@@ -34,7 +34,8 @@ def test_bad_link_flags_exit_2_with_one_line():
 def test_up_status_down_leave_nothing_behind(run_id):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     up = subprocess.Popen(
-        [sys.executable, "-m", "emulator", "net", "up", "--run-id", run_id, "--bandwidth-mbit", "50", "--delay-ms", "5"],
+        [sys.executable, "-m", "emulator", "net", "up", "--run-id", run_id,
+         "--bandwidth-mbit", "50", "--delay-ms", "5"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:

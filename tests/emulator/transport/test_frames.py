@@ -8,8 +8,16 @@ import pytest
 
 from emulator.transport import frames
 from emulator.transport.frames import (
-    HEADER_BYTES, ChunkHeader, FrameError, FrameType, PayloadCorrupt, check_payload, decode_header,
-    encode_header, reply, split_layer,
+    HEADER_BYTES,
+    ChunkHeader,
+    FrameError,
+    FrameType,
+    PayloadCorrupt,
+    check_payload,
+    decode_header,
+    encode_header,
+    reply,
+    split_layer,
 )
 from model_stub import HybridModel, get_preset
 from model_stub.serialize import decode_cache, encode_cache
@@ -53,8 +61,8 @@ def test_chunks_reassemble_byte_for_byte_in_any_order(layer_frames):
         assert bytes(buffer) == frame
         rebuilt.append(bytes(buffer))
     back = decode_cache(rebuilt, config)
-    for a, b in zip(back.layers, cache.layers):
-        assert all(x.equal(y) for x, y in zip(a.tensors, b.tensors))
+    for a, b in zip(back.layers, cache.layers, strict=False):
+        assert all(x.equal(y) for x, y in zip(a.tensors, b.tensors, strict=False))
 
 
 def test_a_flipped_payload_byte_names_the_chunk_to_resend(layer_frames):

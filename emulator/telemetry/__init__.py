@@ -1,0 +1,1 @@
+"""MQTT telemetry and run recording: broker, bus, schemas, metrics, recorder, HTML report."""

@@ -1,0 +1,225 @@
+"""The run's MQTT bus: publishes metrics, events and status; yields validated control commands.
+
+Telemetry must never stop a run: an unreachable or lost broker is announced once per outage, the
+bus keeps reconnecting in the background, and publishes meanwhile are dropped (counted, not
+raised). What the gateway does with a command, and what it records on disk, live elsewhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from types import TracebackType
+
+import aiomqtt
+from pydantic import BaseModel
+
+from emulator.errors import TelemetryError
+from emulator.net.spec import LinkSpec
+from emulator.telemetry.broker import BrokerAddress, parse_broker_url
+from emulator.telemetry.schemas import (
+    ControlCommand,
+    ErrorEvent,
+    MetricsSnapshot,
+    RequestEvent,
+    StatusMessage,
+    control_topic,
+    knob_of,
+    parse_control,
+    topic,
+)
+
+log = logging.getLogger(__name__)
+
+MAX_PENDING_COMMANDS = 1024
+_CLOSED = object()  # ends commands() when the bus closes
+
+
+class TelemetryBus:
+    """One aiomqtt client per run, behind an async context manager.
+
+    `url=None` runs without a broker (everything is recorded locally only). `clock` gives the
+    `t_s` stamped on the bus's own error events (default: seconds since the bus was made).
+    `link_base` is the current link spec that link control messages are validated against.
+    """
+
+    def __init__(
+        self,
+        url: str | None,
+        run_id: str,
+        *,
+        listen_control: bool = True,
+        connect_timeout_s: float = 3.0,
+        backoff_s: tuple[float, float] = (0.5, 10.0),
+        clock: Callable[[], float] | None = None,
+        link_base: Callable[[], LinkSpec] | None = None,
+    ) -> None:
+        topic(run_id, "status")  # refuses a run id that cannot be a topic segment
+        self.run_id = run_id
+        self.address: BrokerAddress | None = parse_broker_url(url) if url is not None else None
+        self.connected = False
+        self.num_dropped = 0
+        self.num_outages = 0
+        self.num_attempts = 0
+        self._listen_control = listen_control
+        self._connect_timeout_s = connect_timeout_s
+        self._backoff_s = backoff_s
+        t0 = time.monotonic()
+        self._clock = clock or (lambda: time.monotonic() - t0)
+        self._link_base = link_base or LinkSpec
+        self._client: aiomqtt.Client | None = None
+        self._reason = ""
+        self._is_outage_announced = False
+        self._first_attempt = asyncio.Event()
+        self._commands: asyncio.Queue[object] = asyncio.Queue(MAX_PENDING_COMMANDS)
+        self._task: asyncio.Task[None] | None = None
+        self._note_at_close: str | None = None  # the note keeps telling how the run went
+
+    @property
+    def url(self) -> str | None:
+        return self.address.url if self.address is not None else None
+
+    @property
+    def status_note(self) -> str:
+        """One line for summary.json and the status topic: where telemetry went."""
+        if self._note_at_close is not None:
+            return self._note_at_close
+        if self.address is None:
+            return "mqtt: off (no broker given), recorded locally only"
+        if self.connected:
+            lost = (f" (lost it {self.num_outages}x; {self.num_dropped} messages dropped)"
+                    if self.num_outages else "")
+            return f"mqtt: connected to {self.url}{lost}"
+        return f"mqtt: unreachable ({self._reason or 'not connected yet'}), recorded locally only"
+
+    async def __aenter__(self) -> TelemetryBus:
+        """Start connecting; return after the first attempt, whether or not it succeeded."""
+        if self.address is None:
+            log.info("mqtt: no broker given; the run records locally only")
+            return self
+        self._task = asyncio.create_task(self._run(self.address), name=f"mqtt-{self.run_id}")
+        try:
+            await asyncio.wait_for(self._first_attempt.wait(), self._connect_timeout_s + 1.0)
+        except TimeoutError:
+            self._on_lost(f"no answer within {self._connect_timeout_s:g} s")
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        self._note_at_close = None
+        if self._task is not None:
+            # Let the loop read a pending EOF first: if the broker just went away, the client
+            # then knows and skips its DISCONNECT, whose write aiomqtt would otherwise schedule
+            # on an already-closed socket (asyncio then logs a spurious "Bad file descriptor").
+            for _ in range(2):
+                await asyncio.sleep(0)
+            self._note_at_close = self.status_note
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        self._client, self.connected = None, False
+        while self._commands.full():
+            self._commands.get_nowait()
+        self._commands.put_nowait(_CLOSED)
+
+    async def publish(self, kind: str, model: BaseModel) -> bool:
+        """Send `model` as JSON on `prfaas/<run>/<kind>` at QoS 0; False when it was dropped."""
+        name = topic(self.run_id, kind)
+        client = self._client
+        if client is None:
+            self.num_dropped += 1
+            return False
+        try:
+            await client.publish(name, model.model_dump_json().encode(), qos=0)
+        except aiomqtt.MqttError as err:
+            self.num_dropped += 1
+            log.debug("mqtt: dropped a message on %s: %s", name, err)
+            return False
+        return True
+
+    async def publish_metrics(self, snapshot: MetricsSnapshot) -> bool:
+        return await self.publish("metrics", snapshot)
+
+    async def publish_event(self, event: RequestEvent | ErrorEvent) -> bool:
+        return await self.publish("events", event)
+
+    async def publish_status(self, status: StatusMessage) -> bool:
+        return await self.publish("status", status)
+
+    async def commands(self) -> AsyncIterator[ControlCommand]:
+        """Validated control commands, in arrival order, until the bus closes."""
+        while (item := await self._commands.get()) is not _CLOSED:
+            assert isinstance(item, ControlCommand)
+            yield item
+
+    async def _run(self, address: BrokerAddress) -> None:
+        """Connect, listen, and on any loss wait (doubling up to the cap) and connect again."""
+        delay_s = self._backoff_s[0]
+        while True:
+            self.num_attempts += 1
+            try:
+                client = aiomqtt.Client(
+                    address.host, address.port, username=address.username,
+                    password=address.password, timeout=self._connect_timeout_s,
+                    logger=logging.getLogger(f"{__name__}.client"),
+                )
+                async with client:
+                    if self._listen_control:
+                        # QoS 0: sessions are clean, so QoS 1 would redeliver nothing after a
+                        # reconnect, and an unacked QoS 1 delivery can stall amqtt's shutdown.
+                        await client.subscribe(control_topic(self.run_id, "#"), qos=0)
+                    self._on_connected(client)
+                    delay_s = self._backoff_s[0]
+                    async for message in client.messages:
+                        await self._handle(str(message.topic), message.payload)
+            except (aiomqtt.MqttError, OSError) as err:
+                self._on_lost(str(err) or type(err).__name__)
+            else:
+                self._on_lost("the broker ended the session")
+            await asyncio.sleep(delay_s)
+            delay_s = min(delay_s * 2, self._backoff_s[1])
+
+    def _on_connected(self, client: aiomqtt.Client) -> None:
+        if self._is_outage_announced:
+            log.warning("mqtt: reconnected to %s", self.url)
+        else:
+            log.info("mqtt: connected to %s", self.url)
+        self._client, self.connected = client, True
+        self._is_outage_announced = False
+        self._first_attempt.set()
+
+    def _on_lost(self, reason: str) -> None:
+        was_connected = self.connected
+        self._client, self.connected, self._reason = None, False, reason
+        self.num_outages += was_connected
+        if not self._is_outage_announced:
+            what = "lost" if was_connected else "unreachable"
+            log.warning("mqtt: broker %s %s (%s); the run goes on, records locally and retries "
+                        "in the background", self.url, what, reason)
+            self._is_outage_announced = True
+        else:
+            log.debug("mqtt: still no broker at %s (%s)", self.url, reason)
+        self._first_attempt.set()
+
+    async def _handle(self, topic_name: str, payload: object) -> None:
+        """Validate one control message; a bad one becomes an ErrorEvent and changes nothing."""
+        raw = payload if isinstance(payload, bytes | bytearray) else str(payload or "").encode()
+        try:
+            command = parse_control(knob_of(self.run_id, topic_name), bytes(raw), self._link_base())
+        except TelemetryError as err:
+            await self._refuse(topic_name, str(err))
+            return
+        try:
+            self._commands.put_nowait(command)
+        except asyncio.QueueFull:
+            await self._refuse(topic_name, f"control: {MAX_PENDING_COMMANDS} commands are waiting "
+                                           "unread; slow down and send it again")
+
+    async def _refuse(self, topic_name: str, error: str) -> None:
+        log.info("mqtt: refused %s: %s", topic_name, error)
+        await self.publish_event(ErrorEvent(run_id=self.run_id, t_s=max(self._clock(), 0.0),
+                                            topic=topic_name, error=error))

@@ -1,0 +1,174 @@
+"""Writes a run's directory (requests.parquet, timeseries.parquet, summary.json, report.html) and
+reads it back for the dashboard and `compare`.
+
+Every file is written to a temporary name and renamed, so a reader never sees half a run. The
+numbers come from `records.py`; the charts from `report.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from emulator.errors import TelemetryError
+from emulator.telemetry.records import REQUEST_FIELDS, RequestRecord, check_expectations, summarize
+from emulator.telemetry.report import write_report
+from emulator.telemetry.schemas import MetricsSnapshot
+
+log = logging.getLogger(__name__)
+
+RUN_KIND = "prfaas-run"
+SUMMARY_VERSION = 1
+FILES = ("requests.parquet", "timeseries.parquet", "summary.json", "report.html")
+
+_FLOAT, _INT, _STR = pa.float64(), pa.int64(), pa.string()
+REQUEST_SCHEMA = pa.schema([
+    ("id", _STR), ("arrival_s", _FLOAT), ("input_len", _INT), ("cached_len", _INT),
+    ("incremental_len", _INT), ("route", _STR), ("prefill_node", _STR), ("decode_node", _STR),
+    ("queue_s", _FLOAT), ("prefill_start_s", _FLOAT), ("prefill_end_s", _FLOAT),
+    ("transfer_start_s", _FLOAT), ("transfer_end_s", _FLOAT), ("kv_bytes", _INT),
+    ("first_token_s", _FLOAT), ("ttft_s", _FLOAT), ("tpot_s", _FLOAT), ("output_len", _INT),
+    ("finish_s", _FLOAT), ("status", _STR), ("fail_reason", _STR),
+])
+assert tuple(REQUEST_SCHEMA.names) == REQUEST_FIELDS, "parquet schema and RequestRecord disagree"
+
+# Always present (NaN where never sampled), so readers can rely on them; callers may add more.
+TIMESERIES_COLUMNS = (
+    "t_s", "threshold_tokens", "egress_mbit", "link_capacity_mbit", "link_utilization",
+    "queue_remote_prefill", "queue_local_prefill", "queue_decode", "ttft_p50_s", "ttft_p90_s",
+    "in_flight", "completed", "failed", "retrans_rate", "rtt_ms",
+)
+
+
+class RunRecorder:
+    """Collects one run's request records and time samples in memory; `finish` writes them."""
+
+    def __init__(self, out_dir: str | Path) -> None:
+        self.out_dir = Path(out_dir)
+        self._records: list[RequestRecord] = []
+        self._samples: list[dict[str, float | None]] = []
+
+    @property
+    def num_requests(self) -> int:
+        return len(self._records)
+
+    def add_request(self, record: RequestRecord) -> None:
+        self._records.append(record)
+
+    def add_sample(self, t_s: float, **columns: float | int | None) -> None:
+        """One timeseries row; every value is a number or None (stored as float64, NaN)."""
+        row: dict[str, float | None] = {"t_s": float(t_s)}
+        for name, value in columns.items():
+            is_number = isinstance(value, int | float) and not isinstance(value, bool)
+            if value is not None and not is_number:
+                raise TelemetryError(f"timeseries: {name} = {value!r} is not a number; "
+                                     "record numbers or None only")
+            row[name] = None if value is None else float(value)
+        self._samples.append(row)
+
+    def add_snapshot(self, snapshot: MetricsSnapshot) -> None:
+        """Record what was (or would have been) published, as one timeseries row."""
+        self.add_sample(
+            snapshot.t_s, threshold_tokens=snapshot.threshold_tokens,
+            egress_mbit=snapshot.egress_mbit, link_capacity_mbit=snapshot.link_capacity_mbit,
+            link_utilization=snapshot.link_utilization,
+            queue_remote_prefill=snapshot.queues.remote_prefill,
+            queue_local_prefill=snapshot.queues.local_prefill, queue_decode=snapshot.queues.decode,
+            ttft_p50_s=snapshot.ttft_p50_s, ttft_p90_s=snapshot.ttft_p90_s,
+            in_flight=snapshot.requests.in_flight, completed=snapshot.requests.completed,
+            failed=snapshot.requests.failed, retrans_rate=snapshot.retrans_rate,
+            rtt_ms=snapshot.rtt_ms,
+        )
+
+    def finish(self, meta: Mapping[str, Any],
+               expect: Mapping[str, Mapping[str, float]] | None = None,
+               duration_s: float | None = None) -> dict[str, Any]:
+        """Write the four files; return the summary.json document.
+
+        `duration_s` defaults to the span from the first arrival to the last finish (or sample).
+        The document holds `summary` (the numbers), `meta` (engine, scenario, link backend and
+        its fallback note, mqtt note, ...), `expect` and `expect_failures` (one line each).
+        """
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        duration = self._duration_s() if duration_s is None else duration_s
+        summary = summarize(self._records, duration)
+        expect = {k: dict(v) for k, v in (expect or {}).items()}
+        doc = {"kind": RUN_KIND, "v": SUMMARY_VERSION, "summary": summary, "meta": dict(meta),
+               "expect": expect, "expect_failures": check_expectations(summary, expect)}
+        requests = pa.Table.from_pylist([asdict(r) for r in self._records], schema=REQUEST_SCHEMA)
+        timeseries = self._timeseries_table()
+        _write_atomic(self.out_dir / "requests.parquet", lambda p: pq.write_table(requests, p))
+        _write_atomic(self.out_dir / "timeseries.parquet", lambda p: pq.write_table(timeseries, p))
+        text = json.dumps(doc, indent=2, allow_nan=False, default=str) + "\n"
+        _write_atomic(self.out_dir / "summary.json", lambda p: Path(p).write_text(text))
+        _write_atomic(self.out_dir / "report.html",
+                      lambda p: write_report(p, requests.to_pandas(), timeseries.to_pandas(), doc))
+        log.info("run recorded in %s: %d requests, %d samples", self.out_dir,
+                 len(self._records), len(self._samples))
+        return doc
+
+    def _duration_s(self) -> float:
+        starts = [r.arrival_s for r in self._records] + [s["t_s"] or 0.0 for s in self._samples]
+        ends = [r.finish_s for r in self._records if r.finish_s is not None] + starts
+        return max(ends) - min(starts) if starts else 0.0
+
+    def _timeseries_table(self) -> pa.Table:
+        extra = sorted({k for row in self._samples for k in row} - set(TIMESERIES_COLUMNS))
+        names = [*TIMESERIES_COLUMNS, *extra]
+        rows = sorted(self._samples, key=lambda row: row["t_s"] or 0.0)
+        schema = pa.schema([(name, pa.float64()) for name in names])
+        return pa.Table.from_pylist(rows, schema=schema)
+
+
+def _write_atomic(path: Path, write: Callable[[str], object]) -> None:
+    """Write through `write(tmp_path)` into the same directory, then rename over `path`."""
+    # A fresh name rather than mkstemp: the writer creates the file, so it gets the umask's
+    # permissions (mkstemp's 0600 would hide results from other users).
+    tmp = str(path.parent / f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_run(run_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+    """(requests, timeseries, summary.json document) of a recorded run; TelemetryError if `run_dir`
+    is missing, incomplete or not a run directory."""
+    path = Path(run_dir)
+    if not path.is_dir():
+        raise TelemetryError(f"run dir {str(path)!r} does not exist; pass the --out directory "
+                             "of a finished run")
+    missing = [name for name in FILES[:3] if not (path / name).is_file()]
+    if missing:
+        raise TelemetryError(f"run dir {str(path)!r} lacks {', '.join(missing)}; is it the --out "
+                             "directory of a finished `python -m emulator run`?")
+    try:
+        doc = json.loads((path / "summary.json").read_text())
+    except (ValueError, OSError) as err:
+        raise TelemetryError(f"run dir {str(path)!r}: summary.json is unreadable ({err}); "
+                             "re-run to record it again") from None
+    if not isinstance(doc, dict) or doc.get("kind") != RUN_KIND or doc.get("v") != SUMMARY_VERSION:
+        raise TelemetryError(f"run dir {str(path)!r}: summary.json is not a v{SUMMARY_VERSION} "
+                             f"{RUN_KIND} summary; point at a directory this emulator wrote")
+    try:
+        requests = pq.read_table(path / "requests.parquet").to_pandas()
+        timeseries = pq.read_table(path / "timeseries.parquet").to_pandas()
+    except (pa.ArrowException, OSError) as err:
+        raise TelemetryError(f"run dir {str(path)!r}: a parquet file is unreadable ({err}); "
+                             "re-run to record it again") from None
+    if tuple(requests.columns) != REQUEST_FIELDS:
+        raise TelemetryError(f"run dir {str(path)!r}: requests.parquet has columns "
+                             f"{list(requests.columns)}; expected the design.md record fields")
+    return requests, timeseries, doc

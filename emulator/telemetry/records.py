@@ -1,0 +1,137 @@
+"""The per-request record of design.md, the run summary computed from records, and `expect:` checks.
+
+Plain values and arithmetic only; writing them to parquet/JSON is `recorder.py`'s job. Summary
+percentiles use `metrics.percentile` (linear interpolation, as numpy) over completed requests.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, fields
+
+from emulator.errors import TelemetryError
+from emulator.telemetry.metrics import percentile
+
+STATUSES = ("completed", "failed")
+ROUTES = ("prfaas", "local")
+BOUNDS = ("min", "max")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestRecord:
+    """One request from arrival to its end; fields (and their order) are design.md's contract.
+
+    A failed request keeps what it reached (e.g. no `first_token_s`) and names `fail_reason`.
+    """
+
+    id: str
+    arrival_s: float
+    input_len: int
+    cached_len: int
+    incremental_len: int
+    route: str | None = None  # "prfaas" | "local"; None if it failed before routing
+    prefill_node: str | None = None
+    decode_node: str | None = None
+    queue_s: float | None = None
+    prefill_start_s: float | None = None
+    prefill_end_s: float | None = None
+    transfer_start_s: float | None = None
+    transfer_end_s: float | None = None
+    kv_bytes: int | None = None
+    first_token_s: float | None = None
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    output_len: int
+    finish_s: float | None = None
+    status: str
+    fail_reason: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise TelemetryError(f"request {self.id}: status = {self.status!r}; use one of "
+                                 f"{', '.join(STATUSES)}")
+        if self.route is not None and self.route not in ROUTES:
+            raise TelemetryError(f"request {self.id}: route = {self.route!r}; use one of "
+                                 f"{', '.join(ROUTES)} or None")
+        if self.status == "failed" and not self.fail_reason:
+            raise TelemetryError(f"request {self.id}: failed without a fail_reason; "
+                                 "name why (link_down, worker_lost, ...)")
+
+
+REQUEST_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(RequestRecord))
+
+
+def summarize(records: Iterable[RequestRecord], duration_s: float) -> dict[str, object]:
+    """The run's headline numbers. TTFT/TPOT come from completed requests; fractions are of all
+    requests; egress counts the KV bytes of PrfaaS-routed requests over the run's duration.
+    None where there is no data (no requests, no completed ones, zero duration)."""
+    records = list(records)
+    num = len(records)
+    done = [r for r in records if r.status == "completed"]
+    ttfts = [r.ttft_s for r in done if r.ttft_s is not None]
+    tpots = [r.tpot_s for r in done if r.tpot_s is not None]
+    remote_kv_bytes = sum(r.kv_bytes or 0 for r in records if r.route == "prfaas")
+    has_time = duration_s > 0
+    return {
+        "duration_s": duration_s,
+        "requests": num,
+        "completed": len(done),
+        "failed_count": num - len(done),
+        "completed_fraction": len(done) / num if num else None,
+        "ttft_mean_s": _mean(ttfts),
+        "ttft_p50_s": percentile(ttfts, 50),
+        "ttft_p90_s": percentile(ttfts, 90),
+        "ttft_p99_s": percentile(ttfts, 99),
+        "tpot_mean_s": _mean(tpots),
+        "throughput_rps": len(done) / duration_s if has_time else None,
+        "prfaas_fraction": sum(r.route == "prfaas" for r in records) / num if num else None,
+        "kv_bytes_total": sum(r.kv_bytes or 0 for r in records),
+        "egress_gbps_mean": remote_kv_bytes * 8 / duration_s / 1e9 if has_time else None,
+        "fail_reasons": dict(sorted(Counter(r.fail_reason for r in records
+                                            if r.status == "failed").items())),
+    }
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def check_expectations(summary: Mapping[str, object],
+                       expect: Mapping[str, Mapping[str, float]]) -> list[str]:
+    """One line per unmet bound, e.g. `ttft_p90_s = 12.3 > max 10.0`; [] when all hold.
+
+    `expect` maps a numeric summary metric to bounds `min` and/or `max` (inclusive). An unknown
+    metric, an unknown bound or a metric without data fails too, so a typo never passes silently.
+    """
+    failures = []
+    for metric, bounds in expect.items():
+        if metric not in summary:
+            numeric = sorted(k for k, v in summary.items() if not isinstance(v, dict))
+            failures.append(f"{metric}: unknown metric; use one of {', '.join(numeric)}")
+            continue
+        value = summary[metric]
+        for bound, limit in bounds.items():
+            failures += _check_bound(metric, value, bound, limit)
+    return failures
+
+
+def _check_bound(metric: str, value: object, bound: str, limit: float) -> list[str]:
+    if bound not in BOUNDS:
+        return [f"{metric}: bound {bound!r} is unknown; use min or max"]
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        shown = "none (no data)" if value is None else f"{value!r} (not a number)"
+        return [f"{metric} = {shown}; expected {bound} {_num(limit)}"]
+    if math.isnan(value):
+        return [f"{metric} = nan; expected {bound} {_num(limit)}"]
+    if bound == "max" and value > limit:
+        return [f"{metric} = {_num(value)} > max {_num(limit)}"]
+    if bound == "min" and value < limit:
+        return [f"{metric} = {_num(value)} < min {_num(limit)}"]
+    return []
+
+
+def _num(x: float) -> str:
+    """Short but exact enough: 12.3, 10.0, 0.123457, 3."""
+    return repr(round(x, 6)) if isinstance(x, float) else str(x)

@@ -1,0 +1,121 @@
+"""The run's self-contained HTML report: a summary table and Plotly charts, plotly.js inlined once.
+
+It opens offline (a classroom without network, a CI artifact). It reads the frames `load_run`
+returns and computes nothing the summary does not already hold, beyond sorting for the CDF.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.offline import get_plotlyjs
+
+TITLES = {
+    "ttft_time": "TTFT over time",
+    "ttft_cdf": "TTFT CDF by route",
+    "egress": "Egress vs link capacity",
+    "queues": "Queue depths over time",
+    "threshold": "Routing threshold over time",
+}
+QUEUE_COLUMNS = {"queue_remote_prefill": "remote prefill", "queue_local_prefill": "local prefill",
+                 "queue_decode": "decode"}
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }
+table { border-collapse: collapse; } td, th { padding: 2px 12px; border-bottom: 1px solid #ddd; }
+th { text-align: left; font-weight: 600; } .fail { color: #b00020; } .nodata { color: #888; }
+section { margin-top: 2em; }
+"""
+
+
+def write_report(path: str | Path, requests_df: pd.DataFrame, timeseries_df: pd.DataFrame,
+                 summary: dict[str, Any]) -> None:
+    """Write the page to `path`. `summary` is the summary.json document (or just its numbers)."""
+    numbers = summary.get("summary", summary)
+    sections = [
+        _section("Summary", _summary_html(numbers, summary.get("meta", {}),
+                                          summary.get("expect_failures", []))),
+        _chart(TITLES["ttft_time"], _ttft_over_time(requests_df), "arrival (s)", "TTFT (s)"),
+        _chart(TITLES["ttft_cdf"], _ttft_cdf(requests_df), "TTFT (s)", "fraction of requests"),
+        _chart(TITLES["egress"], _lines(timeseries_df, {"egress_mbit": "egress",
+                                                        "link_capacity_mbit": "link capacity"}),
+               "time (s)", "Mbit/s"),
+        _chart(TITLES["queues"], _lines(timeseries_df, QUEUE_COLUMNS), "time (s)", "requests"),
+        _chart(TITLES["threshold"], _lines(timeseries_df, {"threshold_tokens": "threshold"},
+                                           shape="hv"), "time (s)", "tokens"),
+    ]
+    title = html.escape(f"PrfaaS run {summary.get('meta', {}).get('scenario', '')}".strip())
+    page = (f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{title}</title>"
+            f"<style>{_STYLE}</style>\n<script type='text/javascript'>{get_plotlyjs()}</script>"
+            f"</head>\n<body><h1>{title}</h1>\n{''.join(sections)}</body></html>\n")
+    Path(path).write_text(page, encoding="utf-8")
+
+
+def _section(title: str, body: str) -> str:
+    return f"<section><h2>{html.escape(title)}</h2>\n{body}</section>\n"
+
+
+def _chart(title: str, traces: list[go.Scatter], x_title: str, y_title: str) -> str:
+    if not traces:
+        return _section(title, "<p class='nodata'>no data</p>")
+    figure = go.Figure(traces)
+    figure.update_layout(xaxis_title=x_title, yaxis_title=y_title, height=380,
+                         margin={"l": 60, "r": 20, "t": 20, "b": 50}, template="plotly_white")
+    return _section(title, figure.to_html(full_html=False, include_plotlyjs=False))
+
+
+def _summary_html(numbers: dict[str, Any], meta: dict[str, Any], failures: list[str]) -> str:
+    rows = [(k, v) for k, v in numbers.items()] + [(k, v) for k, v in meta.items()]
+    cells = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(_shown(v))}</td></tr>"
+                    for k, v in rows)
+    verdict = ("".join(f"<p class='fail'>expect failed: {html.escape(f)}</p>" for f in failures)
+               or "<p>all expectations met</p>")
+    return f"<table>{cells}</table>\n{verdict}"
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "no data"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, dict | list):
+        return json.dumps(value, default=str)
+    return str(value)
+
+
+def _completed(requests_df: pd.DataFrame) -> pd.DataFrame:
+    if requests_df.empty or "ttft_s" not in requests_df:
+        return requests_df.iloc[0:0]
+    return requests_df[(requests_df["status"] == "completed") & requests_df["ttft_s"].notna()]
+
+
+def _ttft_over_time(requests_df: pd.DataFrame) -> list[go.Scatter]:
+    done = _completed(requests_df)
+    return [go.Scatter(x=group["arrival_s"], y=group["ttft_s"], mode="markers", name=str(route))
+            for route, group in done.groupby("route", sort=True)]
+
+
+def _ttft_cdf(requests_df: pd.DataFrame) -> list[go.Scatter]:
+    traces = []
+    for route, group in _completed(requests_df).groupby("route", sort=True):
+        ttfts = group["ttft_s"].sort_values().to_numpy()
+        fractions = [(i + 1) / len(ttfts) for i in range(len(ttfts))]
+        traces.append(go.Scatter(x=ttfts, y=fractions, mode="lines", name=str(route),
+                                 line_shape="hv"))
+    return traces
+
+
+def _lines(timeseries_df: pd.DataFrame, columns: dict[str, str],
+           shape: str = "linear") -> list[go.Scatter]:
+    """One line per column that holds at least one value."""
+    traces = []
+    for column, label in columns.items():
+        if column in timeseries_df and timeseries_df[column].notna().any():
+            rows = timeseries_df[timeseries_df[column].notna()]
+            traces.append(go.Scatter(x=rows["t_s"], y=rows[column], mode="lines", name=label,
+                                     line_shape=shape))
+    return traces

@@ -1,0 +1,338 @@
+"""MQTT payloads (pydantic, `v` = 1), topic names, and the validation of control messages.
+
+Outgoing messages (metrics, events, status, errors) and incoming control knobs live here; how they
+travel (the bus) and what the gateway does with a knob do not. Every control payload is checked
+against a size cap, JSON, its schema and, for links, a full `LinkSpec`, before anyone acts on it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+
+from emulator.errors import LinkSpecError, TelemetryError
+from emulator.net.spec import LinkSpec, parse_link_spec
+
+SCHEMA_VERSION = 1
+TOPIC_ROOT = "prfaas"
+KINDS = ("metrics", "events", "status")
+MAX_CONTROL_BYTES = 64 * 1024
+MAX_ARRIVAL_RATE_PER_S = 1e6
+
+# --- outgoing messages -------------------------------------------------------------------------
+
+
+class _Message(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    v: Literal[1] = 1
+    run_id: str = Field(min_length=1)
+    t_s: float = Field(ge=0)  # seconds since the run started
+
+
+class RequestCounts(BaseModel):
+    """Requests so far, by status and by route (a request counts once in each)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    arrived: int = Field(default=0, ge=0)
+    completed: int = Field(default=0, ge=0)
+    failed: int = Field(default=0, ge=0)
+    in_flight: int = Field(default=0, ge=0)
+    prfaas: int = Field(default=0, ge=0)
+    local: int = Field(default=0, ge=0)
+
+
+class QueueDepths(BaseModel):
+    """Requests waiting per pool, summed over the pool's nodes."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    remote_prefill: int = Field(default=0, ge=0)
+    local_prefill: int = Field(default=0, ge=0)
+    decode: int = Field(default=0, ge=0)
+
+
+class MetricsSnapshot(_Message):
+    """What the dashboard plots, published at >= 2 Hz. None means "no data yet" or "unshaped"."""
+
+    ttft_p50_s: float | None = Field(default=None, ge=0)
+    ttft_p90_s: float | None = Field(default=None, ge=0)
+    requests: RequestCounts = RequestCounts()
+    queues: QueueDepths = QueueDepths()
+    egress_mbit: float = Field(default=0.0, ge=0)
+    link_capacity_mbit: float | None = Field(default=None, gt=0)
+    link_utilization: float | None = Field(default=None, ge=0)
+    retrans_rate: float | None = Field(default=None, ge=0)
+    rtt_ms: float | None = Field(default=None, ge=0)
+    threshold_tokens: int | None = Field(default=None, ge=0)
+    roles: dict[str, str] = {}  # node id -> "prefill" | "decode"
+    link: dict[str, float | None] = {}  # the current LinkSpec's scalar fields
+
+
+LifecycleEvent = Literal["arrived", "routed", "prefill_start", "prefill_end", "transfer_end",
+                         "first_token", "completed", "failed"]
+
+
+class RequestEvent(_Message):
+    """One step of one request's life, as the gateway saw it."""
+
+    request_id: str = Field(min_length=1)
+    event: LifecycleEvent
+    route: Literal["prfaas", "local"] | None = None
+    node: str | None = None
+    reason: str | None = None
+    detail: dict[str, float] = {}  # numbers worth a glance: input_len, kv_bytes, ttft_s, ...
+
+
+class ErrorEvent(_Message):
+    """A message the run refused (bad control payload, ...); shares the events topic."""
+
+    event: Literal["error"] = "error"
+    topic: str
+    error: str
+
+
+class StatusMessage(_Message):
+    """Where a run stands; `note` carries announced fallbacks (link backend, mqtt)."""
+
+    state: Literal["starting", "running", "draining", "finished", "failed"]
+    engine: str
+    link_backend: str | None = None
+    note: str = ""
+
+
+EventMessage = Annotated[RequestEvent | ErrorEvent, Field(discriminator="event")]
+_EVENT_ADAPTER: TypeAdapter[RequestEvent | ErrorEvent] = TypeAdapter(EventMessage)
+
+
+# --- topics ------------------------------------------------------------------------------------
+
+
+def _check_segment(what: str, value: str) -> str:
+    if not value or any(c in value for c in "/+#\0"):
+        raise TelemetryError(f"mqtt topic: {what} {value!r} is empty or holds '/', '+', '#'; "
+                             "use letters, digits, '-' and '_'")
+    return value
+
+
+def topic(run_id: str, kind: str) -> str:
+    """`prfaas/<run>/<kind>` for kind in metrics, events, status."""
+    if kind not in KINDS:
+        raise TelemetryError(f"mqtt topic: kind {kind!r} is unknown; use one of {', '.join(KINDS)}")
+    return f"{TOPIC_ROOT}/{_check_segment('run id', run_id)}/{kind}"
+
+
+def control_topic(run_id: str, knob: str) -> str:
+    """`prfaas/<run>/control/<knob>`; `knob="#"` gives the subscription filter for all knobs."""
+    knob = knob if knob == "#" else _check_segment("knob", knob)
+    return f"{TOPIC_ROOT}/{_check_segment('run id', run_id)}/control/{knob}"
+
+
+def knob_of(run_id: str, control_topic_name: str) -> str:
+    """The knob part of a control topic (anything after `control/`, even with more slashes)."""
+    return control_topic_name.removeprefix(f"{TOPIC_ROOT}/{run_id}/control/")
+
+
+def parse_message(kind: str, payload: bytes) -> BaseModel:
+    """Decode a received metrics/events/status payload: for subscribers such as the dashboard."""
+    models: dict[str, Any] = {"metrics": MetricsSnapshot, "status": StatusMessage}
+    if kind not in KINDS:
+        raise TelemetryError(f"mqtt message: kind {kind!r} is unknown; "
+                             f"use one of {', '.join(KINDS)}")
+    try:
+        if kind == "events":
+            return _EVENT_ADAPTER.validate_json(payload)
+        return models[kind].model_validate_json(payload)
+    except ValidationError as err:
+        raise TelemetryError(f"mqtt {kind} message: {_one_line(err)}") from None
+
+
+# --- control messages --------------------------------------------------------------------------
+
+
+class Knob(StrEnum):
+    THRESHOLD = "threshold"
+    POLICY = "policy"
+    CACHE_AFFINITY = "cache_affinity"
+    SCHEDULER = "scheduler"
+    LINK = "link"
+    ARRIVAL_RATE = "arrival_rate"
+    PAUSE = "pause"
+    RESUME = "resume"
+
+
+class _Control(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
+
+    v: Literal[1] = 1
+
+
+class ThresholdControl(_Control):
+    tokens: int = Field(ge=0)
+
+
+class PolicyControl(_Control):
+    policy: Literal["prfaas", "local-only", "all-remote"]
+
+
+class CacheAffinityControl(_Control):
+    enabled: bool
+
+
+class SchedulerControl(_Control):
+    short_term: bool | None = None
+    long_term: bool | None = None
+
+    @model_validator(mode="after")
+    def _something_to_change(self) -> SchedulerControl:
+        if self.short_term is None and self.long_term is None:
+            raise ValueError("names no scheduler; set short_term and/or long_term")
+        return self
+
+
+class LinkControl(_Control):
+    """Only the fields present in the payload change; `bandwidth_mbit: null` means unshaped."""
+
+    bandwidth_mbit: float | None = None
+    delay_ms: float = 0.0
+    jitter_ms: float = 0.0
+    loss_pct: float = 0.0
+
+    @model_validator(mode="after")
+    def _something_to_change(self) -> LinkControl:
+        if not self.model_fields_set - {"v"}:
+            raise ValueError("changes nothing; set bandwidth_mbit, delay_ms, jitter_ms or loss_pct")
+        return self
+
+
+class ArrivalRateControl(_Control):
+    rate_per_s: float = Field(gt=0, le=MAX_ARRIVAL_RATE_PER_S)
+
+
+class EmptyControl(_Control):
+    """pause and resume carry nothing but `v`."""
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerChange:
+    """None leaves that timescale as it is."""
+
+    short_term: bool | None
+    long_term: bool | None
+
+
+@dataclass(frozen=True, slots=True)
+class LinkChange:
+    """The link fields a control message sets, in payload order; `apply_to` re-validates them."""
+
+    changes: tuple[tuple[str, float | None], ...]
+
+    def apply_to(self, base: LinkSpec) -> LinkSpec:
+        try:
+            return parse_link_spec(base.model_dump() | dict(self.changes), where="control/link")
+        except LinkSpecError as err:
+            raise TelemetryError(str(err).replace("\n", "; ")) from None
+
+
+ControlValue = int | float | str | bool | SchedulerChange | LinkChange | None
+
+
+@dataclass(frozen=True, slots=True)
+class ControlCommand:
+    """A validated knob change. Values: threshold -> int tokens, policy -> str, cache_affinity
+    -> bool, scheduler -> SchedulerChange, link -> LinkChange, arrival_rate -> float per second,
+    pause/resume -> None."""
+
+    knob: Knob
+    value: ControlValue
+
+
+_MODELS: dict[Knob, type[_Control]] = {
+    Knob.THRESHOLD: ThresholdControl, Knob.POLICY: PolicyControl,
+    Knob.CACHE_AFFINITY: CacheAffinityControl, Knob.SCHEDULER: SchedulerControl,
+    Knob.LINK: LinkControl, Knob.ARRIVAL_RATE: ArrivalRateControl,
+    Knob.PAUSE: EmptyControl, Knob.RESUME: EmptyControl,
+}
+
+_HINTS = {
+    Knob.THRESHOLD: 'send {"v": 1, "tokens": N} with N a whole number >= 0',
+    Knob.POLICY: 'send {"v": 1, "policy": "prfaas" | "local-only" | "all-remote"}',
+    Knob.CACHE_AFFINITY: 'send {"v": 1, "enabled": true | false}',
+    Knob.SCHEDULER: 'send {"v": 1, "short_term": true | false, "long_term": true | false}',
+    Knob.LINK: 'send {"v": 1} with any of bandwidth_mbit (> 0 or null), delay_ms, jitter_ms, '
+               "loss_pct (numbers >= 0)",
+    Knob.ARRIVAL_RATE: f'send {{"v": 1, "rate_per_s": R}} with 0 < R <= {MAX_ARRIVAL_RATE_PER_S:g}',
+    Knob.PAUSE: 'send {"v": 1}',
+    Knob.RESUME: 'send {"v": 1}',
+}
+
+
+def parse_control(knob: str, payload: bytes, link_base: LinkSpec | None = None) -> ControlCommand:
+    """Validate one control message; TelemetryError carries one line naming field, value and fix.
+
+    A link change is checked by merging it onto `link_base` (default: an unshaped LinkSpec).
+    """
+    try:
+        known = Knob(knob)
+    except ValueError:
+        raise TelemetryError(f"control: knob {knob!r} is unknown; use one of "
+                             f"{', '.join(k.value for k in Knob)}") from None
+    where, hint = f"control/{known.value}", _HINTS[known]
+    if len(payload) > MAX_CONTROL_BYTES:
+        raise TelemetryError(f"{where}: payload of {len(payload)} bytes is over the "
+                             f"{MAX_CONTROL_BYTES}-byte limit; {hint}")
+    try:
+        data = json.loads(payload)
+    except ValueError as err:
+        raise TelemetryError(f"{where}: payload is not JSON ({err}); {hint}") from None
+    if not isinstance(data, dict):
+        raise TelemetryError(f"{where}: payload is a JSON {type(data).__name__}, "
+                             f"not an object; {hint}")
+    try:
+        model = _MODELS[known].model_validate(data)
+    except ValidationError as err:
+        raise TelemetryError(f"{where}: {_one_line(err)}; {hint}") from None
+    command = ControlCommand(known, _value_of(model))
+    if isinstance(command.value, LinkChange):
+        command.value.apply_to(link_base or LinkSpec())
+    return command
+
+
+def _value_of(model: _Control) -> ControlValue:
+    match model:
+        case ThresholdControl():
+            return model.tokens
+        case PolicyControl():
+            return model.policy
+        case CacheAffinityControl():
+            return model.enabled
+        case SchedulerControl():
+            return SchedulerChange(model.short_term, model.long_term)
+        case LinkControl():
+            fields = [f for f in LinkControl.model_fields if f in model.model_fields_set - {"v"}]
+            return LinkChange(tuple((f, getattr(model, f)) for f in fields))
+        case ArrivalRateControl():
+            return model.rate_per_s
+    return None
+
+
+def _one_line(err: ValidationError) -> str:
+    """Each problem as `field = value: what is wrong`, joined with '; '."""
+    parts = []
+    for e in err.errors():
+        field = ".".join(str(p) for p in e["loc"]) or "payload"
+        if e["type"] == "extra_forbidden":
+            parts.append(f"{field} is not a known field; remove it")
+        elif e["type"] == "missing":
+            parts.append(f"{field} is missing")
+        elif not e["loc"]:
+            parts.append(f"payload {e['msg'].removeprefix('Value error, ')}")
+        else:
+            parts.append(f"{field} = {json.dumps(e.get('input'), default=str)} is invalid "
+                         f"({e['msg'].lower()})")
+    return "; ".join(parts)

@@ -1,0 +1,85 @@
+"""The per-request record, the run summary (hand-computed) and `expect:` checks."""
+
+from __future__ import annotations
+
+import pytest
+
+from emulator.errors import TelemetryError
+from emulator.telemetry.records import REQUEST_FIELDS, RequestRecord, check_expectations, summarize
+
+
+def test_record_fields_are_exactly_the_design_list(design_fields: tuple[str, ...]) -> None:
+    assert REQUEST_FIELDS == design_fields
+
+
+@pytest.mark.parametrize(
+    ("changes", "fragment"),
+    [({"status": "lost"}, "status = 'lost'"), ({"route": "moon"}, "route = 'moon'"),
+     ({"status": "failed"}, "without a fail_reason")],
+)
+def test_record_refuses_unknown_status_route_and_silent_failures(changes: dict,
+                                                                 fragment: str) -> None:
+    fields = {"id": "x", "arrival_s": 0.0, "input_len": 1, "cached_len": 0,
+              "incremental_len": 1, "output_len": 1, "status": "completed"} | changes
+    with pytest.raises(TelemetryError, match=fragment):
+        RequestRecord(**fields)
+
+
+def test_summarize_hand_computed(records: list[RequestRecord]) -> None:
+    summary = summarize(records, duration_s=10.0)
+    # TTFTs of completed requests sorted: 0.2, 0.4, 1.0; p90 rank 1.8 -> 0.4 + 0.8 * 0.6.
+    assert summary == {
+        "duration_s": 10.0,
+        "requests": 5,
+        "completed": 3,
+        "failed_count": 2,
+        "completed_fraction": pytest.approx(0.6),
+        "ttft_mean_s": pytest.approx(1.6 / 3),
+        "ttft_p50_s": pytest.approx(0.4),
+        "ttft_p90_s": pytest.approx(0.88),
+        "ttft_p99_s": pytest.approx(0.988),
+        "tpot_mean_s": pytest.approx(0.04),
+        "throughput_rps": pytest.approx(0.3),
+        "prfaas_fraction": pytest.approx(0.4),
+        "kv_bytes_total": 1_800_000_000,
+        # PrfaaS KV bytes (1.0 GB + 0.5 GB of the failed one) * 8 / 10 s = 1.2 Gbit/s
+        "egress_gbps_mean": pytest.approx(1.2),
+        "fail_reasons": {"link_down": 1, "worker_lost": 1},
+    }
+
+
+def test_summarize_empty_run_has_no_data_not_zero_division() -> None:
+    summary = summarize([], duration_s=0.0)
+    assert summary["requests"] == 0 and summary["fail_reasons"] == {}
+    assert summary["ttft_p90_s"] is None and summary["completed_fraction"] is None
+    assert summary["throughput_rps"] is None and summary["egress_gbps_mean"] is None
+
+
+def test_expectations_pass(records: list[RequestRecord]) -> None:
+    summary = summarize(records, duration_s=10.0)
+    expect = {"ttft_p90_s": {"max": 1.0}, "completed_fraction": {"min": 0.6, "max": 1.0},
+              "failed_count": {"max": 2}}
+    assert check_expectations(summary, expect) == []
+
+
+def test_expectations_fail_one_line_each(records: list[RequestRecord]) -> None:
+    summary = summarize(records, duration_s=10.0) | {"ttft_p90_s": 12.3}
+    expect = {
+        "ttft_p90_s": {"max": 10.0},
+        "completed_fraction": {"min": 0.99},
+        "ttft_p99": {"max": 1.0},
+        "throughput_rps": {"avg": 1.0},
+        "fail_reasons": {"max": 0},
+    }
+    failures = check_expectations(summary, expect)
+    assert failures[:2] == ["ttft_p90_s = 12.3 > max 10.0", "completed_fraction = 0.6 < min 0.99"]
+    assert failures[2].startswith("ttft_p99: unknown metric; use one of ")
+    assert "ttft_p99_s" in failures[2]
+    assert failures[3] == "throughput_rps: bound 'avg' is unknown; use min or max"
+    assert failures[4].startswith("fail_reasons = {") and "(not a number)" in failures[4]
+    assert len(failures) == 5
+
+
+def test_expectation_on_a_metric_without_data_fails() -> None:
+    assert check_expectations(summarize([], 0.0), {"ttft_p90_s": {"max": 1.0}}) == [
+        "ttft_p90_s = none (no data); expected max 1.0"]

@@ -1,0 +1,149 @@
+"""MQTT payloads: topics, round trips of each message, and the validation of control knobs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from emulator.errors import TelemetryError
+from emulator.net.spec import LinkSpec
+from emulator.telemetry.schemas import (
+    MAX_CONTROL_BYTES,
+    ControlCommand,
+    ErrorEvent,
+    Knob,
+    LinkChange,
+    MetricsSnapshot,
+    QueueDepths,
+    RequestCounts,
+    RequestEvent,
+    SchedulerChange,
+    StatusMessage,
+    control_topic,
+    knob_of,
+    parse_control,
+    parse_message,
+    topic,
+)
+
+SNAPSHOT = MetricsSnapshot(
+    run_id="r1", t_s=12.5, ttft_p50_s=0.8, ttft_p90_s=None,
+    requests=RequestCounts(arrived=10, completed=7, failed=1, in_flight=2, prfaas=4, local=6),
+    queues=QueueDepths(remote_prefill=1, local_prefill=0, decode=3), egress_mbit=420.0,
+    link_capacity_mbit=1000.0, link_utilization=0.42, retrans_rate=0.001, rtt_ms=20.4,
+    threshold_tokens=4096, roles={"local-prefill-0": "prefill", "local-decode-0": "decode"},
+    link={"bandwidth_mbit": 1000.0, "delay_ms": 10.0, "jitter_ms": 0.0, "loss_pct": 0.0},
+)
+MESSAGES = [
+    ("metrics", SNAPSHOT),
+    ("events", RequestEvent(run_id="r1", t_s=1.0, request_id="q7", event="routed", route="prfaas",
+                            node="remote-prefill-0", reason="incremental > t",
+                            detail={"input_len": 9000.0})),
+    ("events", ErrorEvent(run_id="r1", t_s=2.0, topic="prfaas/r1/control/x", error="bad")),
+    ("status", StatusMessage(run_id="r1", t_s=0.0, state="running", engine="live",
+                             link_backend="tun", note="netem unavailable")),
+]
+
+
+def test_topics() -> None:
+    assert topic("r1", "metrics") == "prfaas/r1/metrics"
+    assert control_topic("r1", "threshold") == "prfaas/r1/control/threshold"
+    assert control_topic("r1", "#") == "prfaas/r1/control/#"
+    assert knob_of("r1", "prfaas/r1/control/link") == "link"
+    for bad in (lambda: topic("r1", "logs"), lambda: topic("a/b", "metrics"),
+                lambda: control_topic("r1", "+")):
+        with pytest.raises(TelemetryError):
+            bad()
+
+
+@pytest.mark.parametrize(("kind", "message"), MESSAGES, ids=[type(m).__name__ for _, m in MESSAGES])
+def test_message_round_trip(kind: str, message) -> None:
+    payload = message.model_dump_json().encode()
+    assert json.loads(payload)["v"] == 1
+    assert parse_message(kind, payload) == message
+
+
+def test_message_with_unknown_field_or_version_is_refused() -> None:
+    data = SNAPSHOT.model_dump() | {"v": 2}
+    with pytest.raises(TelemetryError, match="v = 2"):
+        parse_message("metrics", json.dumps(data).encode())
+    with pytest.raises(TelemetryError, match="extra is not a known field"):
+        parse_message("status", json.dumps({"run_id": "r", "t_s": 0, "state": "running",
+                                            "engine": "live", "extra": 1}).encode())
+
+
+@pytest.mark.parametrize(
+    ("knob", "payload", "value"),
+    [
+        ("threshold", {"v": 1, "tokens": 8192}, 8192),
+        ("threshold", {"tokens": 0}, 0),
+        ("policy", {"v": 1, "policy": "local-only"}, "local-only"),
+        ("cache_affinity", {"v": 1, "enabled": False}, False),
+        ("scheduler", {"v": 1, "short_term": True}, SchedulerChange(True, None)),
+        ("scheduler", {"v": 1, "short_term": False, "long_term": True},
+         SchedulerChange(False, True)),
+        ("link", {"v": 1, "bandwidth_mbit": 100, "delay_ms": 25.5},
+         LinkChange((("bandwidth_mbit", 100.0), ("delay_ms", 25.5)))),
+        ("link", {"v": 1, "bandwidth_mbit": None}, LinkChange((("bandwidth_mbit", None),))),
+        ("link", {"v": 1, "loss_pct": 1, "jitter_ms": 2}, LinkChange((("jitter_ms", 2.0),
+                                                                      ("loss_pct", 1.0)))),
+        ("arrival_rate", {"v": 1, "rate_per_s": 2.5}, 2.5),
+        ("pause", {"v": 1}, None),
+        ("resume", {}, None),
+    ],
+)
+def test_valid_control(knob: str, payload: dict, value: object) -> None:
+    assert parse_control(knob, json.dumps(payload).encode()) == ControlCommand(Knob(knob), value)
+
+
+def test_link_change_applies_onto_a_base() -> None:
+    base = LinkSpec(bandwidth_mbit=1000, delay_ms=10, queue_packets=500)
+    change = parse_control("link", b'{"v": 1, "bandwidth_mbit": 100}').value
+    assert change.apply_to(base) == LinkSpec(bandwidth_mbit=100, delay_ms=10, queue_packets=500)
+
+
+@pytest.mark.parametrize(
+    ("knob", "payload", "fragments"),
+    [
+        ("threshold", b'{"tokens": -5}', ["control/threshold", "tokens = -5", "tokens"]),
+        ("threshold", b'{"tokens": "100"}', ["tokens = \"100\"", "valid integer"]),
+        ("threshold", b'{"tokens": 1.5}', ["tokens = 1.5"]),
+        ("threshold", b'{"tokens": true}', ["tokens = true"]),
+        ("threshold", b'{}', ["tokens is missing"]),
+        ("threshold", b'{"tokens": 5, "v": 2}', ["v = 2", '"v": 1']),
+        ("threshold", b'{"tokens": 5, "limit": 2}', ["limit is not a known field"]),
+        ("policy", b'{"policy": "fastest"}', ["policy = \"fastest\"", "local-only"]),
+        ("cache_affinity", b'{"enabled": "yes"}', ["enabled = \"yes\"", "true | false"]),
+        ("scheduler", b'{"v": 1}', ["short_term and/or long_term"]),
+        ("scheduler", b'{"short_term": 1}', ["short_term = 1"]),
+        ("link", b'{"delay_ms": -3}', ["control/link.delay_ms", "-3", "use 0"]),
+        ("link", b'{"bandwidth_mbit": 0}', ["bandwidth_mbit", "0"]),
+        ("link", b'{"loss_pct": 150}', ["loss_pct", "150"]),
+        ("link", b'{"queue_packets": 10}', ["queue_packets is not a known field"]),
+        ("link", b'{"v": 1}', ["changes nothing"]),
+        ("arrival_rate", b'{"rate_per_s": 0}', ["rate_per_s = 0", "greater than 0"]),
+        ("arrival_rate", b'{"rate_per_s": -1.5}', ["rate_per_s = -1.5"]),
+        ("pause", b'{"now": true}', ["now is not a known field"]),
+        ("speed", b'{"v": 1}', ["knob 'speed' is unknown", "threshold", "arrival_rate"]),
+        ("threshold", b'{"tokens": ', ["not JSON", "tokens"]),
+        ("threshold", b"\xff\xfe", ["not JSON"]),
+        ("threshold", b"[1, 2]", ["JSON list, not an object"]),
+        ("threshold", b"{" + b" " * MAX_CONTROL_BYTES + b"}", ["over the 65536-byte limit"]),
+    ],
+)
+def test_bad_control_is_one_line_naming_the_field(knob: str, payload: bytes,
+                                                  fragments: list[str]) -> None:
+    with pytest.raises(TelemetryError) as err:
+        parse_control(knob, payload)
+    message = str(err.value)
+    assert "\n" not in message
+    for fragment in fragments:
+        assert fragment in message, message
+
+
+def test_link_change_checked_against_the_given_base() -> None:
+    base = LinkSpec(delay_ms=10, jitter_ms=0)
+    assert parse_control("link", b'{"jitter_ms": 5}', base).value.apply_to(base).jitter_ms == 5
+    with pytest.raises(TelemetryError, match="jitter_ms"):
+        parse_control("link", b'{"jitter_ms": -1}', base)
