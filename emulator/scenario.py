@@ -17,8 +17,19 @@ from emulator.errors import ScenarioError
 from emulator.net.spec import LinkSpec, format_validation_error, lines_error
 from emulator.scenario_overrides import PathError, check_override_path, parse_override, set_path
 from emulator.scenario_parts import (
-    SECTION_HINTS, Bounds, ClustersSpec, Count, Metric, ModelSpec, Name, Positive, PrefixCacheSpec,
-    RouterSpec, SchedulerSpec, Section, TimelineEvent,
+    SECTION_HINTS,
+    Bounds,
+    ClustersSpec,
+    Count,
+    Metric,
+    ModelSpec,
+    Name,
+    Positive,
+    PrefixCacheSpec,
+    RouterSpec,
+    SchedulerSpec,
+    Section,
+    TimelineEvent,
 )
 from emulator.scenario_rules import static_problems
 from emulator.scenario_workload import WORKLOAD_HINTS, WorkloadSpec

@@ -1,0 +1,300 @@
+"""The control protocol between the gateway and its workers: JSON lines, one pydantic model per op.
+
+Every line is one JSON object with `"v": 1` and `"op"`, at most MAX_LINE_BYTES long; the size is
+checked before parsing and each model forbids extra fields and coerces no types. Times `t` are
+`time.monotonic()` (CLOCK_MONOTONIC, comparable across processes). The KV bytes do not pass here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import json
+from collections.abc import Sequence
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from emulator.errors import WorkerError
+from model_stub.config import BLOCK_TOKENS
+
+VERSION = 1
+MAX_LINE_BYTES = 1 << 20
+STREAM_LIMIT = MAX_LINE_BYTES + 1  # asyncio StreamReader `limit=` for a control connection
+MAX_RID = (1 << 63) - 1  # the KV transport carries request ids as u64
+
+Rid = Annotated[int, Field(ge=0, le=MAX_RID)]
+Time = Annotated[float, Field(ge=0)]
+Role = Literal["prefill", "decode"]
+
+
+class _Msg(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    v: Literal[1] = VERSION
+
+
+# worker -> gateway
+
+
+class Hello(_Msg):
+    op: Literal["hello"] = "hello"
+    node: str = Field(min_length=1)
+    roles: list[Role] = Field(min_length=1)
+    kv_port: Annotated[int, Field(ge=1, le=65535)] | None
+    pid: int
+    device: str
+    threads: Annotated[int, Field(ge=1)]
+
+
+class PrefillStarted(_Msg):
+    op: Literal["prefill_started"] = "prefill_started"
+    rid: Rid
+    t: Time
+
+
+class PrefillDone(_Msg):
+    op: Literal["prefill_done"] = "prefill_done"
+    rid: Rid
+    t_start: Time
+    t_end: Time
+    cached_len: Annotated[int, Field(ge=0)]  # prefix tokens actually reused from the store
+    kv_bytes: Annotated[int, Field(ge=0)]  # layer frames handed to the transport
+    first_token: Annotated[int, Field(ge=0)]
+    held_s: Annotated[float, Field(ge=0)]  # extra time the speed factor added
+
+
+class TransferDone(_Msg):
+    op: Literal["transfer_done"] = "transfer_done"
+    rid: Rid
+    t_start: Time
+    t_end: Time
+    status: Literal["delivered", "failed"]
+    reason: str = ""
+
+
+class FirstToken(_Msg):
+    op: Literal["first_token"] = "first_token"
+    rid: Rid
+    t: Time
+
+
+class Completed(_Msg):
+    op: Literal["completed"] = "completed"
+    rid: Rid
+    t: Time
+    tokens: list[Annotated[int, Field(ge=0)]]
+    tpot_s: Annotated[float, Field(ge=0)]
+
+
+class Failed(_Msg):
+    op: Literal["failed"] = "failed"
+    rid: Rid
+    stage: Literal["prefill", "transfer", "decode"]
+    reason: str = Field(min_length=1)
+
+
+class LinkStats(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    goodput_bytes_per_s: Annotated[float, Field(ge=0)]
+    retrans_rate: Annotated[float, Field(ge=0)]
+    rtt_ms: Annotated[float, Field(ge=0)]
+    rtt_inflation: Annotated[float, Field(ge=0)]
+    bytes_sent: Annotated[int, Field(ge=0)]
+
+
+class Stats(_Msg):
+    op: Literal["stats"] = "stats"
+    t: Time
+    queue_depth: Annotated[int, Field(ge=0)]
+    batch_size: Annotated[int, Field(ge=0)]
+    role: Role
+    link: LinkStats | None
+
+
+class RoleSet(_Msg):
+    op: Literal["role_set"] = "role_set"
+    role: Role
+
+
+# gateway -> worker
+
+
+class Prefill(_Msg):
+    """Prefill `prompt` (base64 of the byte tokens) and ship its KV to `kv_target`.
+
+    `resume_tokens`/`resume_key` name a prefix entry to resume from (0/"" = none); `store` lists
+    [tokens, key] snapshots of this prompt's prefix to keep afterwards.
+    """
+
+    op: Literal["prefill"] = "prefill"
+    rid: Rid
+    prompt: str = Field(min_length=1)
+    decode_node: str = Field(min_length=1)
+    kv_target: tuple[str, Annotated[int, Field(ge=1, le=65535)]]
+    output_len: Annotated[int, Field(ge=1)]
+    resume_tokens: Annotated[int, Field(ge=0)] = 0
+    resume_key: str = ""
+    store: list[tuple[Annotated[int, Field(ge=1)], Annotated[str, Field(min_length=1)]]] = []
+    deadline_s: Annotated[float, Field(gt=0)]
+
+    @model_validator(mode="after")
+    def _check(self) -> Prefill:
+        num_tokens = len(decode_prompt(self.prompt))
+        if self.resume_tokens % BLOCK_TOKENS or self.resume_tokens >= num_tokens:
+            raise ValueError(
+                f"resume_tokens: {self.resume_tokens} must be a multiple of {BLOCK_TOKENS} "
+                f"below the prompt's {num_tokens} tokens; send 0 to prefill from scratch")
+        if self.resume_tokens and not self.resume_key:
+            raise ValueError("resume_key: empty while resume_tokens > 0; name the prefix entry")
+        for tokens, key in self.store:
+            if tokens % BLOCK_TOKENS or tokens > num_tokens:
+                raise ValueError(
+                    f"store: [{tokens}, {key!r}] must sit on a multiple of {BLOCK_TOKENS} "
+                    f"within the prompt's {num_tokens} tokens; round it down to a block boundary")
+        return self
+
+    def prompt_tokens(self) -> list[int]:
+        return decode_prompt(self.prompt)
+
+
+class Decode(_Msg):
+    op: Literal["decode"] = "decode"
+    rid: Rid
+    first_token: Annotated[int, Field(ge=0)]
+    output_len: Annotated[int, Field(ge=1)]
+    prompt_len: Annotated[int, Field(ge=1)]
+
+
+class SetRole(_Msg):
+    op: Literal["set_role"] = "set_role"
+    role: Role
+
+
+class Cancel(_Msg):
+    op: Literal["cancel"] = "cancel"
+    rid: Rid
+
+
+class Shutdown(_Msg):
+    op: Literal["shutdown"] = "shutdown"
+
+
+Message = (
+    Hello | PrefillStarted | PrefillDone | TransferDone | FirstToken | Completed | Failed | Stats
+    | RoleSet | Prefill | Decode | SetRole | Cancel | Shutdown
+)
+OP_TO_MODEL: dict[str, type[_Msg]] = {
+    m.model_fields["op"].default: m
+    for m in (Hello, PrefillStarted, PrefillDone, TransferDone, FirstToken, Completed, Failed,
+              Stats, RoleSet, Prefill, Decode, SetRole, Cancel, Shutdown)
+}
+
+
+def encode_prompt(tokens: Sequence[int] | bytes) -> str:
+    """Byte tokens (0-255) as the base64 text a `prefill` carries."""
+    try:
+        return base64.b64encode(bytes(tokens)).decode("ascii")
+    except ValueError:
+        raise WorkerError("prompt: tokens must be bytes 0-255; the model is byte-level") from None
+
+
+def decode_prompt(text: str) -> list[int]:
+    try:
+        data = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError(f"prompt: {_clip(text)} is not base64; encode the bytes with "
+                         "encode_prompt") from None
+    if not data:
+        raise ValueError("prompt: decodes to no tokens; send at least one byte")
+    return list(data)
+
+
+def encode(msg: Message) -> bytes:
+    """One message as a JSON line (with its newline); refuses lines the reader would refuse."""
+    line = msg.model_dump_json().encode() + b"\n"
+    if len(line) - 1 > MAX_LINE_BYTES:
+        raise WorkerError(f"{msg.op}: {len(line) - 1} bytes exceeds MAX_LINE_BYTES "
+                          f"({MAX_LINE_BYTES}); shorten the prompt")
+    return line
+
+
+def decode(line: bytes) -> Message:
+    """One JSON line (trailing newline optional) as its message; WorkerError names what is wrong."""
+    line = line.rstrip(b"\r\n")
+    if len(line) > MAX_LINE_BYTES:
+        raise WorkerError(f"line: {len(line)} bytes exceeds MAX_LINE_BYTES ({MAX_LINE_BYTES}); "
+                          "send shorter messages")
+    try:
+        obj = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise WorkerError(f"line: {_clip(line)} is not JSON ({err}); send one JSON object "
+                          "per line") from None
+    if not isinstance(obj, dict):
+        raise WorkerError(f"line: a JSON {type(obj).__name__} is not an object; send one JSON "
+                          "object per line")
+    if type(obj.get("v")) is not int or obj["v"] != VERSION:
+        raise WorkerError(f"v: {_clip(obj.get('v'))} is not a supported version; send \"v\": "
+                          f"{VERSION}")
+    op = obj.get("op")
+    model = OP_TO_MODEL.get(op) if isinstance(op, str) else None
+    if model is None:
+        raise WorkerError(f"op: {_clip(op)} is not a known op; use one of {', '.join(OP_TO_MODEL)}")
+    try:
+        return model.model_validate_json(line)  # type: ignore[return-value]
+    except ValidationError as err:
+        raise WorkerError(_one_line(op, err)) from None
+
+
+def _one_line(op: str, err: ValidationError) -> str:
+    first = err.errors(include_url=False)[0]
+    field = ".".join(str(p) for p in first["loc"]) or "message"
+    kind, msg = first["type"], first["msg"].removeprefix("Value error, ")
+    if kind == "extra_forbidden":
+        return f"{op}.{field}: is not a field of {op}; remove it"
+    if kind == "missing":
+        return f"{op}.{field}: missing; add it"
+    if kind == "value_error":
+        return f"{op}.{msg}"
+    return f"{op}.{field}: {_clip(first.get('input'))} rejected; {msg[:1].lower()}{msg[1:]}"
+
+
+def _clip(value: object, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+async def read_message(reader: asyncio.StreamReader) -> Message | None:
+    """The next message, or None at a clean end of stream.
+
+    An oversized line is skipped whole before WorkerError is raised, so the connection can go on;
+    the reader must be made with `limit=STREAM_LIMIT` (or more).
+    """
+    try:
+        line = await reader.readuntil(b"\n")
+    except asyncio.IncompleteReadError as err:
+        if err.partial.strip():
+            raise WorkerError(f"line: connection closed after {len(err.partial)} bytes of an "
+                              "unterminated line; end every message with a newline") from None
+        return None
+    except asyncio.LimitOverrunError:
+        skipped = await _skip_line(reader)
+        raise WorkerError(f"line: {skipped} bytes exceeds MAX_LINE_BYTES ({MAX_LINE_BYTES}); "
+                          "send shorter messages") from None
+    return decode(line)
+
+
+async def _skip_line(reader: asyncio.StreamReader) -> int:
+    skipped = 0
+    while True:
+        try:
+            return skipped + len(await reader.readuntil(b"\n"))
+        except asyncio.LimitOverrunError as err:
+            skipped += len(await reader.readexactly(max(err.consumed, 1)))
+        except asyncio.IncompleteReadError as err:
+            return skipped + len(err.partial)
+
+
+async def write_message(writer: asyncio.StreamWriter, msg: Message) -> None:
+    writer.write(encode(msg))
+    await writer.drain()

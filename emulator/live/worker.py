@@ -1,0 +1,260 @@
+"""A live worker process: `python -m emulator.live.worker --node remote-prefill-0 --gateway ...`.
+
+It loads the model once, says hello to the gateway over TCP on the host, and serves its commands
+on one asyncio loop; torch runs on one thread and only KV sockets live in the datacenter's
+namespace. It exits 0 on SIGTERM, `shutdown` or a lost gateway, 2 on bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+
+import torch
+
+from emulator.control.types import Cluster, NodeId, Role
+from emulator.errors import PrfaasError, WorkerError
+from emulator.live import protocol as p
+from emulator.live.compute import ComputeThread
+from emulator.live.decode_engine import DecodeEngine
+from emulator.live.kv_links import KvLinks
+from emulator.live.prefill_engine import PrefillEngine
+from emulator.live.prefix_store import PrefixStore
+from emulator.net.netns import netns_socket
+from emulator.transport.sender import CONGESTION_CONTROLS
+from model_stub.config import PRESET_NAMES, SIZES, get_preset
+from model_stub.model import HybridModel, resolve_device
+
+log = logging.getLogger(__name__)
+STATS_INTERVAL_S = 0.25
+FLUSH_TIMEOUT_S = 2.0
+SHUTTING_DOWN = "worker shutting down"
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m emulator.live.worker",
+                                     description="a PrfaaS Lab prefill/decode worker")
+    add = parser.add_argument
+    add("--node", required=True, help="remote-prefill-<i>, local-prefill-<i> or local-decode-<i>")
+    add("--gateway", required=True, help="HOST:PORT of the gateway's control listener")
+    add("--netns", default="", help="namespace for KV sockets ('' = the host's)")
+    add("--kv-addr", default="127.0.0.1", help="address the decode receiver binds to")
+    add("--preset", default="kimi-linear-mini", choices=PRESET_NAMES)
+    add("--size", default="tiny", choices=SIZES)
+    add("--seed", type=int, default=1234)
+    add("--device", default="cpu", choices=("auto", "cpu", "cuda"))
+    add("--threads", type=int, default=1)
+    add("--speed-factor", type=float, default=1.0, help="(0, 1]: emulate slower hardware")
+    add("--max-batch", type=int, default=8)
+    add("--prefix-capacity-mib", type=float, default=256.0)
+    add("--connections", type=int, default=4, help="TCP connections per KV target")
+    add("--congestion", default="cubic", choices=CONGESTION_CONTROLS)
+    add("--orphan-timeout-s", type=float, default=30.0,
+        help="drop a received cache whose decode command has not come by then")
+    add("-v", "--verbose", action="store_true")
+    return parser
+
+
+def check_args(args: argparse.Namespace) -> tuple[NodeId, tuple[str, int]]:
+    """The node id and gateway address; WorkerError names the first bad flag."""
+    try:
+        node = NodeId.parse(args.node)
+    except ValueError as err:
+        raise WorkerError(f"--node: {err}") from None
+    host, _, port = args.gateway.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise WorkerError(f"--gateway: {args.gateway!r} is not HOST:PORT; e.g. 127.0.0.1:7000")
+    for flag, value, ok in (
+        ("--threads", args.threads, args.threads >= 1),
+        ("--speed-factor", args.speed_factor, 0 < args.speed_factor <= 1),
+        ("--max-batch", args.max_batch, args.max_batch >= 1),
+        ("--prefix-capacity-mib", args.prefix_capacity_mib, args.prefix_capacity_mib >= 0),
+        ("--connections", args.connections, args.connections >= 1),
+        ("--orphan-timeout-s", args.orphan_timeout_s, args.orphan_timeout_s > 0),
+    ):
+        if not ok:
+            raise WorkerError(f"{flag}: {value} is out of range; see --help")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise WorkerError("--device: cuda but no CUDA device is visible; use cpu or auto")
+    return node, (host, int(port))
+
+
+def load_model(preset: str, size: str, seed: int, device: str) -> HybridModel:
+    """Every worker builds identical weights: HybridModel seeds itself from `config.seed`."""
+    torch.manual_seed(seed)
+    return HybridModel(get_preset(preset, size, seed=seed), device=resolve_device(device))
+
+
+class Worker:
+    def __init__(self, args: argparse.Namespace, node: NodeId, compute: ComputeThread,
+                 model: HybridModel) -> None:
+        self.args, self.node, self.compute, self.model = args, node, compute, model
+        self.netns = args.netns or None
+        self.is_local = node.cluster is Cluster.LOCAL
+        self.role: Role = node.role
+        self._outbox: asyncio.Queue[p.Message | None] = asyncio.Queue()  # None: last one sent
+        self._stop = asyncio.Event()
+        self._role_tasks: set[asyncio.Task] = set()
+        self.links = KvLinks(self.netns, args.connections, args.congestion)
+        store = PrefixStore(int(args.prefix_capacity_mib * (1 << 20)))
+        self.prefill = PrefillEngine(model, compute, self.links, store, self.emit,
+                                     args.speed_factor)
+        self.decode = (DecodeEngine(model, compute, self.emit, args.max_batch,
+                                    args.orphan_timeout_s) if self.is_local else None)
+
+    def emit(self, msg: p.Message) -> None:
+        self._outbox.put_nowait(msg)
+
+    def _open_listener(self) -> socket.socket:
+        sock = netns_socket(self.netns)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.args.kv_addr, 0))
+        sock.listen(128)
+        return sock
+
+    async def serve(self, gateway: tuple[str, int]) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._stop.set)
+        kv_port = None
+        if self.decode is not None:
+            listener = self._open_listener()
+            kv_port = listener.getsockname()[1]
+            await self.decode.start(listener)
+        reader, writer = await asyncio.open_connection(*gateway, limit=p.STREAM_LIMIT)
+        roles = ["prefill", "decode"] if self.is_local else ["prefill"]
+        self.emit(p.Hello(node=str(self.node), roles=roles, kv_port=kv_port, pid=os.getpid(),
+                          device=str(self.model.device), threads=self.compute.num_threads))
+        tasks = [asyncio.create_task(c) for c in (
+            self._write_loop(writer), self._read_loop(reader), self._stats_loop(),
+            self.prefill.run(), *((self.decode.run(), self.decode.watch()) if self.decode else ()))]
+        for task in tasks:
+            task.add_done_callback(self._on_service_done)
+        await self._stop.wait()
+        await self._shutdown(tasks, writer)
+
+    def _on_service_done(self, task: asyncio.Task) -> None:
+        """A service loop that ends on its own (not cancelled) leaves the worker unable to serve."""
+        if not task.cancelled() and task.exception() is not None:
+            log.error("%s: %s stopped", self.node, task.get_coro().__qualname__,
+                      exc_info=task.exception())
+            self._stop.set()
+
+    async def _read_loop(self, reader: asyncio.StreamReader) -> None:
+        try:
+            while True:
+                try:
+                    msg = await p.read_message(reader)
+                except WorkerError as err:
+                    log.warning("%s: bad control message: %s", self.node, err)
+                    continue
+                if msg is None:
+                    log.warning("%s: the gateway closed the control connection", self.node)
+                    break
+                self._dispatch(msg)
+        except (ConnectionError, OSError) as err:
+            log.warning("%s: control connection lost: %s", self.node, err)
+        finally:
+            self._stop.set()
+
+    def _dispatch(self, msg: p.Message) -> None:
+        if isinstance(msg, p.Prefill):
+            self.prefill.submit(msg)
+        elif isinstance(msg, p.Decode):
+            if self.decode is None:
+                self.emit(p.Failed(rid=msg.rid, stage="decode",
+                                   reason=f"decode: {self.node} is a remote prefill node; "
+                                          "send decode to a local node"))
+            else:
+                self.decode.submit(msg)
+        elif isinstance(msg, p.Cancel):
+            held = self.prefill.cancel(msg.rid) or (self.decode and self.decode.cancel(msg.rid))
+            if not held:
+                log.info("%s: cancel of request %d, which is not held here", self.node, msg.rid)
+        elif isinstance(msg, p.SetRole):
+            task = asyncio.create_task(self._set_role(msg.role))
+            self._role_tasks.add(task)
+            task.add_done_callback(self._role_tasks.discard)
+        elif isinstance(msg, p.Shutdown):
+            self._stop.set()
+        else:
+            log.warning("%s: ignoring %s, a message workers send", self.node, msg.op)
+
+    async def _set_role(self, role: str) -> None:
+        """Drain what the current role holds, then switch and say so."""
+        if not self.is_local and role != Role.PREFILL.value:
+            log.warning("%s: set_role %s refused: remote nodes only prefill", self.node, role)
+        else:
+            engine = self.prefill if self.role is Role.PREFILL else self.decode
+            await engine.drain()
+            self.role = Role(role)
+        self.emit(p.RoleSet(role=self.role.value))
+
+    async def _write_loop(self, writer: asyncio.StreamWriter) -> None:
+        try:
+            while (msg := await self._outbox.get()) is not None:
+                await p.write_message(writer, msg)
+        except (ConnectionError, OSError) as err:
+            log.warning("%s: cannot write to the gateway: %s", self.node, err)
+            self._stop.set()
+
+    async def _stats_loop(self) -> None:
+        while True:
+            await asyncio.sleep(STATS_INTERVAL_S)
+            decode_waiting = self.decode.num_waiting if self.decode else 0
+            batch = self.decode.batch_size if self.decode else 0
+            self.emit(p.Stats(
+                t=time.monotonic(), queue_depth=self.prefill.num_queued + decode_waiting,
+                batch_size=batch, role=self.role.value, link=self.links.link_stats()))
+
+    async def _shutdown(self, tasks: list[asyncio.Task], writer: asyncio.StreamWriter) -> None:
+        """Fail what is held (so nothing is lost silently), flush the reports, close everything."""
+        self.prefill.fail_all(SHUTTING_DOWN)
+        if self.decode is not None:
+            self.decode.fail_all(SHUTTING_DOWN)
+        self._outbox.put_nowait(None)
+        for task in [*tasks[1:], *self._role_tasks]:
+            task.cancel()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(tasks[0]), FLUSH_TIMEOUT_S)
+        tasks[0].cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.links.close()
+        if self.decode is not None:
+            await self.decode.close()
+        writer.close()
+        with contextlib.suppress(ConnectionError, OSError):
+            await writer.wait_closed()
+
+
+async def run(args: argparse.Namespace, node: NodeId, gateway: tuple[str, int]) -> None:
+    compute = ComputeThread(args.threads)
+    try:
+        model = await compute.call(load_model, args.preset, args.size, args.seed, args.device)
+        await Worker(args, node, compute, model).serve(gateway)
+    finally:
+        compute.shutdown()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = make_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format=f"%(asctime)s {args.node} %(levelname)s %(name)s: %(message)s")
+    try:
+        node, gateway = check_args(args)
+        asyncio.run(run(args, node, gateway))
+    except (PrfaasError, OSError) as err:
+        print(f"error: {args.node}: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
