@@ -207,6 +207,24 @@ class DualTimescaleScheduler:
             prefill_local_s=self._inputs.prefill_local_s.scaled(1 / est.speed_local),
         )
 
+    # ---- knobs an operator turns ----
+
+    def set_threshold(self, threshold: float) -> None:
+        """Adopt an operator's t as the current one; a pending decrease is forgotten."""
+        if not threshold >= 0:
+            raise ValueError(f"threshold: {threshold} must be >= 0")
+        self._t, self._pending = float(threshold), None
+
+    def set_enabled(self, short_term: bool | None = None, long_term: bool | None = None) -> None:
+        """Turn either loop on or off; None leaves it as it is."""
+        changes = {k: v for k, v in (("short_term_enabled", short_term), ("long_term_enabled", long_term))
+                   if v is not None}
+        self._cfg = dataclasses.replace(self._cfg, **changes)
+
+    @property
+    def config(self) -> SchedulerConfig:
+        return self._cfg
+
     # ---- decisions ----
 
     def tick(self, now_s: float) -> list[Decision]:

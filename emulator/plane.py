@@ -1,0 +1,73 @@
+"""The control plane of one run, built from its scenario in ONE place for every engine.
+
+The live gateway and the virtual engine both call `make_control_plane`, so they run the same
+Router, PrefixCacheIndex and DualTimescaleScheduler objects with the same settings; only the
+clock that feeds them differs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from emulator.analytic import MIB, model_inputs
+from emulator.control.prefix_cache import PrefixCacheIndex
+from emulator.control.router import Router, RouterConfig
+from emulator.control.scheduler import DualTimescaleScheduler, SchedulerConfig
+from emulator.control.throughput_model import ModelInputs, Plan, optimize
+from emulator.control.types import Cluster, RoutePolicy
+from emulator.scenario import Scenario
+
+
+@dataclass(frozen=True, slots=True)
+class ControlPlane:
+    router: Router
+    index: PrefixCacheIndex
+    scheduler: DualTimescaleScheduler | None  # None when both loops are off or no threshold applies
+    inputs: ModelInputs
+    plan: Plan
+    threshold: int  # the starting t (the optimizer's when the scenario says auto)
+    n_p: int  # the starting number of local prefill instances
+    profile_source: str
+
+
+def cache_geometry(inputs: ModelInputs, block_tokens: int) -> tuple[int, int]:
+    """(KV bytes per block, bytes of one state snapshot) from S_kv(l) = state + per_token * l,
+    read off the profile's first segment."""
+    xs = inputs.kv_bytes.xs
+    per_token = (inputs.kv_bytes(xs[1]) - inputs.kv_bytes(xs[0])) / (xs[1] - xs[0])
+    state = inputs.kv_bytes(xs[0]) - per_token * xs[0]
+    return max(1, round(per_token * block_tokens)), max(1, round(state))
+
+
+def scheduler_config(scenario: Scenario) -> SchedulerConfig:
+    short, long = scenario.scheduler.short_term, scenario.scheduler.long_term
+    return SchedulerConfig(
+        short_term_enabled=short.enabled, short_interval_s=short.interval_s,
+        egress_util_trigger=short.egress_util_trigger, queue_depth_trigger=short.queue_depth_trigger,
+        hysteresis=short.hysteresis, long_term_enabled=long.enabled, long_interval_s=long.interval_s,
+    )
+
+
+def make_control_plane(scenario: Scenario) -> ControlPlane:
+    inputs, tables = model_inputs(scenario)
+    plan = optimize(inputs)
+    spec = scenario.router
+    threshold = plan.prfaas.t if spec.threshold_tokens == "auto" else spec.threshold_tokens
+    threshold = int(threshold) if math.isfinite(threshold) else 2**31
+    n_p = scenario.clusters.local.prefill_instances or plan.prfaas.n_p
+    router = Router(RouterConfig(spec.policy, threshold, spec.prefix_rule, spec.cache_affinity),
+                    _index(scenario, inputs))
+    wants_scheduler = spec.policy is RoutePolicy.PRFAAS and (
+        scenario.scheduler.short_term.enabled or scenario.scheduler.long_term.enabled)
+    scheduler = (DualTimescaleScheduler(inputs, scheduler_config(scenario), threshold=threshold, n_p=n_p)
+                 if wants_scheduler else None)
+    return ControlPlane(router, router.index, scheduler, inputs, plan, threshold, n_p, tables.source)
+
+
+def _index(scenario: Scenario, inputs: ModelInputs) -> PrefixCacheIndex:
+    block_tokens = scenario.prefix_cache.block_tokens
+    kv_per_block, state_bytes = cache_geometry(inputs, block_tokens)
+    capacity = scenario.prefix_cache.capacity_mib
+    return PrefixCacheIndex(block_tokens, kv_per_block, state_bytes,
+                            {Cluster.REMOTE: int(capacity.remote * MIB), Cluster.LOCAL: int(capacity.local * MIB)})
