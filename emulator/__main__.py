@@ -6,7 +6,7 @@ import argparse
 import logging
 import sys
 
-from emulator import scenario_cli
+from emulator import run_cli, scenario_cli
 from emulator.errors import PrfaasError
 from emulator.net import cli as net_cli
 
@@ -17,6 +17,7 @@ def make_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     net_cli.add_parser(sub)
     scenario_cli.add_parser(sub)
+    run_cli.add_parser(sub)
     return parser
 
 
@@ -28,6 +29,11 @@ def main(argv: list[str] | None = None) -> int:
             return net_cli.run(args)
         if args.command in scenario_cli.COMMANDS:
             return scenario_cli.run(args)
+        if args.command in run_cli.COMMANDS:
+            return run_cli.run(args)
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
     except PrfaasError as err:
         for line in str(err).splitlines() or [type(err).__name__]:
             print(f"error: {line}", file=sys.stderr)

@@ -1,0 +1,116 @@
+"""What a live run starts and must stop: the topology, the MQTT broker and one process per worker.
+
+Everything goes into the run's ledger as it is created, so `python -m emulator net down` finds it
+even after a crash. Workers live in the host namespace; their KV sockets open inside their
+datacenter's namespace (the worker does that), and their control connection reaches the gateway on
+127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from emulator.control.types import Cluster, NodeId, Role
+from emulator.net.ledger import Ledger
+from emulator.net.topology import LOCAL, REMOTE, Topology
+from emulator.scenario import Scenario
+
+log = logging.getLogger(__name__)
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEVICES = {"cpu": "cpu", "cuda": "cuda", "gpu": "cuda"}  # any other device name: auto
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerPlan:
+    """One worker process: its slot, first role and where its KV sockets live."""
+
+    cluster: Cluster
+    index: int
+    role: Role
+
+    @property
+    def spawn_name(self) -> str:
+        return str(NodeId(self.cluster, self.role, self.index))
+
+
+def plan_workers(scenario: Scenario, n_p: int) -> list[WorkerPlan]:
+    """Remote prefill instances, then the local slots: prefill for the first n_p, decode after."""
+    remote = [WorkerPlan(Cluster.REMOTE, i, Role.PREFILL) for i in range(scenario.clusters.remote.instances)]
+    local = [WorkerPlan(Cluster.LOCAL, i, Role.PREFILL if i < n_p else Role.DECODE)
+             for i in range(scenario.clusters.local.instances)]
+    return remote + local
+
+
+class WorkerProcesses:
+    """Spawns, kills and restarts `python -m emulator.live.worker` processes; logs go to `log_dir`."""
+
+    def __init__(self, scenario: Scenario, topology: Topology, gateway_port: int, log_dir: Path,
+                 ledger: Ledger) -> None:
+        self.scenario, self.topology, self.gateway_port = scenario, topology, gateway_port
+        self.log_dir, self.ledger = log_dir, ledger
+        self.plans: dict[str, WorkerPlan] = {}
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    def command(self, plan: WorkerPlan) -> list[str]:
+        sc, clusters = self.scenario, self.scenario.clusters
+        cluster = clusters.remote if plan.cluster is Cluster.REMOTE else clusters.local
+        dc = REMOTE if plan.cluster is Cluster.REMOTE else LOCAL
+        capacity = sc.prefix_cache.capacity_mib.remote if dc == REMOTE else sc.prefix_cache.capacity_mib.local
+        return [
+            sys.executable, "-m", "emulator.live.worker", "--node", plan.spawn_name,
+            "--gateway", f"127.0.0.1:{self.gateway_port}", "--netns", self.topology.netns(dc) or "",
+            "--kv-addr", self.topology.address(dc), "--preset", sc.model.preset, "--size", sc.model.preset_size,
+            "--seed", str(sc.seed), "--device", DEVICES.get(cluster.device, "auto"), "--threads", "1",
+            "--speed-factor", str(min(cluster.speed_factor, 1.0)),
+            "--max-batch", str(clusters.local.decode_max_batch),
+            "--prefix-capacity-mib", str(max(1, int(capacity / max(cluster.instances, 1)))),
+        ]
+
+    def start(self, plan: WorkerPlan) -> subprocess.Popen:
+        self.plans[plan.spawn_name] = plan
+        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"}
+        log_path = self.log_dir / f"{plan.spawn_name}.log"
+        with open(log_path, "ab") as log_file:
+            proc = subprocess.Popen(self.command(plan), cwd=REPO_ROOT, env=env, stdout=log_file,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.ledger.record("pid", pid=proc.pid, name=plan.spawn_name)
+        self.procs[plan.spawn_name] = proc
+        return proc
+
+    def kill(self, spawn_name: str) -> bool:
+        """SIGKILL, as a crash would: the worker gets no chance to report anything."""
+        proc = self.procs.get(spawn_name)
+        if proc is None or proc.poll() is not None:
+            return False
+        proc.kill()
+        proc.wait(10)
+        return True
+
+    def restart(self, spawn_name: str) -> bool:
+        proc, plan = self.procs.get(spawn_name), self.plans.get(spawn_name)
+        if plan is None or (proc is not None and proc.poll() is None):
+            return False
+        self.start(plan)
+        return True
+
+    def exited(self) -> dict[str, int]:
+        """Workers that are gone, with their exit codes."""
+        return {name: proc.returncode for name, proc in self.procs.items() if proc.poll() is not None}
+
+    def stop_all(self, grace_s: float = 10.0) -> None:
+        """Terminate every worker (they fail what they hold and exit 0), then kill stragglers."""
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.terminate()
+        for name, proc in self.procs.items():
+            try:
+                proc.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                log.warning("worker %s ignored SIGTERM for %g s; killing it", name, grace_s)
+                proc.kill()
+                proc.wait(5)

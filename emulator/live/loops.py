@@ -1,0 +1,216 @@
+"""The concurrent loops of a running live scenario: arrivals, timeline, metrics, scheduler, knobs.
+
+Each loop is short and owns one concern; `run` starts them together and ends the run when every
+request has ended, when the drain deadline passes, or when the operator stops it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import statistics
+from collections.abc import Callable
+
+from emulator.control.scheduler import RoleChange, ThresholdChange
+from emulator.control.types import RequestSpec, Role
+from emulator.errors import PrfaasError
+from emulator.live import protocol as p
+from emulator.live.gateway import Gateway
+from emulator.live.knobs import Knobs
+from emulator.live.launcher import WorkerProcesses
+from emulator.live.pacing import WorkloadClock
+from emulator.net.backend import TO_LOCAL
+from emulator.net.spec import LinkSpec, parse_link_spec
+from emulator.net.topology import Topology
+from emulator.scenario import Scenario
+from emulator.telemetry.bus import TelemetryBus
+from emulator.telemetry.metrics import EgressRateEstimator, utilization
+from emulator.telemetry.schemas import MetricsSnapshot, QueueDepths
+
+log = logging.getLogger(__name__)
+METRICS_PERIOD_S = 0.5  # >= 2 Hz, as design.md asks
+SCHEDULER_PERIOD_S = 1.0
+DRAIN_S = 120.0  # after the last arrival, how long open requests may take before they are failed
+
+
+class RunLoops:
+    def __init__(self, scenario: Scenario, gateway: Gateway, topology: Topology, workers: WorkerProcesses,
+                 bus: TelemetryBus, requests: list[RequestSpec]) -> None:
+        self.scenario, self.gateway, self.topology, self.workers, self.bus = scenario, gateway, topology, workers, bus
+        self.requests = requests
+        arrival = scenario.workload.arrival
+        self.clock = WorkloadClock(arrival.rate_per_s if arrival is not None else None)
+        self.knobs = Knobs(gateway.router, gateway.scheduler, self.clock, lambda: topology.spec,
+                           topology.update, self.set_prefill_instances)
+        self.egress = EgressRateEstimator()
+        self.snapshots: list[MetricsSnapshot] = []
+        self.decisions: list[str] = []
+        self.knob_changes: list[str] = []
+        self.duration_s = 0.0
+        self._arrivals_done = asyncio.Event()
+
+    async def run(self, stop: asyncio.Event, progress: Callable[[int, int, float], None] | None) -> str:
+        tasks = [asyncio.create_task(coro) for coro in (
+            self._drive(), self._timeline(), self._metrics(), self._schedule(), self._commands())]
+        try:
+            return await self._wait_for_end(stop, progress, tasks)
+        finally:
+            self.duration_s = self.gateway.now()
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self._snapshot()
+
+    async def _wait_for_end(self, stop: asyncio.Event, progress, tasks: list[asyncio.Task]) -> str:
+        total, gateway = len(self.requests), self.gateway
+        deadline = self.scenario.duration_s + DRAIN_S
+        while True:
+            for task in tasks:  # a loop that died is a bug: end the run loudly, not at the deadline
+                if task.done() and not task.cancelled() and task.exception() is not None:
+                    raise task.exception()
+            ended = len(gateway.tracker.records)
+            if progress is not None:
+                progress(ended, total, gateway.now())
+            if stop.is_set():
+                return "run interrupted by a signal before this request ended"
+            if self._arrivals_done.is_set() and not gateway.tracker.open:
+                return "run ended"
+            if gateway.now() > deadline:
+                return (f"run ended: not finished within {DRAIN_S:g} s "
+                        f"after the scenario's {self.scenario.duration_s:g} s")
+            gateway.changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(gateway.changed.wait(), 0.5)
+
+    async def _drive(self) -> None:
+        """Admit each request when its (possibly rescaled) arrival time comes."""
+        try:
+            for spec in self.requests:
+                await self.clock.wait_until(spec.arrival_s)
+                await self.gateway.admit(spec)
+        finally:
+            self._arrivals_done.set()
+            self.gateway.changed.set()
+
+    async def _timeline(self) -> None:
+        link = self.topology.spec
+        for event in self.scenario.timeline:
+            await asyncio.sleep(max(0.0, event.at_s - self.gateway.now()))
+            try:
+                if event.link is not None:
+                    link = parse_link_spec(link.model_dump() | event.link)
+                    what = self.knobs.set_link(link)
+                elif event.set is not None:
+                    what = "; ".join([await self.knobs.apply_setting(k, v) for k, v in event.set.items()])
+                elif event.kill is not None:
+                    ok = self.workers.kill(self._spawn_name(event.kill))
+                    what = f"kill {event.kill}: {'done' if ok else 'not running'}"
+                elif event.restart is not None:
+                    ok = self.workers.restart(self._spawn_name(event.restart))
+                    what = f"restart {event.restart}: {'started' if ok else 'still running'}"
+                else:
+                    continue  # bursts are part of the arrivals already
+            except PrfaasError as err:
+                what = f"refused: {err}"
+            self._note(f"t={self.gateway.now():.1f}s timeline: {what}", self.knob_changes)
+            await self._snapshot()
+
+    def _spawn_name(self, name: str) -> str:
+        node = self.gateway.nodes.get(name)
+        return node.spawn_name if node is not None else name
+
+    async def _commands(self) -> None:
+        async for command in self.bus.commands():
+            try:
+                what = await self.knobs.apply_command(command)
+            except PrfaasError as err:
+                what = f"refused {command.knob.value}: {err}"
+            self._note(f"t={self.gateway.now():.1f}s control: {what}", self.knob_changes)
+            await self._snapshot()  # publish the effect at once: knob-to-effect is measured on it
+
+    async def _metrics(self) -> None:
+        while True:
+            await self._snapshot()
+            await asyncio.sleep(METRICS_PERIOD_S)
+
+    async def _snapshot(self) -> None:
+        now, gateway, spec = self.gateway.now(), self.gateway, self.topology.spec
+        counters = self.topology.counters().directions.get(TO_LOCAL)
+        egress = self.egress.update(max(now, 0.0), counters.bytes if counters else 0)
+        retrans, rtt = self._link_view()
+        depths = gateway.nodes.queue_depths()
+        snapshot = MetricsSnapshot(
+            run_id=gateway.settings.run_id, t_s=max(now, 0.0),
+            ttft_p50_s=gateway.ttft.percentile(50, now), ttft_p90_s=gateway.ttft.percentile(90, now),
+            requests=gateway.counters.snapshot(), queues=QueueDepths(**depths), egress_mbit=egress,
+            link_capacity_mbit=spec.bandwidth_mbit, link_utilization=utilization(egress, spec.bandwidth_mbit),
+            retrans_rate=retrans, rtt_ms=rtt, threshold_tokens=gateway.router.config.threshold_tokens,
+            roles=gateway.nodes.roles(), link=_link_fields(spec),
+        )
+        self.snapshots.append(snapshot)
+        await self.bus.publish_metrics(snapshot)
+
+    def _link_view(self) -> tuple[float | None, float | None]:
+        """Retransmission rate and RTT over the remote prefill workers' senders."""
+        links = [n.stats.link for n in self.gateway.nodes if n.stats is not None and n.stats.link is not None
+                 and n.cluster.value == "remote"]
+        if not links:
+            return None, None
+        return statistics.fmean(s.retrans_rate for s in links), max(s.rtt_ms for s in links)
+
+    async def _schedule(self) -> None:
+        scheduler = self.gateway.scheduler
+        if scheduler is None:
+            return
+        while True:
+            await asyncio.sleep(SCHEDULER_PERIOD_S)
+            self._observe(scheduler)
+            for decision in scheduler.tick(self.gateway.now()):
+                await self._apply(decision)
+
+    def _observe(self, scheduler) -> None:
+        now, snapshot = self.gateway.now(), self.snapshots[-1] if self.snapshots else None
+        if snapshot is None:
+            return
+        links = [n.stats.link for n in self.gateway.nodes if n.stats and n.stats.link and n.cluster.value == "remote"]
+        goodput = sum(s.goodput_bytes_per_s for s in links) or snapshot.egress_mbit * 1e6 / 8
+        inflation = max((s.rtt_inflation for s in links), default=1.0)
+        scheduler.observe_link(now, goodput, snapshot.link_utilization or 0.0, snapshot.retrans_rate or 0.0,
+                               max(inflation, 1.0))
+        q = snapshot.queues
+        scheduler.observe_queues(now, q.remote_prefill, q.local_prefill, q.decode)
+
+    async def _apply(self, decision: ThresholdChange | RoleChange) -> None:
+        if isinstance(decision, ThresholdChange):
+            self.gateway.router.set_threshold(int(decision.new_t))
+        else:
+            await self._flip(decision.node, decision.to_role)
+        self._note(f"t={self.gateway.now():.1f}s scheduler: {decision.reason}", self.decisions)
+
+    async def _flip(self, node_id, role: Role) -> bool:
+        """Drain, then flip: the node takes no new work; the worker finishes what it holds first."""
+        node = self.gateway.nodes.get(node_id)
+        if node is None or not node.is_up or node.role is role:
+            return False
+        node.is_draining = True
+        return await node.send(p.SetRole(role=role.value))
+
+    async def set_prefill_instances(self, target: int) -> str:
+        """Flip local nodes toward `target` prefill instances (lowest decode / highest prefill first)."""
+        local = sorted((n for n in self.gateway.nodes if n.cluster.value == "local"), key=lambda n: n.index)
+        prefill = [n for n in local if n.role is Role.PREFILL]
+        decode = [n for n in local if n.role is Role.DECODE]
+        flips = ([(n, Role.PREFILL) for n in decode[: max(0, target - len(prefill))]] +
+                 [(n, Role.DECODE) for n in reversed(prefill)][: max(0, len(prefill) - target)])
+        for node, role in flips:
+            await self._flip(node.node, role)
+        return f"local prefill instances {len(prefill)} -> {target} ({len(flips)} flips, drained first)"
+
+    def _note(self, line: str, into: list[str]) -> None:
+        log.info("%s", line)
+        into.append(line)
+
+
+def _link_fields(spec: LinkSpec) -> dict[str, float | None]:
+    return {k: v for k, v in spec.model_dump(exclude={"reverse"}).items() if v is None or isinstance(v, int | float)}

@@ -1,0 +1,195 @@
+"""One live run from start to teardown: topology, broker, workers, gateway, the loops, the record.
+
+`run_live` is what `python -m emulator run --engine live` calls. Set-up happens in order and every
+piece is undone in reverse, whatever happens in between (end of scenario, Ctrl-C, SIGTERM, a crash):
+open requests end `failed` with the reason, workers stop, the broker stops, namespaces go.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from emulator.control.types import Cluster
+from emulator.errors import PrfaasError
+from emulator.live import protocol as p
+from emulator.live.gateway import Gateway, GatewaySettings
+from emulator.live.launcher import WorkerProcesses, plan_workers
+from emulator.live.loops import RunLoops
+from emulator.live.nodes import NodeState, NodeTable
+from emulator.net.ledger import Ledger
+from emulator.net.names import new_run_id
+from emulator.net.topology import LOCAL, Topology
+from emulator.plane import ControlPlane, make_control_plane
+from emulator.scenario import Scenario
+from emulator.telemetry.broker import EmbeddedBroker
+from emulator.telemetry.bus import TelemetryBus
+from emulator.telemetry.recorder import RunRecorder
+from emulator.telemetry.schemas import StatusMessage
+from emulator.workload.build import build_requests
+
+log = logging.getLogger(__name__)
+Progress = Callable[[int, int, float], None]  # (requests ended, total, seconds since start)
+STARTUP_TIMEOUT_S = 120.0
+
+
+async def run_live(scenario: Scenario, out_dir: Path, broker_url: str | None = None,
+                   progress: Progress | None = None, embedded_broker: bool = True,
+                   link_backend: str = "auto") -> dict[str, Any]:
+    """Run `scenario` on real processes and a real link; returns the summary.json document."""
+    if scenario.model.preset is None:
+        raise PrfaasError("model.preset: the live engine runs a model_stub preset; set model.preset")
+    run_id = new_run_id()
+    requests = build_requests(scenario)
+    plane = make_control_plane(scenario)
+    topology = Topology(scenario.link, backend=link_backend, run_id=run_id)
+    await asyncio.to_thread(topology.up)
+    broker: EmbeddedBroker | None = None
+    try:
+        if broker_url is None and embedded_broker:
+            broker = await asyncio.to_thread(EmbeddedBroker().start)
+            Ledger.open(run_id).record("pid", pid=broker.pid, name="mqtt-broker")
+            broker_url = broker.url
+        async with TelemetryBus(broker_url, run_id, link_base=lambda: topology.spec) as bus:
+            session = LiveSession(scenario, run_id, topology, plane, bus, out_dir)
+            return await session.run(requests, progress)
+    finally:
+        if broker is not None:
+            await asyncio.to_thread(broker.stop)
+        await asyncio.to_thread(topology.down)
+
+
+class LiveSession:
+    def __init__(self, scenario: Scenario, run_id: str, topology: Topology, plane: ControlPlane, bus: TelemetryBus,
+                 out_dir: Path) -> None:
+        self.scenario, self.run_id, self.topology, self.plane, self.bus = scenario, run_id, topology, plane, bus
+        self.out_dir = Path(out_dir)
+        self.plans = plan_workers(scenario, plane.n_p)
+        self.nodes = NodeTable([NodeState(w.cluster, w.index, w.role, w.spawn_name) for w in self.plans])
+        settings = GatewaySettings(run_id, scenario.seed, scenario.prefix_cache.block_tokens)
+        self.gateway = Gateway(settings, plane.router, plane.index, plane.scheduler, self.nodes,
+                               self._kv_target, bus)
+        self.log_dir = Path(tempfile.mkdtemp(prefix=f"prf-{run_id}-logs-"))
+        self.workers: WorkerProcesses | None = None
+        self._conn_tasks: set[asyncio.Task] = set()
+
+    def _kv_target(self, cluster: Cluster, port: int) -> tuple[str, int]:
+        """Remote prefill crosses the shaped link; local prefill stays inside `local`."""
+        if cluster is Cluster.REMOTE:
+            return self.topology.target(LOCAL, port)
+        return self.topology.address(LOCAL), port
+
+    async def run(self, requests, progress: Progress | None) -> dict[str, Any]:
+        server = await asyncio.start_server(self._serve_worker, "127.0.0.1", 0, limit=p.STREAM_LIMIT)
+        port = server.sockets[0].getsockname()[1]
+        self.workers = WorkerProcesses(self.scenario, self.topology, port, self.log_dir, Ledger.open(self.run_id))
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        end_reason, loops = "run ended", None
+        try:
+            await self._status("starting")
+            for plan in self.plans:
+                self.workers.start(plan)
+            await self._wait_for_workers()
+            self.gateway.t0 = time.monotonic()
+            await self._status("running")
+            loops = RunLoops(self.scenario, self.gateway, self.topology, self.workers, self.bus, requests)
+            end_reason = await loops.run(stop, progress)
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+            await self.gateway.fail_open(end_reason)  # also marks the gateway as stopping
+            await self._shutdown(server)
+        return await asyncio.to_thread(self._record, loops)
+
+    async def _wait_for_workers(self) -> None:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while not all(n.is_up for n in self.nodes):
+            if gone := self.workers.exited():
+                raise PrfaasError(f"workers exited during start-up: {gone}; see logs in {self.log_dir}")
+            if time.monotonic() > deadline:
+                late = [n.name for n in self.nodes if not n.is_up]
+                raise PrfaasError(f"workers not up after {STARTUP_TIMEOUT_S:g} s: {late}; logs in {self.log_dir}")
+            self.gateway.changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.gateway.changed.wait(), 1.0)
+
+    async def _serve_worker(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """One worker's control connection: hello, then messages until it closes."""
+        self._conn_tasks.add(asyncio.current_task())
+        node: NodeState | None = None
+        try:
+            hello = await p.read_message(reader)
+            node = self.nodes.get(hello.node) if isinstance(hello, p.Hello) else None
+            if node is None:
+                log.warning("refusing a control connection that said %r", hello)
+                return
+            node.writer, node.kv_port, node.pid, node.is_up = writer, hello.kv_port, hello.pid, True
+            if node.role.value != node.spawn_name.split("-")[1]:  # restarted after a role flip
+                await node.send(p.SetRole(role=node.role.value))
+            self.gateway.changed.set()
+            while (msg := await p.read_message(reader)) is not None:
+                await self.gateway.on_message(node, msg)
+        except (PrfaasError, ConnectionError, OSError) as err:
+            log.warning("control connection of %s: %s", node.name if node else "a worker", err)
+        finally:
+            if node is not None and node.writer is writer:
+                await self.gateway.node_lost(node, "its process ended or its connection closed")
+            writer.close()
+            self._conn_tasks.discard(asyncio.current_task())
+
+    async def _shutdown(self, server: asyncio.Server) -> None:
+        await self._status("draining")
+        for node in self.nodes:
+            if node.is_up:
+                await node.send(p.Shutdown())
+        if self.workers is not None:
+            await asyncio.to_thread(self.workers.stop_all)
+        server.close()
+        for task in list(self._conn_tasks):
+            task.cancel()
+        await asyncio.gather(*self._conn_tasks, return_exceptions=True)
+
+    async def _status(self, state: str, note: str = "") -> None:
+        status = self.topology.status()
+        await self.bus.publish_status(StatusMessage(
+            run_id=self.run_id, t_s=max(self.gateway.now(), 0.0), state=state, engine="live",
+            link_backend=status["backend"], note=note or f"link backend: {status['backend']} ({status['reason']})"))
+
+    def _write_outputs(self) -> None:
+        """DIR/outputs.jsonl: the generated tokens of every completed request, one JSON line each."""
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        lines = [json.dumps({"id": s.spec.id, "tokens": s.tokens}) for s in self.gateway.tracker.by_id.values()
+                 if s.record is not None and s.record.status == "completed"]
+        (self.out_dir / "outputs.jsonl").write_text("".join(line + "\n" for line in lines))
+
+    def _record(self, loops: RunLoops | None) -> dict[str, Any]:
+        recorder = RunRecorder(self.out_dir)
+        for record in self.gateway.tracker.records:
+            recorder.add_request(record)
+        for snapshot in loops.snapshots if loops is not None else []:
+            recorder.add_snapshot(snapshot)
+        status = self.topology.status()
+        meta = {
+            "engine": "live", "scenario": self.scenario.name, "run_id": self.run_id, "seed": self.scenario.seed,
+            "link_backend": status["backend"], "link_backend_reason": status["reason"],
+            "link_description": status["description"], "mqtt": self.bus.status_note,
+            "model": f"{self.scenario.model.preset} ({self.scenario.model.preset_size})",
+            "profile": self.plane.profile_source, "threshold_start": self.plane.threshold,
+            "n_p_start": self.plane.n_p, "decisions": loops.decisions if loops is not None else [],
+            "knob_changes": loops.knob_changes if loops is not None else [], "worker_logs": str(self.log_dir),
+        }
+        self._write_outputs()
+        return recorder.finish(meta, expect={k.value if hasattr(k, "value") else k: v.model_dump(exclude_none=True)
+                                             for k, v in self.scenario.expect.items()},
+                               duration_s=loops.duration_s if loops is not None else None)
