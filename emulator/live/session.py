@@ -25,6 +25,7 @@ from emulator.live.gateway import Gateway, GatewaySettings
 from emulator.live.launcher import WorkerProcesses, plan_workers
 from emulator.live.loops import RunLoops
 from emulator.live.nodes import NodeState, NodeTable
+from emulator.net.backend import TO_LOCAL
 from emulator.net.ledger import Ledger
 from emulator.net.names import new_run_id
 from emulator.net.topology import LOCAL, Topology
@@ -43,11 +44,13 @@ STARTUP_TIMEOUT_S = 120.0
 
 async def run_live(scenario: Scenario, out_dir: Path, broker_url: str | None = None,
                    progress: Progress | None = None, embedded_broker: bool = True,
-                   link_backend: str = "auto") -> dict[str, Any]:
-    """Run `scenario` on real processes and a real link; returns the summary.json document."""
+                   link_backend: str = "auto", run_id: str | None = None) -> dict[str, Any]:
+    """Run `scenario` on real processes and a real link; returns the summary.json document.
+
+    `run_id` names the namespaces and MQTT topics (default: a fresh one)."""
     if scenario.model.preset is None:
         raise PrfaasError("model.preset: the live engine runs a model_stub preset; set model.preset")
-    run_id = new_run_id()
+    run_id = run_id or new_run_id()
     requests = build_requests(scenario)
     plane = make_control_plane(scenario)
     topology = Topology(scenario.link, backend=link_backend, run_id=run_id)
@@ -180,6 +183,7 @@ class LiveSession:
         for snapshot in loops.snapshots if loops is not None else []:
             recorder.add_snapshot(snapshot)
         status = self.topology.status()
+        crossed = self.topology.counters().directions.get(TO_LOCAL)
         meta = {
             "engine": "live", "scenario": self.scenario.name, "run_id": self.run_id, "seed": self.scenario.seed,
             "link_backend": status["backend"], "link_backend_reason": status["reason"],
@@ -188,6 +192,8 @@ class LiveSession:
             "profile": self.plane.profile_source, "threshold_start": self.plane.threshold,
             "n_p_start": self.plane.n_p, "decisions": loops.decisions if loops is not None else [],
             "knob_changes": loops.knob_changes if loops is not None else [], "worker_logs": str(self.log_dir),
+            "worker_pids": {name: proc.pid for name, proc in self.workers.procs.items()} if self.workers else {},
+            "link_bytes_to_local": crossed.bytes if crossed else None,
         }
         self._write_outputs()
         return recorder.finish(meta, expect={k.value if hasattr(k, "value") else k: v.model_dump(exclude_none=True)
