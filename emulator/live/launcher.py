@@ -46,6 +46,19 @@ def plan_workers(scenario: Scenario, n_p: int) -> list[WorkerPlan]:
     return remote + local
 
 
+def speed_notes(scenario: Scenario) -> list[str]:
+    """What the run says about emulated hardware speed: a slower cluster holds its results back;
+    a faster one cannot be emulated, since the real compute does not speed up."""
+    notes = []
+    for name, cluster in (("remote", scenario.clusters.remote), ("local", scenario.clusters.local)):
+        if cluster.speed_factor < 1:
+            notes.append(f"{name} workers run at speed factor {cluster.speed_factor:g}: each result is held "
+                         f"until {1 / cluster.speed_factor:.2f}x its real compute time")
+        elif cluster.speed_factor > 1:
+            notes.append(f"{name} speed factor {cluster.speed_factor:g} > 1 cannot be emulated live; running at 1")
+    return notes
+
+
 class WorkerProcesses:
     """Spawns, kills and restarts `python -m emulator.live.worker` processes; logs go to `log_dir`."""
 

@@ -22,7 +22,7 @@ from emulator.control.types import Cluster
 from emulator.errors import PrfaasError
 from emulator.live import protocol as p
 from emulator.live.gateway import Gateway, GatewaySettings
-from emulator.live.launcher import WorkerProcesses, plan_workers
+from emulator.live.launcher import WorkerProcesses, plan_workers, speed_notes
 from emulator.live.loops import RunLoops
 from emulator.live.nodes import NodeState, NodeTable
 from emulator.net.backend import TO_LOCAL
@@ -83,6 +83,10 @@ class LiveSession:
         self.log_dir = Path(tempfile.mkdtemp(prefix=f"prf-{run_id}-logs-"))
         self.workers: WorkerProcesses | None = None
         self._conn_tasks: set[asyncio.Task] = set()
+        status = topology.status()
+        self.notes = [f"link backend: {status['backend']} ({status['reason']})", *speed_notes(scenario)]
+        for note in self.notes:
+            log.info("%s", note)
 
     def _kv_target(self, cluster: Cluster, port: int) -> tuple[str, int]:
         """Remote prefill crosses the shaped link; local prefill stays inside `local`."""
@@ -100,7 +104,7 @@ class LiveSession:
             loop.add_signal_handler(sig, stop.set)
         end_reason, loops = "run ended", None
         try:
-            await self._status("starting")
+            await self._status("starting", "; ".join(self.notes))
             for plan in self.plans:
                 self.workers.start(plan)
             await self._wait_for_workers()
@@ -167,7 +171,7 @@ class LiveSession:
         status = self.topology.status()
         await self.bus.publish_status(StatusMessage(
             run_id=self.run_id, t_s=max(self.gateway.now(), 0.0), state=state, engine="live",
-            link_backend=status["backend"], note=note or f"link backend: {status['backend']} ({status['reason']})"))
+            link_backend=status["backend"], note=note or self.notes[0]))
 
     def _write_outputs(self) -> None:
         """DIR/outputs.jsonl: the generated tokens of every completed request, one JSON line each."""
@@ -191,7 +195,8 @@ class LiveSession:
             "model": f"{self.scenario.model.preset} ({self.scenario.model.preset_size})",
             "profile": self.plane.profile_source, "threshold_start": self.plane.threshold,
             "n_p_start": self.plane.n_p, "decisions": loops.decisions if loops is not None else [],
-            "knob_changes": loops.knob_changes if loops is not None else [], "worker_logs": str(self.log_dir),
+            "knob_changes": loops.knob_changes if loops is not None else [], "notes": self.notes,
+            "worker_logs": str(self.log_dir),
             "worker_pids": {name: proc.pid for name, proc in self.workers.procs.items()} if self.workers else {},
             "link_bytes_to_local": crossed.bytes if crossed else None,
         }
