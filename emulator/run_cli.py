@@ -30,6 +30,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--no-broker", action="store_true", help="record locally only, publish nothing")
     parser.add_argument("--link-backend", default="auto", choices=("auto", "netem", "tun", "proxy"),
                         help="live engine: which shaped-link backend (default: the best available)")
+    parser.add_argument("--run-id", help="live engine: the run id in namespaces and MQTT topics (6 hex digits)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="PATH=VALUE",
                         help="override a scenario field (repeatable), e.g. router.threshold_tokens=8000")
 
@@ -64,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
             from emulator.live.session import run_live
 
             doc = asyncio.run(run_live(scenario, out, args.broker, bar, embedded_broker=not args.no_broker,
-                                       link_backend=args.link_backend))
+                                       link_backend=args.link_backend, run_id=args.run_id))
         else:
             from emulator.virtual.engine import run_virtual
 

@@ -27,7 +27,7 @@ from emulator.live.loops import RunLoops
 from emulator.live.nodes import NodeState, NodeTable
 from emulator.net.backend import TO_LOCAL
 from emulator.net.ledger import Ledger
-from emulator.net.names import new_run_id
+from emulator.net.names import check_run_id, new_run_id
 from emulator.net.topology import LOCAL, Topology
 from emulator.plane import ControlPlane, make_control_plane
 from emulator.scenario import Scenario
@@ -50,7 +50,10 @@ async def run_live(scenario: Scenario, out_dir: Path, broker_url: str | None = N
     `run_id` names the namespaces and MQTT topics (default: a fresh one)."""
     if scenario.model.preset is None:
         raise PrfaasError("model.preset: the live engine runs a model_stub preset; set model.preset")
-    run_id = run_id or new_run_id()
+    try:
+        run_id = check_run_id(run_id) if run_id else new_run_id()
+    except ValueError as err:
+        raise PrfaasError(f"--{err}") from None
     requests = build_requests(scenario)
     plane = make_control_plane(scenario)
     topology = Topology(scenario.link, backend=link_backend, run_id=run_id)
@@ -168,6 +171,7 @@ class LiveSession:
         await asyncio.gather(*self._conn_tasks, return_exceptions=True)
 
     async def _status(self, state: str, note: str = "") -> None:
+        log.info("run %s: %s", self.run_id, state)
         status = self.topology.status()
         await self.bus.publish_status(StatusMessage(
             run_id=self.run_id, t_s=max(self.gateway.now(), 0.0), state=state, engine="live",
