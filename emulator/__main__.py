@@ -6,7 +6,7 @@ import argparse
 import logging
 import sys
 
-from emulator import run_cli, scenario_cli
+from emulator import compare_cli, run_cli, scenario_cli
 from emulator.errors import PrfaasError
 from emulator.net import cli as net_cli
 
@@ -18,6 +18,7 @@ def make_parser() -> argparse.ArgumentParser:
     net_cli.add_parser(sub)
     scenario_cli.add_parser(sub)
     run_cli.add_parser(sub)
+    compare_cli.add_parser(sub)
     return parser
 
 
@@ -31,6 +32,8 @@ def main(argv: list[str] | None = None) -> int:
             return scenario_cli.run(args)
         if args.command in run_cli.COMMANDS:
             return run_cli.run(args)
+        if args.command in compare_cli.COMMANDS:
+            return compare_cli.run(args)
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130

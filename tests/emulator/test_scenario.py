@@ -16,7 +16,11 @@ from hypothesis import strategies as st
 from emulator.control.types import Cluster, NodeId, Role, RoutePolicy
 from emulator.errors import ScenarioError
 from emulator.scenario import (
-    Scenario, apply_overrides, load_scenario, parse_scenario, scenario_json_schema,
+    Scenario,
+    apply_overrides,
+    load_scenario,
+    parse_scenario,
+    scenario_json_schema,
 )
 from emulator.scenario_overrides import KNOBS
 from emulator.scenario_workload import LognormalLength, PoissonArrival

@@ -1,0 +1,108 @@
+"""Two recorded runs side by side (live vs virtual, or two settings of one engine): headline numbers
+with relative differences, and a self-contained HTML page of both TTFT CDFs.
+
+Reads run directories through telemetry's `load_run`; it runs nothing and computes no new metrics.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.offline import get_plotlyjs
+
+from emulator.telemetry.recorder import load_run
+
+METRICS = (
+    ("ttft_mean_s", "TTFT mean (s)"), ("ttft_p50_s", "TTFT P50 (s)"), ("ttft_p90_s", "TTFT P90 (s)"),
+    ("throughput_rps", "throughput (req/s)"), ("egress_gbps_mean", "egress (Gbit/s)"),
+    ("tpot_mean_s", "TPOT mean (s)"), ("completed_fraction", "completed fraction"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class MetricDiff:
+    name: str
+    label: str
+    a: float | None
+    b: float | None
+
+    @property
+    def relative(self) -> float | None:
+        """(b - a) / a; None when either is missing or a is 0."""
+        if self.a is None or self.b is None or self.a == 0:
+            return None
+        return self.b / self.a - 1
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    label_a: str
+    label_b: str
+    rows: tuple[MetricDiff, ...]
+    ttft_a: np.ndarray  # sorted TTFTs of completed requests
+    ttft_b: np.ndarray
+
+    def row(self, name: str) -> MetricDiff:
+        return next(r for r in self.rows if r.name == name)
+
+
+def compare_runs(run_a: str | Path, run_b: str | Path) -> Comparison:
+    """Load both runs (TelemetryError if either is not a recorded run) and line up their numbers."""
+    req_a, _, doc_a = load_run(run_a)
+    req_b, _, doc_b = load_run(run_b)
+    rows = tuple(MetricDiff(name, label, _number(doc_a["summary"].get(name)), _number(doc_b["summary"].get(name)))
+                 for name, label in METRICS)
+    return Comparison(_label(run_a, doc_a), _label(run_b, doc_b), rows, _ttfts(req_a), _ttfts(req_b))
+
+
+def format_table(comparison: Comparison) -> str:
+    """A plain-text table: metric, A, B, relative difference of B against A."""
+    width = max(len(label) for _, label in METRICS)
+    head = f"{'metric':<{width}}  {comparison.label_a[:16]:>16}  {comparison.label_b[:16]:>16}  {'B vs A':>8}"
+    lines = [head, "-" * len(head)]
+    for row in comparison.rows:
+        rel = "" if row.relative is None else f"{row.relative:+.1%}"
+        lines.append(f"{row.label:<{width}}  {_shown(row.a):>16}  {_shown(row.b):>16}  {rel:>8}")
+    return "\n".join(lines)
+
+
+def write_cdf_html(comparison: Comparison, path: str | Path) -> Path:
+    """Both TTFT CDFs on one Plotly chart, plotly.js inlined so the page opens offline."""
+    figure = go.Figure(layout={"xaxis_title": "TTFT (s)", "yaxis_title": "fraction of completed requests",
+                               "margin": {"t": 30}})
+    for label, ttfts in ((comparison.label_a, comparison.ttft_a), (comparison.label_b, comparison.ttft_b)):
+        fractions = np.arange(1, ttfts.size + 1) / max(ttfts.size, 1)
+        figure.add_trace(go.Scatter(x=ttfts, y=fractions, mode="lines", name=label, line_shape="hv"))
+    title = html.escape(f"{comparison.label_a} vs {comparison.label_b}")
+    table = html.escape(format_table(comparison))
+    page = (f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{title}</title>"
+            f"<script type='text/javascript'>{get_plotlyjs()}</script></head>\n"
+            f"<body style='font-family: system-ui, sans-serif'><h1>{title}</h1>\n<pre>{table}</pre>\n"
+            f"<h2>TTFT CDF</h2>\n{figure.to_html(full_html=False, include_plotlyjs=False)}</body></html>\n")
+    path = Path(path)
+    path.write_text(page, encoding="utf-8")
+    return path
+
+
+def _label(run_dir: str | Path, doc: dict) -> str:
+    engine = doc.get("meta", {}).get("engine")
+    name = Path(run_dir).resolve().name
+    return f"{name} ({engine})" if engine else name
+
+
+def _ttfts(requests: pd.DataFrame) -> np.ndarray:
+    done = requests[(requests["status"] == "completed") & requests["ttft_s"].notna()]
+    return np.sort(done["ttft_s"].to_numpy(dtype=float))
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _shown(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"

@@ -1,0 +1,142 @@
+"""The virtual engine's entry points: `simulate` (one scenario on the event loop, in memory) and
+`run_virtual` (the same, recorded as a live run is: requests.parquet, timeseries.parquet,
+summary.json, report.html). Baseline configurations and saturation runs are in baselines.py.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from emulator.control.types import RequestSpec
+from emulator.plane import ControlPlane, make_control_plane
+from emulator.scenario import Scenario
+from emulator.telemetry.recorder import RunRecorder
+from emulator.telemetry.records import RequestRecord
+from emulator.virtual.core import Simulator
+from emulator.virtual.costs import CostModel
+from emulator.virtual.gateway import Gateway
+from emulator.virtual.link import FluidLink
+from emulator.virtual.loops import Arrivals, Progress, RunLoops, link_states
+from emulator.workload.build import build_requests
+
+log = logging.getLogger(__name__)
+APPROXIMATIONS = (
+    "fluid link: max-min fair shares recomputed at each start/finish, no slow start or queues",
+    "layer-wise pipelining: KV flows from prefill start at most at the production rate; the last "
+    "layer's share (1 / pipeline_layers) goes after the prefill ends",
+    "decode: constant step time up to BS_max, joins not aligned to step boundaries",
+    "local prefill -> decode KV over RDMA at a fixed rate, no sharing",
+    "decode instance chosen when the KV arrives (fewest held); the live gateway picks it at dispatch",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Simulation:
+    """One simulated run, in memory. `gateway` and `loops` are kept for tests and tools."""
+
+    records: list[RequestRecord]
+    samples: list[dict[str, float | None]]
+    plane: ControlPlane
+    costs: CostModel
+    gateway: Gateway
+    loops: RunLoops
+    num_requests: int
+    num_events: int
+    end_s: float
+    wall_s: float
+
+
+def simulate(scenario: Scenario, *, until: float | None = None, progress: Progress | None = None,
+             requests: list[RequestSpec] | None = None, plane: ControlPlane | None = None) -> Simulation:
+    """Run `scenario` until every request has ended (or until simulated time `until`, leaving the
+    rest open). `requests` and `plane` default to the scenario's own (build_requests,
+    make_control_plane); passing them in saves rebuilding them for repeated runs."""
+    wall_start = time.perf_counter()
+    plane = plane or make_control_plane(scenario)
+    requests = build_requests(scenario) if requests is None else requests
+    costs = CostModel.from_inputs(plane.inputs, plane.profile_source)
+    sim = Simulator()
+    to_local, to_remote = link_states(scenario.link)
+    local = scenario.clusters.local
+    n_p = start_n_p(scenario, plane)
+    gateway = Gateway(sim, plane, costs, FluidLink(sim, to_local), FluidLink(sim, to_remote),
+                      num_remote=scenario.clusters.remote.instances, num_local=local.instances, n_p=n_p,
+                      block_tokens=scenario.prefix_cache.block_tokens,
+                      use_index=needs_index(scenario, requests))
+    arrival = scenario.workload.arrival
+    arrivals = Arrivals(sim, gateway, requests, arrival.rate_per_s if arrival is not None else None)
+    loops = RunLoops(sim, gateway, scenario, arrivals, progress)
+    arrivals.start()
+    loops.start()
+    sim.run(until)
+    if until is None and gateway.open:
+        log.warning("%d requests still open when the events ran out; failing them", len(gateway.open))
+        gateway.fail_open()
+    return Simulation(gateway.records, loops.samples, plane, costs, gateway, loops, len(requests),
+                      sim.num_events, sim.now, time.perf_counter() - wall_start)
+
+
+def needs_index(scenario: Scenario, requests: list[RequestSpec]) -> bool:
+    """Whether the prefix index can ever report a hit. A hit starts at a prompt's first block
+    (the index matches chains from their root), so when no two requests share their first block
+    hash and no node is killed (a retried request could meet its own blocks), every lookup
+    misses whatever is inserted: skipping the inserts then changes no decision, and saves most of
+    the cost of a run without shared prefixes."""
+    if any(event.kill is not None for event in scenario.timeline):
+        return True
+    firsts = [request.block_hashes[0] for request in requests if request.block_hashes]
+    return len(set(firsts)) != len(firsts)
+
+
+def run_virtual(scenario: Scenario, out_dir: str | Path, progress: Progress | None = None) -> dict[str, Any]:
+    """Simulate `scenario` and record it as a live run is; returns the summary.json document."""
+    return record_run(scenario, simulate(scenario, progress=progress), out_dir)
+
+
+def record_run(scenario: Scenario, result: Simulation, out_dir: str | Path) -> dict[str, Any]:
+    """Write a simulated run's four files (emulator.telemetry.recorder); returns summary.json."""
+    recorder = RunRecorder(out_dir)
+    for record in result.records:
+        recorder.add_request(record)
+    for row in result.samples:
+        recorder.add_sample(**row)
+    expect = {str(metric): bounds.model_dump(exclude_none=True) for metric, bounds in scenario.expect.items()}
+    return recorder.finish(run_meta(scenario, result), expect=expect,
+                           duration_s=run_duration_s(result.records))
+
+
+def run_duration_s(records: list[RequestRecord]) -> float:
+    """From the start (t = 0) to the last ending, as a live run's duration (throughput_rps)."""
+    return max((r.finish_s for r in records if r.finish_s is not None), default=0.0)
+
+
+def run_meta(scenario: Scenario, result: Simulation) -> dict[str, Any]:
+    """summary.json's `meta`: what ran, with which settings, and what the engine assumed."""
+    plane, router, link = result.plane, scenario.router, scenario.link
+    scheduler = plane.scheduler
+    return {
+        "engine": "virtual", "scenario": scenario.name, "seed": scenario.seed,
+        "profile": plane.profile_source, "costs": result.costs.as_meta(),
+        "threshold_start": plane.threshold, "n_p_start": start_n_p(scenario, plane),
+        "policy": router.policy.value, "prefix_rule": router.prefix_rule.value,
+        "cache_affinity": router.cache_affinity,
+        "scheduler": None if scheduler is None else {
+            "short_term": scheduler.config.short_term_enabled, "long_term": scheduler.config.long_term_enabled},
+        "link": {"bandwidth_mbit": link.bandwidth_mbit, "delay_ms": link.delay_ms, "loss_pct": link.loss_pct},
+        "lambda_max_model": plane.plan.prfaas.lambda_max,
+        "decisions": result.loops.decisions, "knob_changes": result.loops.knob_changes,
+        "prefix_index": "used" if result.gateway.use_index else "skipped: no block is shared",
+        "sim": {"events": result.num_events, "end_s": result.end_s, "wall_s": round(result.wall_s, 4),
+                "link_bytes_delivered": result.gateway.link.bytes_delivered},
+        "approximations": list(APPROXIMATIONS),
+    }
+
+
+def start_n_p(scenario: Scenario, plane: ControlPlane) -> int:
+    """Local prefill instances at the start: the scenario's (0 included), else the plane's."""
+    n_p = scenario.clusters.local.prefill_instances
+    return plane.n_p if n_p is None else n_p

@@ -1,0 +1,199 @@
+"""What drives a virtual run besides the requests' own events: arrivals played on a workload clock
+whose speed the rate knob changes (as the live engine's WorkloadClock), the scenario timeline (link
+changes, knobs, kills, restarts), and the 1 s sampler that records a timeseries row and feeds and
+ticks the scheduler. Bursts need nothing here: they are part of the built requests.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from typing import Any
+
+from emulator.control.scheduler import RoleChange, ThresholdChange
+from emulator.control.types import RequestSpec, RoutePolicy
+from emulator.scenario import Scenario
+from emulator.scenario_parts import TimelineEvent
+from emulator.telemetry.metrics import percentile
+from emulator.virtual.core import Simulator
+from emulator.virtual.gateway import Gateway
+from emulator.virtual.link import LinkState
+
+log = logging.getLogger(__name__)
+SAMPLE_PERIOD_S = 1.0
+Progress = Callable[[int, int, float], None]  # (requests ended, total, simulated seconds)
+
+
+def link_states(spec: Any) -> tuple[LinkState, LinkState]:
+    """(remote -> local, local -> remote) of a scenario LinkSpec; the RTT spans both delays."""
+    to_local, to_remote = spec.to_local, spec.to_remote
+    rtt_s = to_local.delay_s + to_remote.delay_s
+    return (LinkState(to_local.rate_bytes_per_s, to_local.delay_s, to_local.loss_pct / 100, rtt_s),
+            LinkState(to_remote.rate_bytes_per_s, to_remote.delay_s, to_remote.loss_pct / 100, rtt_s))
+
+
+class Arrivals:
+    """Hands the gateway one request at a time, so the heap holds one pending arrival.
+
+    Workload time (the requests' `arrival_s`) maps to simulated time as
+    sim = anchor_s + (workload_s - workload_anchor_s) / speed; the rate knob changes `speed`
+    (new rate / the scenario's rate, or a trace's gap factor), keeping the arrival pattern's shape.
+    """
+
+    def __init__(self, sim: Simulator, gateway: Gateway, requests: list[RequestSpec],
+                 base_rate_per_s: float | None) -> None:
+        self.sim, self.gateway, self.requests = sim, gateway, requests
+        self.base_rate_per_s = base_rate_per_s or 1.0
+        self.next_index = 0
+        self._anchor_s = self._workload_anchor_s = 0.0
+        self._speed = 1.0
+        self._gen = 0
+
+    @property
+    def is_done(self) -> bool:
+        return self.next_index >= len(self.requests)
+
+    def start(self) -> None:
+        self._arm()
+
+    def set_rate(self, rate_per_s: float) -> str:
+        now = self.sim.now
+        self._workload_anchor_s += (now - self._anchor_s) * self._speed
+        self._anchor_s, self._speed = now, rate_per_s / self.base_rate_per_s
+        self._arm()
+        return f"arrival rate -> {rate_per_s:g}/s"
+
+    def _arm(self) -> None:
+        self._gen += 1
+        if not self.is_done:
+            workload_s = self.requests[self.next_index].arrival_s
+            at = self._anchor_s + (workload_s - self._workload_anchor_s) / self._speed
+            self.sim.schedule(max(at, self.sim.now), self._arrive, self._gen)
+
+    def _arrive(self, gen: int) -> None:
+        if gen != self._gen:
+            return  # re-planned by a rate change
+        self.gateway.arrive(self.requests[self.next_index])
+        self.next_index += 1
+        self._arm()
+
+
+class RunLoops:
+    """The timeline and the sampler of one run; `samples` become timeseries.parquet rows."""
+
+    def __init__(self, sim: Simulator, gateway: Gateway, scenario: Scenario, arrivals: Arrivals,
+                 progress: Progress | None = None) -> None:
+        self.sim, self.gateway, self.scenario, self.arrivals = sim, gateway, scenario, arrivals
+        self.progress = progress
+        self.link_spec = scenario.link
+        self.samples: list[dict[str, float | None]] = []
+        self.decisions: list[str] = []
+        self.knob_changes: list[str] = []
+        self._last = (0.0, 0.0, 0.0)  # (t, link bytes sent, link busy seconds) at the last sample
+
+    def start(self) -> None:
+        for event in self.scenario.timeline:
+            if event.burst is None:
+                self.sim.schedule(event.at_s, self._on_timeline, event)
+        self.sim.schedule(self.sim.now, self._on_sample)
+
+    # ---- sampler ----
+
+    def _on_sample(self, _: object = None) -> None:
+        now, gateway, link = self.sim.now, self.gateway, self.gateway.link
+        link.sync()
+        last_t, last_sent, last_busy = self._last
+        dt = now - last_t
+        sent, busy = link.bytes_sent - last_sent, link.busy_s - last_busy
+        self._last = (now, link.bytes_sent, link.busy_s)
+        state, remote, local, decode = link.state, *gateway.queue_depths()
+        has_rate = math.isfinite(state.rate_bytes_per_s)
+        utilization = busy / dt if dt > 0 and has_rate else None
+        ttfts = sorted(gateway.ttft.values(now))  # sorted once; percentile's own sort is then O(n)
+        self.samples.append({
+            "t_s": now, "threshold_tokens": gateway.router.config.threshold_tokens,
+            "egress_mbit": sent * 8e-6 / dt if dt > 0 else None,
+            "link_capacity_mbit": state.rate_bytes_per_s * 8e-6 if has_rate else None,
+            "link_utilization": utilization, "queue_remote_prefill": remote,
+            "queue_local_prefill": local, "queue_decode": decode,
+            "ttft_p50_s": percentile(ttfts, 50), "ttft_p90_s": percentile(ttfts, 90),
+            "in_flight": gateway.in_flight, "completed": gateway.num_completed, "failed": gateway.num_failed,
+            "retrans_rate": state.loss, "rtt_ms": state.rtt_s * 1e3, "n_p": gateway.n_p,
+            "decode_active": sum(len(n.active) for n in gateway.decode_nodes),
+            "transfers_active": link.num_active,
+        })
+        if gateway.feeds_scheduler and dt > 0:
+            self._tick(now, sent / dt, utilization or 0.0, state.loss, (remote, local, decode))
+        if self.progress is not None:
+            self.progress(gateway.num_completed + gateway.num_failed, len(self.arrivals.requests), now)
+        if not (self.arrivals.is_done and gateway.in_flight == 0):
+            self.sim.schedule(now + SAMPLE_PERIOD_S, self._on_sample)
+
+    def _tick(self, now: float, goodput: float, utilization: float, loss: float,
+              queues: tuple[int, int, int]) -> None:
+        """One interval's observations, then whatever loop is due (as the live gateway's loop)."""
+        scheduler = self.gateway.scheduler
+        scheduler.observe_link(now, goodput, utilization, loss, 1.0)  # fluid link: no standing queue
+        scheduler.observe_queues(now, *queues)
+        for decision in scheduler.tick(now):
+            if isinstance(decision, ThresholdChange):
+                self.gateway.router.set_threshold(int(decision.new_t))
+            elif isinstance(decision, RoleChange):
+                self.gateway.request_flip(decision.node.index, decision.to_role)
+            self._note(f"t={now:.1f}s scheduler: {decision.reason}", self.decisions)
+
+    # ---- timeline ----
+
+    def _on_timeline(self, event: TimelineEvent) -> None:
+        gateway = self.gateway
+        if event.link is not None:
+            what = self._set_link(event.link)
+        elif event.set is not None:
+            what = "; ".join(self._apply_setting(path, value) for path, value in event.set.items())
+        elif event.kill is not None:
+            what = gateway.kill(event.node_id)
+        else:
+            what = gateway.restart(event.node_id)
+        self._note(f"t={self.sim.now:.1f}s timeline: {what}", self.knob_changes)
+
+    def _apply_setting(self, path: str, value: Any) -> str:
+        """One `set:` knob (emulator.scenario_overrides.KNOBS), as the live engine's Knobs."""
+        router, scheduler, gateway = self.gateway.router, self.gateway.scheduler, self.gateway
+        if path == "router.threshold_tokens":
+            tokens = int(gateway.plane.plan.prfaas.t) if value == "auto" else int(value)
+            router.set_threshold(tokens)
+            if scheduler is not None:
+                scheduler.set_threshold(tokens)
+            return f"threshold -> {tokens} tokens"
+        if path == "router.policy":
+            router.set_policy(RoutePolicy(value))
+            return f"router policy -> {value}"
+        if path == "router.cache_affinity":
+            router.set_cache_affinity(bool(value))
+            return f"cache affinity -> {value}"
+        if path.startswith("scheduler."):
+            if scheduler is None:
+                return "scheduler: not running in this scenario"
+            loop = path.split(".")[1]
+            scheduler.set_enabled(**{loop: bool(value)})
+            cfg = scheduler.config
+            gateway.feeds_scheduler = cfg.short_term_enabled or cfg.long_term_enabled
+            return f"scheduler {loop} -> {'on' if value else 'off'}"
+        if path == "workload.arrival.rate_per_s":
+            return self.arrivals.set_rate(float(value))
+        if path == "clusters.local.prefill_instances":
+            return gateway.set_split(int(value))
+        return self._set_link({path.removeprefix("link."): value})
+
+    def _set_link(self, changes: dict[str, Any]) -> str:
+        spec = self.link_spec = type(self.link_spec).model_validate(self.link_spec.model_dump() | changes)
+        to_local, to_remote = link_states(spec)
+        self.gateway.link.set_state(to_local)
+        self.gateway.reverse_link.set_state(to_remote)
+        rate = "unshaped" if spec.bandwidth_mbit is None else f"{spec.bandwidth_mbit:g} Mbit/s"
+        return f"link -> {rate}, {spec.delay_ms:g} ms, {spec.loss_pct:g} % loss"
+
+    def _note(self, line: str, into: list[str]) -> None:
+        log.info("%s", line)
+        into.append(line)

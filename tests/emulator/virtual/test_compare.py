@@ -1,0 +1,52 @@
+"""`python -m emulator compare`: two recorded runs side by side (emulator/compare.py and
+compare_cli.py; kept beside the virtual engine's tests, whose runs it reads)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from emulator import compare_cli
+from emulator.compare import compare_runs, format_table
+from emulator.errors import TelemetryError
+from emulator.scenario import Scenario
+from emulator.virtual.engine import run_virtual
+
+
+@pytest.fixture
+def two_runs(small: Callable[..., Scenario], tmp_path: Path) -> tuple[Path, Path]:
+    run_virtual(small(), tmp_path / "a")
+    run_virtual(small(router={"policy": "local-only"}), tmp_path / "b")
+    return tmp_path / "a", tmp_path / "b"
+
+
+def test_compare_lines_up_the_summaries_with_relative_differences(two_runs: tuple[Path, Path]) -> None:
+    comparison = compare_runs(*two_runs)
+    ttft = comparison.row("ttft_mean_s")
+    assert ttft.a is not None and ttft.b is not None and ttft.b > ttft.a  # local-only queues more
+    assert ttft.relative == pytest.approx(ttft.b / ttft.a - 1)
+    assert comparison.row("egress_gbps_mean").b == 0.0
+    assert comparison.ttft_a.size == comparison.ttft_b.size > 0
+    table = format_table(comparison)
+    assert "TTFT P90 (s)" in table and "a (virtual)" in table and "%" in table
+
+
+def test_the_command_prints_the_table_and_writes_both_cdfs(two_runs: tuple[Path, Path], tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    parser = argparse.ArgumentParser()
+    compare_cli.add_parser(parser.add_subparsers(dest="command"))
+    out = tmp_path / "cmp.html"
+    args = parser.parse_args(["compare", str(two_runs[0]), str(two_runs[1]), "--out", str(out)])
+    assert args.command in compare_cli.COMMANDS and compare_cli.run(args) == 0
+    printed = capsys.readouterr().out
+    assert "throughput (req/s)" in printed and str(out) in printed
+    page = out.read_text()
+    assert page.count("a (virtual)") >= 1 and "b (virtual)" in page and "TTFT CDF" in page
+
+
+def test_a_directory_that_is_no_run_is_refused_in_one_line(two_runs: tuple[Path, Path], tmp_path: Path) -> None:
+    with pytest.raises(TelemetryError, match="does not exist"):
+        compare_runs(two_runs[0], tmp_path / "missing")

@@ -1,0 +1,108 @@
+"""The fluid link: max-min fair shares, loss-limited caps (Mathis), layer-wise pipelining, delay
+and link changes, against hand-computed finish times."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from emulator.virtual.core import Simulator
+from emulator.virtual.link import MSS_BYTES, FluidLink, LinkState, mathis_bytes_per_s
+
+GB = 1e9
+
+
+def _run(state: LinkState, starts: list[tuple[float, float, dict]]) -> tuple[dict, FluidLink]:
+    """Start each (at_s, bytes, kwargs) transfer; returns {index: arrival time} and the link."""
+    sim = Simulator()
+    link = FluidLink(sim, state)
+    arrived: dict[int, float] = {}
+    for i, (at_s, size, kwargs) in enumerate(starts):
+        sim.schedule(at_s, lambda a: link.start(a[1], lambda k: arrived.__setitem__(k, sim.now), a[0], **a[2]),
+                     (i, size, kwargs))
+    sim.run()
+    return arrived, link
+
+
+def test_two_equal_transfers_started_together_each_get_half_and_finish_together() -> None:
+    arrived, link = _run(LinkState(GB, delay_s=0.01), [(0.0, 2 * GB, {}), (0.0, 2 * GB, {})])
+    assert arrived[0] == pytest.approx(4.01) and arrived[1] == pytest.approx(4.01)  # 2 GB at 0.5 GB/s
+    assert link.bytes_delivered == 4 * GB
+    assert link.bytes_sent == pytest.approx(4 * GB)
+    assert link.busy_s == pytest.approx(4.0)
+
+
+def test_a_transfer_speeds_up_when_its_neighbour_finishes() -> None:
+    # 1 GB and 3 GB share 1 GB/s: the small one ends at 2 s; the big one then has 2 GB left alone.
+    arrived, _ = _run(LinkState(GB, delay_s=0.0), [(0.0, GB, {}), (0.0, 3 * GB, {})])
+    assert (arrived[0], arrived[1]) == (pytest.approx(2.0), pytest.approx(4.0))
+
+
+def test_a_late_starter_takes_its_share_from_then_on() -> None:
+    # A alone for 1 s (1 GB sent), then A and B at 0.5 GB/s: A's last 1 GB takes 2 s more.
+    arrived, _ = _run(LinkState(GB, delay_s=0.0), [(0.0, 2 * GB, {}), (1.0, 2 * GB, {})])
+    assert arrived[0] == pytest.approx(3.0)
+    assert arrived[1] == pytest.approx(4.0)  # 1 GB by t=3, then alone at 1 GB/s
+
+
+def test_water_filling_gives_a_capped_transfers_leftover_to_the_others() -> None:
+    # A is production-capped at 0.2 GB/s (1 GB over 5 s, no tail): B and C split the other 0.8.
+    arrived, _ = _run(LinkState(GB, delay_s=0.0), [
+        (0.0, GB, {"produce_s": 5.0}), (0.0, 0.8 * GB, {}), (0.0, 0.8 * GB, {})])
+    assert arrived[1] == pytest.approx(2.0) and arrived[2] == pytest.approx(2.0)
+    assert arrived[0] == pytest.approx(5.0)
+
+
+def test_mathis_relation_caps_each_transfer_on_a_lossy_link() -> None:
+    one = mathis_bytes_per_s(MSS_BYTES, 0.02, 0.01)
+    assert one == pytest.approx(1448 / 0.02 * 1.2247 / 0.1, rel=1e-4)  # ~0.89 MB/s per connection
+    state = LinkState(GB, delay_s=0.01, loss=0.01, rtt_s=0.02, connections=4)
+    assert state.per_transfer_cap == pytest.approx(4 * one)
+    arrived, _ = _run(state, [(0.0, 10e6, {})])
+    assert arrived[0] == pytest.approx(10e6 / (4 * one) + 0.01)
+    assert LinkState(GB, 0.0).per_transfer_cap == math.inf
+
+
+def test_pipelined_transfer_ends_a_last_layer_after_the_prefill_when_the_link_keeps_up() -> None:
+    # 1 GB produced over 4 s on a 1 GB/s link: all but the tail (1/10) flows during the prefill;
+    # the tail goes when the prefill ends (end_production at 4 s) and takes 0.1 s.
+    sim = Simulator()
+    link = FluidLink(sim, LinkState(GB, delay_s=0.0))
+    arrived: list[float] = []
+    transfer = link.start(GB, lambda _: arrived.append(sim.now), None, produce_s=4.0, tail_fraction=0.1)
+    sim.schedule(4.0, lambda _: link.end_production(transfer))
+    sim.run()
+    assert arrived == [pytest.approx(4.1)]
+
+
+def test_pipelined_transfer_is_bandwidth_bound_when_the_link_is_slower_than_production() -> None:
+    # 1 GB produced in 0.5 s on a 0.1 GB/s link: exposed transfer = start + bytes / share = 10 s.
+    sim = Simulator()
+    link = FluidLink(sim, LinkState(0.1 * GB, delay_s=0.0))
+    arrived: list[float] = []
+    transfer = link.start(GB, lambda _: arrived.append(sim.now), None, produce_s=0.5, tail_fraction=0.1)
+    sim.schedule(0.5, lambda _: link.end_production(transfer))
+    sim.run()
+    assert arrived == [pytest.approx(10.0)]
+
+
+def test_a_link_change_resets_the_shares_mid_transfer_and_cancel_stops_one() -> None:
+    sim = Simulator()
+    link = FluidLink(sim, LinkState(GB, delay_s=0.0))
+    arrived: dict[str, float] = {}
+    link.start(2 * GB, lambda k: arrived.__setitem__(k, sim.now), "a")
+    doomed = link.start(2 * GB, lambda k: arrived.__setitem__(k, sim.now), "b")
+    sim.schedule(1.0, lambda _: link.set_state(LinkState(2 * GB, delay_s=0.0)))  # each 1 GB/s now
+    sim.schedule(1.5, lambda _: link.cancel(doomed))  # a alone at 2 GB/s from 1.5 s
+    sim.run()
+    # a: 0.5 GB by 1 s, 0.5 GB more by 1.5 s, the last 1 GB at 2 GB/s: done at 2.0 s
+    assert arrived == {"a": pytest.approx(2.0)}
+    assert link.bytes_delivered == 2 * GB
+    assert link.bytes_sent == pytest.approx(3 * GB)  # b's 1 GB so far counts as sent
+
+
+def test_an_unshaped_link_delivers_after_the_delay_only() -> None:
+    arrived, link = _run(LinkState(math.inf, delay_s=0.005), [(1.0, GB, {}), (1.0, GB, {})])
+    assert arrived == {0: pytest.approx(1.005), 1: pytest.approx(1.005)}
+    assert link.bytes_delivered == 2 * GB
