@@ -7,6 +7,7 @@ clock that feeds them differs.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -14,7 +15,7 @@ from emulator.analytic import MIB, model_inputs
 from emulator.control.prefix_cache import PrefixCacheIndex
 from emulator.control.router import Router, RouterConfig
 from emulator.control.scheduler import DualTimescaleScheduler, SchedulerConfig
-from emulator.control.throughput_model import ModelInputs, Plan, optimize
+from emulator.control.throughput_model import ModelInputs, Plan, homogeneous_baseline, optimize
 from emulator.control.types import Cluster, RoutePolicy
 from emulator.scenario import Scenario
 
@@ -55,7 +56,7 @@ def make_control_plane(scenario: Scenario) -> ControlPlane:
     spec = scenario.router
     threshold = plan.prfaas.t if spec.threshold_tokens == "auto" else spec.threshold_tokens
     threshold = int(threshold) if math.isfinite(threshold) else 2**31
-    n_p = scenario.clusters.local.prefill_instances or plan.prfaas.n_p
+    n_p = start_n_p(scenario, inputs, plan)
     router = Router(RouterConfig(spec.policy, threshold, spec.prefix_rule, spec.cache_affinity),
                     _index(scenario, inputs))
     wants_scheduler = spec.policy is RoutePolicy.PRFAAS and (
@@ -63,6 +64,21 @@ def make_control_plane(scenario: Scenario) -> ControlPlane:
     scheduler = (DualTimescaleScheduler(inputs, scheduler_config(scenario), threshold=threshold, n_p=n_p)
                  if wants_scheduler else None)
     return ControlPlane(router, router.index, scheduler, inputs, plan, threshold, n_p, tables.source)
+
+
+def start_n_p(scenario: Scenario, inputs: ModelInputs, plan: Plan) -> int:
+    """Local prefill instances at the start: the scenario's (0 included), else the best split for
+    the policy: PrfaaS's optimum, the best homogeneous split of the local cluster, or none at all
+    when every prefill goes remote."""
+    n_p = scenario.clusters.local.prefill_instances
+    if n_p is not None:
+        return n_p
+    policy = scenario.router.policy
+    if policy is RoutePolicy.ALL_REMOTE:
+        return 0
+    if policy is RoutePolicy.LOCAL_ONLY:
+        return homogeneous_baseline(dataclasses.replace(inputs, num_baseline=inputs.num_local)).n_p
+    return plan.prfaas.n_p
 
 
 def _index(scenario: Scenario, inputs: ModelInputs) -> PrefixCacheIndex:

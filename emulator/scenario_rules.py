@@ -153,10 +153,10 @@ def _node_problems(
     except ValueError as err:
         yield f"{where}: {err}"
         return
-    count = num_nodes(clusters, node.cluster, node.role)
-    if node.index >= count:
-        yield (f"{where}: {text} does not exist ({count} {node.cluster.value}-{node.role.value} "
-               f"nodes); use an index below {count}")
+    slots = node_slots(clusters, node.cluster, node.role)
+    if node.index not in slots:
+        yield (f"{where}: {text} does not exist ({node.cluster.value}-{node.role.value} nodes are "
+               f"{_describe_slots(slots)}); use one of those indices")
     elif is_kill:
         down.add(str(node))
     elif str(node) not in down:
@@ -165,16 +165,30 @@ def _node_problems(
         down.discard(str(node))
 
 
-def num_nodes(clusters: ClustersSpec, cluster: Cluster, role: Role) -> int:
-    """Instances in one role. With the split left to the optimizer, a local node may take either
-    role, keeping at least one of the other."""
+def node_slots(clusters: ClustersSpec, cluster: Cluster, role: Role) -> range:
+    """Indices a node of this cluster and role may have. Local nodes are numbered by slot across
+    both roles (local-prefill-0..n_p-1, then local-decode-n_p..), so a node keeps its index when
+    its role flips; with the split left to the optimizer any local slot may hold either role."""
     if cluster is Cluster.REMOTE:
-        return clusters.remote.instances if role is Role.PREFILL else 0
+        return range(clusters.remote.instances) if role is Role.PREFILL else range(0)
     local = clusters.local
     if local.prefill_instances is None:
-        return max(local.instances - 1, 0)
+        return range(local.instances)
     n_p = local.prefill_instances
-    return n_p if role is Role.PREFILL else local.instances - n_p
+    return range(n_p) if role is Role.PREFILL else range(n_p, local.instances)
+
+
+def num_nodes(clusters: ClustersSpec, cluster: Cluster, role: Role) -> int:
+    """Instances in one role (with the split left to the optimizer: all but one of the other)."""
+    if cluster is Cluster.LOCAL and clusters.local.prefill_instances is None:
+        return max(clusters.local.instances - 1, 0)
+    return len(node_slots(clusters, cluster, role))
+
+
+def _describe_slots(slots: range) -> str:
+    if not slots:
+        return "none"
+    return str(slots.start) if len(slots) == 1 else f"{slots.start}..{slots.stop - 1}"
 
 
 def _expect_problems(s: Scenario) -> Iterator[str]:

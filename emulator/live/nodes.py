@@ -97,10 +97,14 @@ class NodeTable:
         return min(candidates, key=lambda n: (len(n.decode_rids), n.index), default=None)
 
     def queue_depths(self) -> dict[str, int]:
+        """Requests WAITING per pool (not those in service or in a decode batch), as the worker's
+        last stats say; before its first stats, what the gateway handed out beyond one in service."""
         depths = {"remote_prefill": 0, "local_prefill": 0, "decode": 0}
         for n in self:
-            if n.is_up:
-                depths[n.pool] += len(n.decode_rids) if n.role is Role.DECODE else len(n.prefill_rids)
+            if not n.is_up:
+                continue
+            held = len(n.decode_rids) if n.role is Role.DECODE else len(n.prefill_rids)
+            depths[n.pool] += n.stats.queue_depth if n.stats is not None else max(held - 1, 0)
         return depths
 
     def roles(self) -> dict[str, str]:

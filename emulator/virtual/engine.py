@@ -137,6 +137,5 @@ def run_meta(scenario: Scenario, result: Simulation) -> dict[str, Any]:
 
 
 def start_n_p(scenario: Scenario, plane: ControlPlane) -> int:
-    """Local prefill instances at the start: the scenario's (0 included), else the plane's."""
-    n_p = scenario.clusters.local.prefill_instances
-    return plane.n_p if n_p is None else n_p
+    """Local prefill instances at the start (emulator.plane.start_n_p decides)."""
+    return plane.n_p

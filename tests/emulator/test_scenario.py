@@ -179,7 +179,7 @@ CASES = [
     case("event after the end", _set("timeline", at(601, burst={"requests": 5})),
          "timeline.0.at_s: 601 is after duration_s (600)", "move it earlier"),
     case("kill of a missing node", _set("timeline", at(1, kill="remote-prefill-4")),
-         "timeline.0.kill: remote-prefill-4 does not exist", "use an index below 4"),
+         "timeline.0.kill: remote-prefill-4 does not exist (remote-prefill nodes are 0..3)", "use one of those"),
     case("kill of a malformed node", _set("timeline", at(1, kill="remote-decode-0")),
          "timeline.0.kill: node 'remote-decode-0'", "use remote-prefill-<i>"),
     case("restart without a kill", _set("timeline", at(1, restart="local-decode-0")),
@@ -388,3 +388,11 @@ def test_mutated_case_study_validates_or_says_why(data):
         assert isinstance(parse_scenario(doc, SCENARIO_DIR), Scenario)
     except ScenarioError as err:
         assert all(": " in line for line in str(err).splitlines())
+
+
+def test_local_nodes_are_numbered_by_slot_across_both_roles() -> None:
+    base = load_scenario(SCENARIO_DIR / "classroom-basic.yaml")  # local: 1 prefill (slot 0), 1 decode (slot 1)
+    ok = apply_overrides(base, ["timeline=[{at_s: 1, kill: local-decode-1}]"])
+    assert ok.timeline[0].node_id == NodeId(Cluster.LOCAL, Role.DECODE, 1)
+    with pytest.raises(ScenarioError, match="local-decode-0 does not exist"):
+        apply_overrides(base, ["timeline=[{at_s: 1, kill: local-decode-0}]"])
