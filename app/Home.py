@@ -79,3 +79,9 @@ st.caption(
 
 st.subheader("Cache size vs context length")
 _cache_chart(size, tokens, log_y)
+
+st.markdown(
+    "**More pages** (sidebar): *Runs* opens and compares recorded runs; *KV explorer* compares "
+    "real models' KV sizes and the egress a prefill cluster needs; *Threshold explorer* finds the "
+    "best threshold and prefill/decode split for a scenario."
+)

@@ -1,0 +1,203 @@
+"""Runs: recorded runs under a directory, one run opened (summary, TTFT CDF, Gantt, egress,
+threshold), several compared, and each run's files to download.
+
+Layout only; the tables come from `app.runs_view`, the files from `emulator.telemetry.recorder`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import plotly.express as px
+import plotly.graph_objects as go
+import streamlit as st
+
+from app.runs_view import (
+    DEFAULT_RUNS_DIR,
+    MAX_GANTT_REQUESTS,
+    SEGMENTS,
+    Run,
+    RunListing,
+    compare_cdfs,
+    compare_table,
+    csv_bytes,
+    file_bytes,
+    first_tokens,
+    format_number,
+    gantt_segments,
+    link_backend,
+    list_runs,
+    listing_table,
+    resolve_runs_dir,
+    timeseries_lines,
+    ttft_cdf,
+)
+from emulator.errors import TelemetryError
+from emulator.telemetry.recorder import load_run
+
+SEGMENT_COLORS = {"queue": "#bbbbbb", "prefill": "#1f77b4", "transfer": "#ff7f0e", "decode": "#2ca02c"}
+LEGEND_TOP = {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom"}
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _load_cached(path: str, stamp_ns: int) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+    del stamp_ns  # part of the cache key only: a re-recorded run is read again
+    return load_run(path)
+
+
+def _load(path: Path) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+    return _load_cached(str(path), (path / "summary.json").stat().st_mtime_ns)
+
+
+def _listing(text: str) -> RunListing | None:
+    """The runs under the typed directory, or None after saying why there are none."""
+    try:
+        listing = list_runs(resolve_runs_dir(text), loader=_load)
+    except (TelemetryError, OSError) as err:
+        missing_default = text.strip() == DEFAULT_RUNS_DIR and not resolve_runs_dir(text).exists()
+        if missing_default:
+            st.info("No runs yet: `python -m emulator run SCENARIO.yaml` records one under runs/.")
+        else:
+            st.error(str(err))
+        return None
+    if listing.problems:
+        st.warning("Skipped, not readable as runs:\n" + "\n".join(
+            f"- `{name}`: {reason}" for name, reason in listing.problems))
+    if not listing.runs:
+        st.info(f"No recorded runs under {text.strip()!r}: a run directory holds summary.json, "
+                "requests.parquet and timeseries.parquet.")
+        return None
+    return listing
+
+
+def _summary_tiles(run: Run) -> None:
+    summary, meta = run.summary, run.meta
+    what = st.columns(3)
+    what[0].metric("Engine", str(meta.get("engine", "-")))
+    what[1].metric("Scenario", str(meta.get("scenario", "-")))
+    what[2].metric("Link backend", link_backend(meta))
+    numbers = st.columns(7)
+    for col, (key, label) in zip(numbers, (
+        ("completed", "Completed"), ("failed_count", "Failed"), ("ttft_mean_s", "TTFT mean (s)"),
+        ("ttft_p50_s", "TTFT P50 (s)"), ("ttft_p90_s", "TTFT P90 (s)"),
+        ("throughput_rps", "Throughput (req/s)"), ("egress_gbps_mean", "Egress (Gbit/s)"),
+    ), strict=True):
+        col.metric(label, format_number(summary.get(key)))
+    note = meta.get("link_note") or meta.get("link_backend_reason")
+    if note:
+        st.caption(str(note))
+    for failure in run.doc.get("expect_failures", []):
+        st.warning(f"expect failed: {failure}")
+
+
+def _cdf_chart(cdf: pd.DataFrame, key: str, color_title: str) -> None:
+    if cdf.empty:
+        st.info("No completed request has a TTFT.")
+        return
+    fig = px.line(cdf, x="ttft_s", y="fraction", color="group", line_shape="hv",
+                  labels={"ttft_s": "TTFT (s)", "fraction": "fraction of requests", "group": color_title})
+    fig.update_layout(legend=LEGEND_TOP, margin={"t": 40})
+    st.plotly_chart(fig, key=key)
+
+
+def _gantt_chart(run: Run) -> None:
+    shown = st.slider("Requests shown (first by arrival)", 10, MAX_GANTT_REQUESTS, 50, step=10,
+                      key="runs_gantt_n")
+    segments = gantt_segments(run.requests, limit=shown)
+    if segments.empty:
+        st.info("No request reached a timed stage.")
+        return
+    order = list(dict.fromkeys(segments.sort_values("start_s")["id"]))
+    fig = go.Figure()
+    for segment in SEGMENTS:
+        part = segments[segments["segment"] == segment]
+        fig.add_bar(y=part["id"], x=part["duration_s"], base=part["start_s"], orientation="h",
+                    name=segment, marker_color=SEGMENT_COLORS[segment],
+                    width=0.35 if segment == "transfer" else 0.8,  # thin: it overlaps prefill
+                    customdata=part[["route"]], hovertemplate="%{y} (%{customdata[0]}): "
+                    f"{segment} " "%{base:.3f}s + %{x:.3f}s<extra></extra>")
+    tokens = first_tokens(run.requests, limit=shown)
+    fig.add_scatter(y=tokens["id"], x=tokens["first_token_s"], mode="markers", name="first token",
+                    marker={"symbol": "line-ns-open", "size": 8, "color": "black"})
+    fig.update_layout(barmode="overlay", legend=LEGEND_TOP, margin={"t": 40},
+                      height=min(1000, 160 + 14 * len(order)), xaxis_title="time since start (s)")
+    fig.update_yaxes(categoryorder="array", categoryarray=order, autorange="reversed", title="request")
+    st.plotly_chart(fig, key="gantt")
+    st.caption(f"The first {min(shown, len(run.requests)):,} of {len(run.requests):,} requests by "
+               "arrival; the thin orange bar is the KV transfer, which may overlap the prefill.")
+
+
+def _line_chart(run: Run, columns: dict[str, str], key: str, y_title: str, shape: str) -> None:
+    lines = timeseries_lines(run.timeseries, columns)
+    if lines.empty:
+        st.info(f"No {y_title} samples recorded.")
+        return
+    fig = px.line(lines, x="t_s", y="value", color="series", line_shape=shape,
+                  labels={"t_s": "time (s)", "value": y_title, "series": ""})
+    fig.update_layout(legend=LEGEND_TOP, margin={"t": 40})
+    st.plotly_chart(fig, key=key)
+
+
+def _downloads(run: Run) -> None:
+    cols = st.columns(4)
+    parquet = file_bytes(run.path / "requests.parquet") or b""
+    cols[0].download_button("requests.parquet", parquet, f"{run.name}-requests.parquet",
+                            "application/octet-stream", key="runs_dl_parquet", on_click="ignore")
+    cols[1].download_button("requests CSV", csv_bytes(run.requests), f"{run.name}-requests.csv",
+                            "text/csv", key="runs_dl_requests_csv", on_click="ignore")
+    cols[2].download_button("timeseries CSV", csv_bytes(run.timeseries),
+                            f"{run.name}-timeseries.csv", "text/csv", key="runs_dl_timeseries_csv",
+                            on_click="ignore")
+    report = file_bytes(run.path / "report.html")
+    cols[3].download_button("report.html", report or b"", f"{run.name}-report.html", "text/html",
+                            key="runs_dl_report", on_click="ignore", disabled=report is None,
+                            help=None if report else "this run has no report.html")
+
+
+def _open_run(listing: RunListing) -> None:
+    runs = listing.by_name()
+    name = st.selectbox("Run", list(runs), key="runs_open")
+    run = runs[name]
+    _summary_tiles(run)
+    left, right = st.columns(2)
+    with left:
+        st.markdown("**TTFT CDF by route**")
+        _cdf_chart(ttft_cdf(run.requests), "ttft_cdf", "route")
+    with right:
+        st.markdown("**Egress vs link capacity**")
+        _line_chart(run, {"egress_mbit": "egress", "link_capacity_mbit": "link capacity"},
+                    "egress", "Mbit/s", "linear")
+    st.markdown("**Per-request timeline**: queue, prefill, KV transfer, decode")
+    _gantt_chart(run)
+    st.markdown("**Routing threshold over time**")
+    _line_chart(run, {"threshold_tokens": "threshold"}, "threshold", "tokens", "hv")
+    _downloads(run)
+
+
+def _compare(listing: RunListing) -> None:
+    runs = listing.by_name()
+    chosen = st.multiselect("Runs to compare", list(runs), default=list(runs)[:2], key="runs_compare")
+    if len(chosen) < 2:
+        st.info("Pick two or more runs to compare.")
+        return
+    picked = {name: runs[name] for name in chosen}
+    st.dataframe(compare_table(picked))
+    _cdf_chart(compare_cdfs(picked), "compare_cdf", "run")
+
+
+st.set_page_config(page_title="Runs · PrfaaS Lab", layout="wide")
+st.title("Runs")
+st.markdown("Recorded runs (live and virtual): open one, or overlay several. "
+            "`python -m emulator run SCENARIO.yaml --out DIR` records a run.")
+runs_text = st.text_input("Runs directory", value=DEFAULT_RUNS_DIR, key="runs_dir",
+                          help="A folder of run folders, or one run folder; relative to the repository root")
+found = _listing(runs_text)
+if found is not None:
+    st.dataframe(listing_table(found), hide_index=True)
+    open_tab, compare_tab = st.tabs(["Open a run", "Compare runs"])
+    with open_tab:
+        _open_run(found)
+    with compare_tab:
+        _compare(found)

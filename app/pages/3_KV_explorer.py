@@ -1,0 +1,138 @@
+"""KV explorer: cache bytes per token of real models and the presets, S_kv(l) curves, the paper's
+measured Phi_kv (Table 3) and the egress a prefill cluster of N GPUs needs (Eq. 2).
+
+Layout only; the numbers come from `app.kv_view`.
+"""
+
+from __future__ import annotations
+
+import plotly.express as px
+import streamlit as st
+
+from app.kv_view import (
+    CURVE_TOKENS,
+    PHI_LENGTHS,
+    make_egress_table,
+    make_kv_table,
+    make_phi_table,
+    make_skv_curves,
+)
+from model_stub.config import SIZES
+
+INTRO = """
+Only the growing part of a cache crosses the link in proportion to the prompt: full-attention
+(GQA, MLA) layers add bytes with every token, while linear (KDA, GDN) and sliding-window layers
+keep a bounded state. Hybrid models therefore ship a fraction of a dense model's KV per token.
+"""
+KV_COLUMNS = {
+    "model": st.column_config.TextColumn("Model"),
+    "source": st.column_config.TextColumn("Source"),
+    "kind": st.column_config.TextColumn("Kind"),
+    "layers": st.column_config.TextColumn("Layers", width="medium"),
+    "kv_bytes_per_token": st.column_config.NumberColumn("KV bytes/token"),
+    "fixed_bytes": st.column_config.NumberColumn("Fixed state", format="bytes"),
+    "cache_bytes": st.column_config.NumberColumn("Cache at context", format="bytes"),
+}
+EGRESS_COLUMNS = {
+    "model": st.column_config.TextColumn("Model"),
+    "phi_kv_gbps": st.column_config.NumberColumn("Φ_kv(L_avg) (Gbit/s)", format="%.2f"),
+    "egress_gbps": st.column_config.NumberColumn("B_out (Gbit/s)", format="%.1f"),
+    "link_share": st.column_config.NumberColumn("Share of the link", format="percent"),
+}
+DEFAULT_CURVES = ("Kimi-Linear-48B-A3B", "Qwen3.5-397B-A17B", "MiMo-V2-Flash (309B)",
+                  "MiniMax-M2.5 (229B)", "Llama-3-70B")
+LEGEND_TOP = {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom"}
+
+
+def _kv_section() -> None:
+    st.subheader("KV bytes per token")
+    size_col, tokens_col = st.columns(2, vertical_alignment="bottom")
+    size = size_col.radio("Preset size", SIZES, horizontal=True, key="kv_size")
+    tokens = int(tokens_col.number_input("Context length (tokens)", value=32_768, step=1024,
+                                         key="kv_tokens"))
+    try:
+        table = make_kv_table(tokens, size)
+    except ValueError as err:
+        st.error(str(err))
+        return
+    st.dataframe(table, hide_index=True, column_config=KV_COLUMNS, height=36 * (len(table) + 1) + 2)
+    st.caption("Real models in their serving dtypes (KV bf16, recurrent state fp32), from "
+               "`model_stub.kv_calculator`; presets in float32.")
+    _curves(list(table["model"]), size)
+
+
+def _tokens_label(tokens: int) -> str:
+    return f"{tokens >> 20}M" if tokens >= 1 << 20 else f"{tokens >> 10}K"
+
+
+def _curves(models: list[str], size: str) -> None:
+    st.subheader("Cache size S_kv(l) against context length")
+    chosen = st.multiselect("Models", models, default=[m for m in DEFAULT_CURVES if m in models],
+                            key="kv_curve_models")
+    log_y = st.toggle("Log y axis", value=True, key="kv_log_y")
+    if not chosen:
+        st.info("Pick one or more models to draw.")
+        return
+    curves = make_skv_curves(chosen, size)
+    curves["cache_gb"] = curves["cache_bytes"] / 1e9
+    fig = px.line(curves, x="tokens", y="cache_gb", color="model", line_dash="kind", log_x=True,
+                  log_y=log_y, labels={"tokens": "context length (tokens)", "cache_gb": "cache (GB)"})
+    octaves = [t for t in CURVE_TOKENS if t & (t - 1) == 0]  # the powers of two: 1K, 2K, ...
+    fig.update_xaxes(tickvals=octaves, ticktext=[_tokens_label(t) for t in octaves])
+    if log_y:
+        fig.update_yaxes(dtick=1)  # decades only
+    fig.update_layout(legend=LEGEND_TOP, margin={"t": 40})
+    st.plotly_chart(fig, key="skv_chart")
+
+
+def _phi_section() -> None:
+    st.subheader("Measured KV throughput Φ_kv (paper, Table 3)")
+    phi = make_phi_table()
+    left, right = st.columns([1, 1])
+    left.dataframe(phi, hide_index=True)
+    left.caption("Φ_kv = S_kv(l) / T_prefill(l) in Gbit/s on 8 x H200 with SGLang 0.5.9 "
+                 "(Qin et al., arXiv 2604.15039, Table 3).")
+    long = phi.melt(id_vars=["model", "layers", "kind"], var_name="length", value_name="gbps")
+    long["tokens"] = long["length"].map({f"{n // 1024}K": n for n in PHI_LENGTHS})
+    fig = px.line(long, x="tokens", y="gbps", color="model", line_dash="kind", markers=True,
+                  log_x=True, labels={"tokens": "input length (tokens)", "gbps": "Φ_kv (Gbit/s)"})
+    fig.update_xaxes(tickvals=list(PHI_LENGTHS), ticktext=[f"{n // 1024}K" for n in PHI_LENGTHS])
+    fig.update_layout(legend=LEGEND_TOP, margin={"t": 40})
+    right.plotly_chart(fig, key="phi_chart")
+
+
+def _egress_section() -> None:
+    st.subheader("Egress of a prefill cluster (Eq. 2)")
+    st.markdown("B_out ≈ (N / P) · Φ_kv(L_avg): N GPUs in instances of P GPUs, each prefilling "
+                "requests of mean uncached length L_avg; Φ_kv interpolated linearly between "
+                "Table 3's lengths.")
+    cols = st.columns(4)
+    num_gpus = cols[0].slider("N (GPUs)", 8, 2048, 32, step=8, key="kv_num_gpus")
+    per_instance = cols[1].slider("P (GPUs per instance)", 1, 16, 8, key="kv_gpus_per_instance")
+    l_avg = cols[2].slider("L_avg (tokens)", PHI_LENGTHS[0], PHI_LENGTHS[-1], 27_648, step=1024,
+                           key="kv_l_avg")
+    link = cols[3].number_input("Link (Gbit/s)", value=100.0, step=10.0, key="kv_link_gbps")
+    try:
+        table = make_egress_table(num_gpus, per_instance, float(l_avg), float(link))
+    except ValueError as err:
+        st.error(str(err))
+        return
+    hybrid_col, dense_col = st.columns(2)
+    for col, kind in ((hybrid_col, "hybrid"), (dense_col, "dense")):
+        col.markdown(f"**{kind.capitalize()} models**")
+        col.dataframe(table[table["kind"] == kind].drop(columns="kind"), hide_index=True,
+                      column_config=EGRESS_COLUMNS)
+    fig = px.bar(table, x="model", y="egress_gbps", color="kind",
+                 labels={"egress_gbps": "egress B_out (Gbit/s)", "model": ""})
+    fig.add_hline(y=float(link), line_dash="dot", line_color="gray",
+                  annotation_text=f"link {float(link):g} Gbit/s")
+    fig.update_layout(legend=LEGEND_TOP, margin={"t": 40})
+    st.plotly_chart(fig, key="egress_chart")
+
+
+st.set_page_config(page_title="KV explorer · PrfaaS Lab", layout="wide")
+st.title("KV explorer")
+st.markdown(INTRO)
+_kv_section()
+_phi_section()
+_egress_section()

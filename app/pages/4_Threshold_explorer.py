@@ -1,0 +1,186 @@
+"""Threshold explorer: the paper's throughput model (Eq. 3-8) on a scenario, with knobs for the
+PrfaaS cluster, the link and the length law; the optimum, both baselines, and where the link binds.
+
+Layout only; the numbers come from `app.threshold_view`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import plotly.graph_objects as go
+import streamlit as st
+
+from app.threshold_view import (
+    SCENARIOS_DIR,
+    Base,
+    Exploration,
+    LengthLaw,
+    explore,
+    fitted_law,
+    list_scenarios,
+    load_base,
+    plan_json,
+    summary_numbers,
+    with_overrides,
+)
+from emulator.errors import PrfaasError
+
+INTRO = """
+The optimizer (Eq. 3-8 of the paper) sends prompts longer than a threshold **t** to the PrfaaS
+cluster and splits the local instances into **n_p** prefill and **n_d** decode. The throughput
+**Λ_max** is the smallest of the PrfaaS path's limit Θ_prfaas/p, the local prefill's
+Θ_pd_p/(1−p) and the decoders' Θ_pd_d; the best t balances the first two.
+"""
+KNOB_KEYS = ("te_n_prfaas", "te_b_out_gbps", "te_use_lognormal", "te_mu", "te_sigma")
+COLORS = {"prfaas": "#d62728", "pd_p": "#1f77b4", "pd_d": "#2ca02c", "lambda": "#222222"}
+METRIC_HELP = {
+    "Bottleneck": "the term of Eq. 6 that sets Λ_max at the optimum",
+    "PrfaaS path bound by": "Eq. 3 at the optimum: compute (N_prfaas / T_remote) or link (B_out / S_kv)",
+}
+LEGEND_TOP = {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom"}
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
+def _load_base(path: str, stamp_ns: int) -> Base:
+    del stamp_ns  # part of the cache key only: an edited scenario is read again
+    return load_base(SCENARIOS_DIR / path)
+
+
+def _reset_knobs() -> None:
+    """A new scenario starts from its own values."""
+    for key in KNOB_KEYS:
+        st.session_state.pop(key, None)
+
+
+def _knobs(base: Base) -> tuple[int, float, LengthLaw | None]:
+    own_law = base.length_law
+    start = own_law or fitted_law(base.inputs.lengths)
+    b_out_gbps = round(base.egress_gbps, 3)
+    defaults = {"te_n_prfaas": base.inputs.num_prfaas, "te_b_out_gbps": b_out_gbps,
+                "te_use_lognormal": own_law is not None, "te_mu": start.mu, "te_sigma": start.sigma}
+    for key, value in defaults.items():
+        st.session_state.setdefault(key, value)
+    cols = st.columns(4)
+    n_prfaas = cols[0].slider("N_prfaas (PrfaaS instances)", 0, max(64, 4 * base.inputs.num_prfaas),
+                              key="te_n_prfaas")
+    b_out = cols[1].slider("B_out (Gbit/s)", 0.0, max(400.0, 4 * b_out_gbps), step=0.001,
+                           format="%.3f", key="te_b_out_gbps", help="the cross-datacenter link's bandwidth")
+    if own_law is None:
+        st.toggle("Replace the workload's lengths with a log-normal", key="te_use_lognormal",
+                  help="this scenario's input lengths are not log-normal; the sliders start from "
+                       "a log-normal fitted to them")
+    use_law = bool(st.session_state["te_use_lognormal"])
+    # The ranges always hold the scenario's own values (a slider refuses a value outside them).
+    mu = cols[2].slider("Length log-mean μ", min(4.0, math.floor(start.mu)),
+                        max(13.0, math.ceil(start.mu)), step=0.05, key="te_mu", disabled=not use_law,
+                        help="exp(μ) is the median prompt length in tokens")
+    sigma = cols[3].slider("Length log-spread σ", 0.0, max(3.0, math.ceil(start.sigma)), step=0.05,
+                           key="te_sigma", disabled=not use_law)
+    law = dataclasses.replace(start, mu=float(mu), sigma=float(sigma)) if use_law else None
+    return int(n_prfaas), float(b_out), law
+
+
+def _metrics(found: Exploration) -> None:
+    numbers = summary_numbers(found.plan)
+    numbers["PrfaaS path bound by"] = found.prfaas_bound
+    labels = list(numbers)
+    for row, widths in ((labels[:5], [1] * 5), (labels[5:], [1, 1, 2, 1])):
+        for col, label in zip(st.columns(widths), row, strict=True):
+            col.metric(label, numbers[label], help=METRIC_HELP.get(label))
+
+
+def _baseline_lines(fig: go.Figure, found: Exploration) -> None:
+    for name, point, dash, where in (
+        ("homogeneous PD", found.plan.homogeneous, "dash", "bottom right"),
+        ("naive", found.plan.naive, "dot", "top right"),
+    ):
+        fig.add_hline(y=point.lambda_max, line_dash=dash, line_color="gray",
+                      annotation_text=f"{name} {point.lambda_max:.2f}", annotation_position=where)
+
+
+def _t_chart(found: Exploration) -> None:
+    curves, best = found.curves, found.plan.prfaas
+    fig = go.Figure()
+    for column, name, color, width in (
+        ("prfaas_limit", "Θ_prfaas / p", COLORS["prfaas"], 2),
+        ("pd_p_limit", "Θ_pd_p / (1 − p)", COLORS["pd_p"], 2),
+        ("pd_d_limit", "Θ_pd_d", COLORS["pd_d"], 2),
+        ("lambda_max", "Λ_max(t)", COLORS["lambda"], 4),
+    ):
+        fig.add_scatter(x=curves["t"], y=curves[column], name=name, mode="lines",
+                        line={"color": color, "width": width}, opacity=0.6 if width > 2 else 1.0)
+    ceiling = 2.5 * max(best.lambda_max, found.plan.homogeneous.lambda_max,
+                        found.plan.naive.lambda_max, 1e-9)
+    x_lo, x_hi = float(curves["t"].min()), float(curves["t"].max())
+    for lo, hi in found.bound_ranges:
+        lo, hi = max(lo, x_lo), min(hi, x_hi)
+        if hi > lo:
+            fig.add_vrect(x0=lo, x1=hi, fillcolor="orange", opacity=0.15, line_width=0)
+            # Annotations on a log axis take log10(x); shapes take x itself.
+            fig.add_annotation(x=math.log10(lo), y=ceiling * 0.03, xanchor="left", yanchor="bottom",
+                               text="link-bound", showarrow=False, font={"color": "#b35900"})
+    _baseline_lines(fig, found)
+    if best.p > 0:
+        fig.add_vline(x=best.t, line_dash="dash", line_color=COLORS["lambda"])
+        fig.add_annotation(x=math.log10(best.t), y=ceiling * 0.97, xanchor="left", yanchor="top",
+                           showarrow=False, align="left",
+                           text=f" t* = {best.t:,.0f}<br> Λ_max = {best.lambda_max:.3f} req/s")
+    ticks = [2.0**k for k in range(math.floor(math.log2(x_lo)), math.ceil(math.log2(x_hi)) + 1)]
+    fig.update_xaxes(type="log", title="threshold t (tokens)", tickvals=ticks,
+                     ticktext=[_tokens_label(t) for t in ticks])
+    fig.update_yaxes(range=[0, ceiling], title="requests per second")
+    fig.update_layout(legend=LEGEND_TOP, margin={"t": 40})
+    st.plotly_chart(fig, key="t_chart")
+    st.caption(f"Curves at the optimum's split n_p:n_d = {best.n_p}:{best.n_d}. Shaded: thresholds "
+               "where B_out/S_kv(l_long) is below N_prfaas/T_remote(l_long), so the link limits the "
+               "PrfaaS path.")
+
+
+def _tokens_label(tokens: float) -> str:
+    return f"{tokens / 1024:g}K" if tokens >= 1024 else f"{tokens:g}"
+
+
+def _split_chart(found: Exploration) -> None:
+    split, best = found.split, found.plan.prfaas
+    colors = [COLORS["prfaas"] if n_p == best.n_p else "#9ecae1" for n_p in split["n_p"]]
+    fig = go.Figure(go.Bar(x=split["split"], y=split["lambda_max"], marker_color=colors,
+                           customdata=split[["t", "bottleneck"]], name="PrfaaS at best t",
+                           hovertemplate="n_p:n_d %{x}<br>Λ_max %{y:.3f} req/s<br>t %{customdata[0]:,.0f}"
+                                         "<br>%{customdata[1]}<extra></extra>"))
+    _baseline_lines(fig, found)
+    fig.update_xaxes(title="local split n_p:n_d", type="category")
+    fig.update_yaxes(title="Λ_max (req/s)")
+    fig.update_layout(margin={"t": 40}, showlegend=False)
+    st.plotly_chart(fig, key="split_chart")
+
+
+st.set_page_config(page_title="Threshold explorer · PrfaaS Lab", layout="wide")
+st.title("Threshold explorer")
+st.markdown(INTRO)
+scenario_name = st.selectbox("Scenario", list_scenarios(), key="te_scenario", on_change=_reset_knobs)
+try:
+    if scenario_name is None:
+        raise PrfaasError(f"no scenario files under {SCENARIOS_DIR}; add a .yaml scenario there")
+    base = _load_base(scenario_name, (SCENARIOS_DIR / scenario_name).stat().st_mtime_ns)
+except (PrfaasError, ValueError, OSError) as err:
+    st.error(str(err))
+    st.stop()
+st.caption(f"{base.scenario.description or base.scenario.name} · profile: {base.tables.source}")
+knobs = _knobs(base)
+try:
+    exploration = explore(with_overrides(base, *knobs))
+except ValueError as err:
+    st.error(str(err))
+    st.stop()
+_metrics(exploration)
+left, right = st.columns([3, 2])
+with left:
+    st.markdown("**Eq. 6 against the threshold t**")
+    _t_chart(exploration)
+with right:
+    st.markdown("**Λ_max against the local split**")
+    _split_chart(exploration)
+with st.expander("The optimizer's answer (as `python -m emulator optimize` prints it)"):
+    st.json(plan_json(exploration.plan, base.tables))

@@ -1,0 +1,244 @@
+"""Tables behind the Runs page: recorded runs found under a directory, one run's headline numbers,
+TTFT CDFs, Gantt segments, timeseries lines, and several runs side by side.
+
+Pure functions over `emulator.telemetry.recorder.load_run`'s frames, so tests check them without
+Streamlit. Nothing here writes a run or starts one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from emulator.errors import TelemetryError
+from emulator.telemetry.recorder import load_run
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_RUNS_DIR = "runs"  # `python -m emulator run`'s default --out is runs/<scenario>-<time>
+MAX_GANTT_REQUESTS = 200
+
+# (summary key, label) of the headline numbers, in the order the page and the comparison show them.
+SUMMARY_METRICS: tuple[tuple[str, str], ...] = (
+    ("requests", "requests"),
+    ("completed", "completed"),
+    ("failed_count", "failed"),
+    ("ttft_mean_s", "TTFT mean (s)"),
+    ("ttft_p50_s", "TTFT P50 (s)"),
+    ("ttft_p90_s", "TTFT P90 (s)"),
+    ("throughput_rps", "throughput (req/s)"),
+    ("egress_gbps_mean", "egress (Gbit/s)"),
+    ("prfaas_fraction", "share routed remote"),
+)
+LISTING_COLUMNS = ("run", "scenario", "engine", "link_backend", "requests", "completed", "failed",
+                   "ttft_p50_s", "ttft_p90_s", "modified")
+# The Gantt's segments, in drawing order; gantt_segments says where each starts and ends.
+SEGMENTS = ("queue", "prefill", "transfer", "decode")
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One loaded run directory: its frames and summary.json document."""
+
+    name: str
+    path: Path
+    requests: pd.DataFrame
+    timeseries: pd.DataFrame
+    doc: dict[str, Any]
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        return self.doc.get("summary", {})
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        return self.doc.get("meta", {})
+
+
+@dataclass(frozen=True, slots=True)
+class RunListing:
+    """The runs found under a directory, newest first, and the directories that are not runs."""
+
+    runs: tuple[Run, ...]
+    problems: tuple[tuple[str, str], ...] = field(default=())  # (dir name, load_run's one line)
+
+    def by_name(self) -> dict[str, Run]:
+        return {run.name: run for run in self.runs}
+
+
+def resolve_runs_dir(text: str, root: Path = ROOT) -> Path:
+    """The directory a user typed; a relative path starts at the repository root."""
+    text = text.strip()
+    if not text:
+        raise TelemetryError("runs directory: empty; type a directory such as runs/")
+    path = Path(text).expanduser()
+    return path if path.is_absolute() else root / path
+
+
+def find_run_dirs(runs_dir: Path) -> list[Path]:
+    """`runs_dir` itself if it holds a summary.json, else its subdirectories that do, newest first.
+
+    A directory without summary.json is not a run and is skipped silently; one with it is offered
+    to `load_run`, which names what is wrong when it is foreign or incomplete.
+    """
+    if not runs_dir.is_dir():
+        raise TelemetryError(f"runs directory {str(runs_dir)!r} does not exist; "
+                             "type the directory holding your run folders (default runs/)")
+    if (runs_dir / "summary.json").is_file():
+        return [runs_dir]
+    found = [p for p in runs_dir.iterdir() if p.is_dir() and (p / "summary.json").is_file()]
+    return sorted(found, key=lambda p: ((p / "summary.json").stat().st_mtime, p.name), reverse=True)
+
+
+Loader = Callable[[Path], tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]]
+
+
+def list_runs(runs_dir: Path, loader: Loader = load_run) -> RunListing:
+    """Load every run under `runs_dir`; `loader` lets the page put a cache in front of load_run."""
+    runs, problems = [], []
+    for path in find_run_dirs(runs_dir):
+        try:
+            requests, timeseries, doc = loader(path)
+        except (TelemetryError, OSError) as err:  # OSError: removed or unreadable meanwhile
+            problems.append((path.name, str(err)))
+            continue
+        runs.append(Run(path.name, path, requests, timeseries, doc))
+    return RunListing(tuple(runs), tuple(problems))
+
+
+def listing_table(listing: RunListing) -> pd.DataFrame:
+    """One row per run: what ran and its headline TTFT."""
+    rows = []
+    for run in listing.runs:
+        summary, meta = run.summary, run.meta
+        rows.append({
+            "run": run.name, "scenario": meta.get("scenario"), "engine": meta.get("engine"),
+            "link_backend": link_backend(meta), "requests": summary.get("requests"),
+            "completed": summary.get("completed"), "failed": summary.get("failed_count"),
+            "ttft_p50_s": summary.get("ttft_p50_s"), "ttft_p90_s": summary.get("ttft_p90_s"),
+            "modified": pd.Timestamp((run.path / "summary.json").stat().st_mtime, unit="s"),
+        })
+    return pd.DataFrame(rows, columns=list(LISTING_COLUMNS))
+
+
+def link_backend(meta: Mapping[str, Any]) -> str:
+    """The link backend a run used; the virtual engine models its link and names none."""
+    backend = meta.get("link_backend")
+    if backend:
+        return str(backend)
+    return "simulated" if meta.get("engine") == "virtual" else "unknown"
+
+
+def format_number(value: Any, digits: int = 3) -> str:
+    """A summary value for a metric tile: '-' when missing, integers with separators."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, int) or abs(value) >= 10 ** (digits - 1):
+        return f"{round(value):,}"
+    return f"{value:.{digits}g}"
+
+
+def ttft_cdf(requests: pd.DataFrame, by: str | None = "route") -> pd.DataFrame:
+    """Long-form (group, ttft_s, fraction) rows of completed requests' TTFT, sorted per group.
+
+    `by="route"` gives one curve per route; `by=None` one curve ("all").
+    """
+    done = requests[(requests["status"] == "completed") & requests["ttft_s"].notna()]
+    groups = {"all": done} if by is None else dict(tuple(done.groupby(done[by].fillna("none"))))
+    parts = []
+    for name, frame in groups.items():
+        ttft = np.sort(frame["ttft_s"].to_numpy(dtype=float))
+        if ttft.size:
+            fraction = np.arange(1, ttft.size + 1) / ttft.size
+            parts.append(pd.DataFrame({"group": str(name), "ttft_s": ttft, "fraction": fraction}))
+    if not parts:
+        return pd.DataFrame(columns=["group", "ttft_s", "fraction"])
+    return pd.concat(parts, ignore_index=True)
+
+
+def gantt_segments(requests: pd.DataFrame, limit: int = MAX_GANTT_REQUESTS) -> pd.DataFrame:
+    """(id, segment, start_s, end_s) of the first `limit` requests by arrival.
+
+    queue: arrival -> prefill start; prefill: its start -> end; transfer: KV transfer start -> end
+    (it may overlap prefill when layers stream); decode: once the KV is in place (transfer end,
+    else prefill end) -> finish. A missing field (a failed request) drops only that segment.
+    """
+    if limit < 1:
+        raise ValueError(f"gantt limit: {limit}; show at least 1 request")
+    first = requests.sort_values("arrival_s", kind="stable").head(limit)
+    kv_ready = first["transfer_end_s"].where(first["transfer_end_s"].notna(), first["prefill_end_s"])
+    bounds = {
+        "queue": (first["arrival_s"], first["prefill_start_s"]),
+        "prefill": (first["prefill_start_s"], first["prefill_end_s"]),
+        "transfer": (first["transfer_start_s"], first["transfer_end_s"]),
+        "decode": (kv_ready, first["finish_s"]),
+    }
+    parts = []
+    for segment in SEGMENTS:
+        start, end = bounds[segment]
+        frame = pd.DataFrame({"id": first["id"], "route": first["route"], "segment": segment,
+                              "start_s": start.astype(float), "end_s": end.astype(float)})
+        parts.append(frame[frame["start_s"].notna() & frame["end_s"].notna()
+                           & (frame["end_s"] >= frame["start_s"])])
+    out = pd.concat(parts, ignore_index=True)
+    out["duration_s"] = out["end_s"] - out["start_s"]
+    return out
+
+
+def first_tokens(requests: pd.DataFrame, limit: int = MAX_GANTT_REQUESTS) -> pd.DataFrame:
+    """(id, first_token_s) of the Gantt's requests that produced a first token."""
+    first = requests.sort_values("arrival_s", kind="stable").head(limit)
+    return first.loc[first["first_token_s"].notna(), ["id", "first_token_s"]].reset_index(drop=True)
+
+
+def timeseries_lines(timeseries: pd.DataFrame, columns: Mapping[str, str]) -> pd.DataFrame:
+    """Long-form (t_s, series, value) of the named columns, NaN samples dropped."""
+    present = {c: label for c, label in columns.items() if c in timeseries.columns}
+    if not present or timeseries.empty:
+        return pd.DataFrame(columns=["t_s", "series", "value"])
+    long = timeseries[["t_s", *present]].melt(id_vars="t_s", var_name="series", value_name="value")
+    long = long[long["value"].notna()].copy()
+    long["series"] = long["series"].map(present)
+    return long.reset_index(drop=True)
+
+
+def compare_table(runs: Mapping[str, Run]) -> pd.DataFrame:
+    """Headline numbers side by side, as display text: one row per metric, one column per run."""
+    rows = {"scenario": [str(run.meta.get("scenario", "-")) for run in runs.values()],
+            "engine": [str(run.meta.get("engine", "-")) for run in runs.values()],
+            "link backend": [link_backend(run.meta) for run in runs.values()]}
+    for key, label in SUMMARY_METRICS:
+        rows[label] = [format_number(run.summary.get(key)) for run in runs.values()]
+    table = pd.DataFrame.from_dict(rows, orient="index", columns=list(runs))
+    table.index.name = "metric"
+    return table
+
+
+def compare_cdfs(runs: Mapping[str, Run]) -> pd.DataFrame:
+    """Every run's TTFT CDF over all routes, labelled by run name."""
+    parts = []
+    for name, run in runs.items():
+        cdf = ttft_cdf(run.requests, by=None)
+        parts.append(cdf.assign(group=name))
+    if not parts:
+        return pd.DataFrame(columns=["group", "ttft_s", "fraction"])
+    return pd.concat(parts, ignore_index=True)
+
+
+def csv_bytes(frame: pd.DataFrame) -> bytes:
+    return frame.to_csv(index=False).encode("utf-8")
+
+
+def file_bytes(path: Path) -> bytes | None:
+    """A run file's bytes for a download button; None when it is missing."""
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None

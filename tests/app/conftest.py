@@ -1,0 +1,79 @@
+"""Fixtures for the dashboard tests: small recorded runs written by the real RunRecorder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from emulator.telemetry.recorder import RunRecorder
+from emulator.telemetry.records import RequestRecord
+
+APP = Path(__file__).resolve().parents[2] / "app"
+PAGES = APP / "pages"
+
+
+def completed(rid: str, route: str, arrival_s: float, ttft_s: float, *, transfer: bool = True,
+              kv_bytes: int = 1_000_000) -> RequestRecord:
+    """A completed request: queued 0.1 s, prefilled 0.4 s, KV sent 0.2 s after, 8 decode steps."""
+    remote = route == "prfaas"
+    start, end = arrival_s + 0.1, arrival_s + 0.5
+    return RequestRecord(
+        id=rid, arrival_s=arrival_s, input_len=4000 if remote else 500, cached_len=0,
+        incremental_len=4000 if remote else 500, route=route,
+        prefill_node="remote-prefill-0" if remote else "local-prefill-0",
+        decode_node="local-decode-0", queue_s=0.1, prefill_start_s=start, prefill_end_s=end,
+        transfer_start_s=start + 0.05 if transfer else None,
+        transfer_end_s=end + 0.2 if transfer else None, kv_bytes=kv_bytes,
+        first_token_s=arrival_s + ttft_s, ttft_s=ttft_s, tpot_s=0.02, output_len=8,
+        finish_s=arrival_s + ttft_s + 7 * 0.02, status="completed",
+    )
+
+
+def run_records(scale: float) -> list[RequestRecord]:
+    """Six requests (two remote, three local, one failed); TTFTs scale with `scale`."""
+    return [
+        completed("r1", "prfaas", 0.0, 1.0 * scale),
+        completed("r2", "local", 0.5, 0.6 * scale, transfer=False),
+        completed("r3", "prfaas", 1.0, 1.2 * scale),
+        completed("r4", "local", 1.5, 0.7 * scale, transfer=False),
+        completed("r5", "local", 2.0, 0.8 * scale, transfer=False),
+        RequestRecord(id="r6", arrival_s=2.5, input_len=9000, cached_len=0, incremental_len=9000,
+                      route="prfaas", prefill_node="remote-prefill-0", queue_s=0.1,
+                      prefill_start_s=2.6, output_len=8, finish_s=3.0, status="failed",
+                      fail_reason="link_down"),
+    ]
+
+
+def write_run(out: Path, scale: float = 1.0, engine: str = "live") -> dict:
+    """A finished run directory (the four files) under `out`; returns its summary.json doc."""
+    recorder = RunRecorder(out)
+    for record in run_records(scale):
+        recorder.add_request(record)
+    for i in range(6):
+        recorder.add_sample(0.5 * i, threshold_tokens=2048 if i < 3 else 4096,
+                            egress_mbit=100.0 * i, link_capacity_mbit=1000.0,
+                            ttft_p50_s=0.7 * scale)
+    meta = {"engine": engine, "scenario": f"fixture-{scale:g}"}
+    if engine == "live":
+        meta |= {"link_backend": "proxy", "link_note": "link backend: proxy (no root)"}
+    return recorder.finish(meta, expect={"ttft_p90_s": {"max": 1.0}})
+
+
+@pytest.fixture
+def runs_dir(tmp_path: Path) -> Path:
+    """Two runs (fast-live, slow-virtual), a foreign folder with a summary.json, and a plain folder."""
+    root = tmp_path / "runs"
+    write_run(root / "fast-live", scale=1.0, engine="live")
+    write_run(root / "slow-virtual", scale=2.0, engine="virtual")
+    foreign = root / "foreign"
+    foreign.mkdir()
+    (foreign / "summary.json").write_text('{"name": "not a run"}')
+    (root / "notes").mkdir()
+    return root
+
+
+@pytest.fixture
+def make_run():
+    """`write_run(out, scale=1.0, engine="live")`, for tests that build their own directories."""
+    return write_run

@@ -1,0 +1,130 @@
+"""The Runs page's tables against runs written by the real RunRecorder and worked out by hand."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from app.runs_view import (
+    compare_cdfs,
+    compare_table,
+    csv_bytes,
+    find_run_dirs,
+    first_tokens,
+    format_number,
+    gantt_segments,
+    link_backend,
+    list_runs,
+    listing_table,
+    resolve_runs_dir,
+    timeseries_lines,
+    ttft_cdf,
+)
+from emulator.errors import TelemetryError
+
+
+def test_lists_runs_newest_first_and_flags_foreign_dirs(runs_dir: Path) -> None:
+    listing = list_runs(runs_dir)
+    assert [run.name for run in listing.runs] == ["slow-virtual", "fast-live"]
+    assert [name for name, _ in listing.problems] == ["foreign"]  # "notes" has no summary.json
+    assert "lacks requests.parquet, timeseries.parquet" in listing.problems[0][1]
+    table = listing_table(listing)
+    assert table["run"].tolist() == ["slow-virtual", "fast-live"]
+    assert table["engine"].tolist() == ["virtual", "live"]
+    assert table["link_backend"].tolist() == ["simulated", "proxy"]
+    assert table["requests"].tolist() == [6, 6] and table["failed"].tolist() == [1, 1]
+
+
+def test_a_run_dir_itself_is_a_listing_of_one(runs_dir: Path) -> None:
+    assert find_run_dirs(runs_dir / "fast-live") == [runs_dir / "fast-live"]
+    assert [run.name for run in list_runs(runs_dir / "fast-live").runs] == ["fast-live"]
+
+
+def test_missing_or_empty_directory_names_the_problem(tmp_path: Path) -> None:
+    with pytest.raises(TelemetryError, match="does not exist"):
+        list_runs(tmp_path / "nope")
+    assert list_runs(tmp_path).runs == ()
+    with pytest.raises(TelemetryError, match="empty"):
+        resolve_runs_dir("  ")
+
+
+def test_relative_dirs_start_at_the_repository_root(tmp_path: Path) -> None:
+    assert resolve_runs_dir("runs", root=tmp_path) == tmp_path / "runs"
+    assert resolve_runs_dir(str(tmp_path / "x"), root=Path("/elsewhere")) == tmp_path / "x"
+
+
+def test_ttft_cdf_by_route_counts_completed_requests_only(runs_dir: Path) -> None:
+    run = list_runs(runs_dir).by_name()["fast-live"]
+    cdf = ttft_cdf(run.requests)
+    remote = cdf[cdf["group"] == "prfaas"]
+    local = cdf[cdf["group"] == "local"]
+    assert remote["ttft_s"].tolist() == [1.0, 1.2]  # r6 failed: not in the CDF
+    assert remote["fraction"].tolist() == [0.5, 1.0]
+    assert local["ttft_s"].tolist() == pytest.approx([0.6, 0.7, 0.8])
+    assert local["fraction"].tolist() == pytest.approx([1 / 3, 2 / 3, 1.0])
+    everything = ttft_cdf(run.requests, by=None)
+    assert set(everything["group"]) == {"all"} and len(everything) == 5
+
+
+def test_gantt_segments_by_hand(runs_dir: Path) -> None:
+    requests = list_runs(runs_dir).by_name()["fast-live"].requests
+    seg = gantt_segments(requests).set_index(["id", "segment"])
+    # r1 (remote): queue 0-0.1, prefill 0.1-0.5, KV 0.15-0.7, decode 0.7 -> 1.0 + 7 * 0.02.
+    assert seg.loc[("r1", "queue"), ["start_s", "end_s"]].tolist() == pytest.approx([0.0, 0.1])
+    assert seg.loc[("r1", "prefill"), ["start_s", "end_s"]].tolist() == pytest.approx([0.1, 0.5])
+    assert seg.loc[("r1", "transfer"), ["start_s", "end_s"]].tolist() == pytest.approx([0.15, 0.7])
+    assert seg.loc[("r1", "decode"), ["start_s", "end_s"]].tolist() == pytest.approx([0.7, 1.14])
+    # r2 (local, no transfer): decode starts at prefill end.
+    assert ("r2", "transfer") not in seg.index
+    assert seg.loc[("r2", "decode"), "start_s"] == pytest.approx(1.0)
+    # r6 failed after its prefill started: only the queue segment is known.
+    assert [s for i, s in seg.index if i == "r6"] == ["queue"]
+    assert (seg["duration_s"] >= 0).all()
+    assert set(gantt_segments(requests, limit=2)["id"]) == {"r1", "r2"}
+    assert first_tokens(requests, limit=2)["id"].tolist() == ["r1", "r2"]
+    with pytest.raises(ValueError, match="at least 1"):
+        gantt_segments(requests, limit=0)
+
+
+def test_timeseries_lines_drop_missing_samples(runs_dir: Path) -> None:
+    run = list_runs(runs_dir).by_name()["fast-live"]
+    lines = timeseries_lines(run.timeseries, {"egress_mbit": "egress", "link_capacity_mbit": "cap",
+                                              "queue_decode": "never sampled", "nope": "absent"})
+    assert set(lines["series"]) == {"egress", "cap"}
+    assert lines[lines["series"] == "egress"]["value"].tolist() == [0, 100, 200, 300, 400, 500]
+    assert timeseries_lines(run.timeseries.iloc[:0], {"egress_mbit": "e"}).empty
+
+
+def test_compare_table_and_cdfs_side_by_side(runs_dir: Path) -> None:
+    runs = list_runs(runs_dir).by_name()
+    table = compare_table(runs)
+    assert table.columns.tolist() == ["slow-virtual", "fast-live"]
+    assert table.loc["TTFT P50 (s)"].tolist() == ["1.6", "0.8"]
+    assert table.loc["engine"].tolist() == ["virtual", "live"]
+    assert table.loc["failed"].tolist() == ["1", "1"]
+    cdfs = compare_cdfs(runs)
+    assert cdfs.groupby("group").size().to_dict() == {"fast-live": 5, "slow-virtual": 5}
+
+
+@pytest.mark.parametrize(("value", "text"), [
+    (None, "-"), (float("nan"), "-"), (3, "3"), (12_345, "12,345"), (0.123456, "0.123"),
+    (1.5, "1.5"), (250.4, "250"), (1_234.5, "1,234"), ("proxy", "proxy"),
+])
+def test_format_number(value: object, text: str) -> None:
+    assert format_number(value) == text
+
+
+def test_link_backend_names_the_virtual_engine() -> None:
+    assert link_backend({"engine": "live", "link_backend": "netem"}) == "netem"
+    assert link_backend({"engine": "virtual"}) == "simulated"
+    assert link_backend({}) == "unknown"
+
+
+def test_csv_bytes_round_trip(runs_dir: Path) -> None:
+    requests = list_runs(runs_dir).by_name()["fast-live"].requests
+    back = pd.read_csv(io.BytesIO(csv_bytes(requests)))
+    assert back["id"].tolist() == requests["id"].tolist()
+    assert back["ttft_s"].tolist() == pytest.approx(requests["ttft_s"].tolist(), nan_ok=True)
