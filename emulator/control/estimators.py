@@ -54,11 +54,13 @@ class SpeedEstimator:
         self._ewma = {cluster: Ewma(alpha) for cluster in profiles}
 
     def observe(self, cluster: Cluster, input_len: float, service_s: float) -> None:
-        if not (service_s > 0 and math.isfinite(service_s)) or not input_len >= 0:
+        if not (0 < service_s < math.inf) or not input_len >= 0:
             raise ValueError(f"prefill observation: service_s={service_s}, input_len={input_len}; "
                              f"need a positive time and a length >= 0")
-        ratio = float(self._profiles[cluster](float(input_len))) / service_s
-        self._ewma[cluster].update(min(max(ratio, SPEED_CLAMP[0]), SPEED_CLAMP[1]))
+        # plain floats (PiecewiseLinear.at): this runs once per prefill
+        ratio = self._profiles[cluster].at(float(input_len)) / service_s
+        low, high = SPEED_CLAMP
+        self._ewma[cluster].update(low if ratio < low else (high if ratio > high else ratio))
 
     def factor(self, cluster: Cluster) -> float:
         value = self._ewma[cluster].value
@@ -101,8 +103,9 @@ class LinkEstimator:
     def observe(self, obs: LinkObservation) -> None:
         values = (obs.goodput_bytes_per_s, obs.egress_utilization, obs.retrans_rate,
                   obs.rtt_inflation)
-        if not all(math.isfinite(v) and v >= 0 for v in values):
-            raise ValueError(f"link observation at {obs.at_s} s: {values} must be finite and >= 0")
+        for value in values:
+            if not 0 <= value < math.inf:  # also false for NaN
+                raise ValueError(f"link observation at {obs.at_s} s: {values} must be finite and >= 0")
         self.last = obs
         if obs.egress_utilization >= self._min_utilization:
             self._capacity.update(obs.goodput_bytes_per_s / min(obs.egress_utilization, 1.0))
@@ -144,22 +147,29 @@ class ArrivalWindow:
 
     def __init__(self, window_s: float, max_samples: int) -> None:
         self.window_s = window_s
-        self._arrivals: deque[tuple[float, float]] = deque(maxlen=max_samples)
+        # times and lengths side by side (the same maxlen drops both ends together): lengths()
+        # then hands numpy a deque of floats, without unpacking a tuple per arrival
+        self._times: deque[float] = deque(maxlen=max_samples)
+        self._lengths: deque[float] = deque(maxlen=max_samples)
         self._first_s: float | None = None
 
     def observe(self, now_s: float, input_len: float) -> None:
         if not input_len >= 0:
             raise ValueError(f"arrival at {now_s} s: input_len={input_len} must be >= 0")
-        self._first_s = now_s if self._first_s is None else self._first_s
-        self._arrivals.append((now_s, float(input_len)))
+        if self._first_s is None:
+            self._first_s = now_s
+        self._times.append(now_s)
+        self._lengths.append(float(input_len))
 
     def _prune(self, now_s: float) -> None:
-        while self._arrivals and self._arrivals[0][0] < now_s - self.window_s:
-            self._arrivals.popleft()
+        times, lengths, start = self._times, self._lengths, now_s - self.window_s
+        while times and times[0] < start:
+            times.popleft()
+            lengths.popleft()
 
     def lengths(self, now_s: float) -> np.ndarray:
         self._prune(now_s)
-        return np.array([length for _, length in self._arrivals], dtype=float)
+        return np.array(self._lengths, dtype=float)
 
     def rate_per_s(self, now_s: float) -> float:
         """Arrivals per second over the window (or since the first arrival, if sooner)."""
@@ -167,6 +177,7 @@ class ArrivalWindow:
         if self._first_s is None:
             return 0.0
         span = min(self.window_s, now_s - self._first_s)
-        if self._arrivals and len(self._arrivals) == self._arrivals.maxlen:
-            span = now_s - self._arrivals[0][0]  # the cap dropped older arrivals of the window
-        return len(self._arrivals) / span if span > 0 else 0.0
+        times = self._times
+        if times and len(times) == times.maxlen:
+            span = now_s - times[0]  # the cap dropped older arrivals of the window
+        return len(times) / span if span > 0 else 0.0

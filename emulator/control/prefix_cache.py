@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import islice
 
 from emulator.control.types import Cluster, NodeId
@@ -31,6 +31,9 @@ class PrefixLookup:
     """Every node's positive hit for one prompt, sorted by node; misses are left out."""
 
     hits: tuple[PrefixHit, ...] = ()
+    # hits_by_node, built on the first on_node (the router asks once per candidate node)
+    _by_node: dict[NodeId, PrefixHit] | None = field(
+        default=None, init=False, repr=False, compare=False)
 
     @property
     def hits_by_node(self) -> dict[NodeId, PrefixHit]:
@@ -46,8 +49,17 @@ class PrefixLookup:
         return best.cached_len if best else 0
 
     def on_node(self, node: NodeId) -> int:
-        hit = self.hits_by_node.get(node)
+        if not self.hits:
+            return 0
+        by_node = self._by_node
+        if by_node is None:
+            by_node = self.hits_by_node
+            object.__setattr__(self, "_by_node", by_node)
+        hit = by_node.get(node)
         return hit.cached_len if hit else 0
+
+
+_NO_HITS = PrefixLookup()
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +161,7 @@ class PrefixCacheIndex:
             cluster: OrderedDict() for cluster in Cluster
         }
         self._nodes: dict[NodeId, _NodeCache] = {}
+        self._node_order: tuple[NodeId, ...] | None = None  # sorted(_nodes), None when stale
         self._transfers: dict[str, TransferEntry] = {}
         self._last_now_s = float("-inf")
 
@@ -172,8 +185,10 @@ class PrefixCacheIndex:
     def lookup(self, block_hashes: Sequence[int], now_s: float | None = None) -> PrefixLookup:
         """Each node's longest prefix with all blocks and the state at its end. With `now_s` the
         hits are touched (made most recent); without it the lookup is a side-effect-free peek."""
+        if not self._holds_root(block_hashes):
+            return _NO_HITS  # the common case on unshared prompts: no chain can start
         hits = []
-        for node in sorted(self._nodes):
+        for node in self._sorted_nodes():
             num_blocks = self._hit_blocks(self._nodes[node], block_hashes)
             if num_blocks:
                 cached_len = num_blocks * self.block_tokens
@@ -183,11 +198,35 @@ class PrefixCacheIndex:
                 self.touch(hit.node, block_hashes, hit.num_blocks, now_s)
         return PrefixLookup(tuple(hits))
 
+    def _holds_root(self, block_hashes: Sequence[int]) -> bool:
+        """Whether some node caches the prompt's first block as a chain root; without one every
+        node's hit is 0 blocks, and the walk over each node's chain can be skipped."""
+        if not block_hashes or not self._nodes:
+            return False
+        first = block_hashes[0]
+        for cache in self._nodes.values():
+            block = cache.blocks.get(first)
+            if block is not None and block.parent is None:
+                return True
+        return False
+
+    def _sorted_nodes(self) -> tuple[NodeId, ...]:
+        """The nodes with a cache, sorted; kept until a node's cache is created or removed."""
+        if self._node_order is None:
+            self._node_order = tuple(sorted(self._nodes))
+        return self._node_order
+
     def _hit_blocks(self, cache: _NodeCache, block_hashes: Sequence[int]) -> int:
-        best = 0
-        for i, block_hash in enumerate(_matching(cache, block_hashes)):
-            if block_hash in cache.states:
+        """The longest matching chain (as `_matching`, inlined) that ends at a cached state."""
+        blocks, states = cache.blocks, cache.states
+        best, parent = 0, None
+        for i, block_hash in enumerate(block_hashes):
+            block = blocks.get(block_hash)
+            if block is None or block.parent != parent:
+                break
+            if block_hash in states:
                 best = i + 1
+            parent = block_hash
         return best
 
     # ---- updates -------------------------------------------------------------------------------
@@ -211,7 +250,10 @@ class PrefixCacheIndex:
         if len(set(hashes)) != len(hashes):
             raise ValueError("block_hashes: a hash repeats; pass chained hashes (one per prefix)")
         self._check_time(now_s)
-        cache = self._nodes.setdefault(node, _NodeCache())
+        cache = self._nodes.get(node)
+        if cache is None:
+            cache = self._nodes[node] = _NodeCache()
+            self._node_order = None
         parent = None
         for block_hash in hashes:
             block = cache.blocks.get(block_hash)
@@ -240,6 +282,7 @@ class PrefixCacheIndex:
     def drop_node(self, node: NodeId) -> NodeDrop:
         """Forget everything a killed node held, its in-flight transfers included."""
         cache = self._nodes.pop(node, None)
+        self._node_order = None
         before = self._used[node.cluster]
         if cache is not None:
             lru = self._lru[node.cluster]
@@ -331,6 +374,7 @@ class PrefixCacheIndex:
                 self._evict_block(node, cache, block_hash)
             if not cache.blocks:
                 del self._nodes[node]
+                self._node_order = None
 
     def _evict_state(self, node: NodeId, cache: _NodeCache, block_hash: int) -> None:
         cache.states.discard(block_hash)

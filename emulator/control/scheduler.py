@@ -23,6 +23,7 @@ from emulator.control.throughput_model import (
     OperatingPoint,
     optimize,
     optimize_threshold,
+    split_capacities,
 )
 from emulator.control.types import Cluster, NodeId, Role
 
@@ -302,25 +303,32 @@ class DualTimescaleScheduler:
         self._lengths = LengthSamples.from_samples(lengths)
         self._relengths = f"traffic window mean {lengths.mean():.0f} tokens"
         inputs = self.estimated_inputs()
-        points = [optimize_threshold(inputs, n_p) for n_p in range(1, inputs.num_local)]
-        current = points[self.current_n_p - 1]
-        best = max(points, key=lambda point: point.lambda_max)
-        if best.lambda_max <= current.lambda_max * (1 + self._cfg.hysteresis):
+        splits = range(1, inputs.num_local)
+        capacities = split_capacities(inputs, splits)  # optimize_threshold's lambda_max per n_p
+        current_n_p = self.current_n_p
+        current = capacities[current_n_p - 1]
+        best_n_p = max(splits, key=lambda n_p: capacities[n_p - 1])
+        best = capacities[best_n_p - 1]
+        if best <= current * (1 + self._cfg.hysteresis):
             self._target_n_p = None
             return
-        self._target_n_p = best.n_p
+        self._target_n_p = best_n_p
         rate = self._arrivals.rate_per_s(now_s)
+        num_local = inputs.num_local
         self._split_reason = (
             f"{lengths.size} arrivals in {self._cfg.arrival_window_s:.0f} s ({rate:.2f} req/s, "
-            f"mean {lengths.mean():.0f} tokens): split {current.n_p}:{current.n_d} carries "
-            f"{current.lambda_max:.2f} req/s, {best.n_p}:{best.n_d} carries {best.lambda_max:.2f}"
+            f"mean {lengths.mean():.0f} tokens): split {current_n_p}:{num_local - current_n_p} carries "
+            f"{current:.2f} req/s, {best_n_p}:{num_local - best_n_p} carries {best:.2f}"
         )
 
     def _next_flip(self, now_s: float) -> RoleChange | None:
         """One node toward the target split: the lowest decode slot becomes prefill, or the
         highest prefill slot becomes decode, so prefill slots stay a prefix of the cluster."""
-        target, n_p = self._target_n_p, self.current_n_p
-        if target is None or target == n_p:
+        target = self._target_n_p
+        if target is None:  # the common case: checked before counting roles (once per tick)
+            return None
+        n_p = self.current_n_p
+        if target == n_p:
             self._target_n_p = None
             return None
         if target > n_p:

@@ -93,24 +93,52 @@ class StageThroughputs:
         return list(Bottleneck)[int(np.argmin(terms))]
 
 
-def stage_throughputs(inputs: ModelInputs, t: float | np.ndarray, n_p: int) -> StageThroughputs:
-    """Eq. 3-6 at thresholds t (scalar or array) with n_p local prefill instances."""
+@dataclass(frozen=True, slots=True, eq=False)
+class _ThresholdSide:
+    """The half of Eq. 3-6 that depends on t only (not on N_p), shared by every split searched."""
+
+    t: np.ndarray
+    p: np.ndarray
+    head: np.ndarray
+    l_long: np.ndarray
+    l_short: np.ndarray
+    has_short: np.ndarray
+    compute: np.ndarray
+    egress: np.ndarray
+    theta_prfaas: np.ndarray
+    prfaas_limit: np.ndarray
+    local_s: np.ndarray  # T_local(l_short)
+
+
+def _threshold_side(inputs: ModelInputs, t: float | np.ndarray) -> _ThresholdSide:
     t = np.atleast_1d(np.asarray(t, dtype=float))
-    lengths = inputs.lengths
-    p, head = lengths.tail_prob(t), lengths.head_prob(t)
-    l_long, l_short = lengths.mean_above(t), lengths.mean_below(t)
+    p, head, l_long, l_short = inputs.lengths.split_stats(t)
     has_long, has_short = p > 0, head > 0
     compute = np.where(has_long, inputs.num_prfaas / inputs.prefill_remote_s(l_long), 0.0)
     egress = np.where(has_long, inputs.egress_bytes_per_s / inputs.kv_bytes(l_long), 0.0)
     theta_prfaas = np.minimum(compute, egress)
-    theta_pd_p = np.where(has_short, n_p / inputs.prefill_local_s(l_short), 0.0)
-    theta_pd_d = (inputs.num_local - n_p) * inputs.decode_rate_per_instance
     with np.errstate(divide="ignore", invalid="ignore"):
         prfaas_limit = np.where(has_long, theta_prfaas / np.where(has_long, p, 1.0), math.inf)
-        pd_p_limit = np.where(has_short, theta_pd_p / np.where(has_short, head, 1.0), math.inf)
-    lambda_max = np.minimum(np.minimum(prfaas_limit, pd_p_limit), theta_pd_d)
-    return StageThroughputs(t, p, l_long, l_short, compute, egress, theta_prfaas, theta_pd_p,
-                            float(theta_pd_d), prfaas_limit, pd_p_limit, lambda_max)
+    return _ThresholdSide(t, p, head, l_long, l_short, has_short, compute, egress, theta_prfaas,
+                          prfaas_limit, inputs.prefill_local_s(l_short))
+
+
+def _at_split(inputs: ModelInputs, side: _ThresholdSide, n_p: int) -> StageThroughputs:
+    """Eq. 3-6 at n_p local prefill instances, from the t-only half."""
+    has_short = side.has_short
+    theta_pd_p = np.where(has_short, n_p / side.local_s, 0.0)
+    theta_pd_d = (inputs.num_local - n_p) * inputs.decode_rate_per_instance
+    with np.errstate(divide="ignore", invalid="ignore"):
+        pd_p_limit = np.where(has_short, theta_pd_p / np.where(has_short, side.head, 1.0), math.inf)
+    lambda_max = np.minimum(np.minimum(side.prfaas_limit, pd_p_limit), theta_pd_d)
+    return StageThroughputs(side.t, side.p, side.l_long, side.l_short, side.compute, side.egress,
+                            side.theta_prfaas, theta_pd_p, float(theta_pd_d), side.prfaas_limit,
+                            pd_p_limit, lambda_max)
+
+
+def stage_throughputs(inputs: ModelInputs, t: float | np.ndarray, n_p: int) -> StageThroughputs:
+    """Eq. 3-6 at thresholds t (scalar or array) with n_p local prefill instances."""
+    return _at_split(inputs, _threshold_side(inputs, t), n_p)
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,7 +214,9 @@ def default_t_grid(lengths: LengthSamples) -> np.ndarray:
     of the sample: the optimum it finds is the sample's exact optimum, and Eq. 7 holds there to
     within one sample's step.
     """
-    return np.unique(np.concatenate(([0.0], np.ceil(lengths.values))))
+    # np.unique, without its sort: the samples are sorted and >= 0, so 0 then their ceilings ascend
+    grid = np.concatenate(([0.0], np.ceil(lengths.values)))
+    return grid[np.concatenate(([True], grid[1:] != grid[:-1]))]
 
 
 def _best_index(lambda_max: np.ndarray) -> int:
@@ -204,6 +234,29 @@ def optimize_threshold(
     grid = default_t_grid(inputs.lengths) if t_grid is None else np.sort(np.asarray(t_grid, float))
     stages = stage_throughputs(inputs, grid, n_p)
     return operating_point(inputs, stages, _best_index(stages.lambda_max), n_p)
+
+
+def split_capacities(inputs: ModelInputs, n_p_values: range) -> list[float]:
+    """Lambda_max of `optimize_threshold(inputs, n_p)` for each n_p, the same floats, without
+    building operating points: the t-only half of the model is computed once and the splits are
+    rows of one array (the long-term scheduler compares every split each interval)."""
+    for n_p in n_p_values:
+        if not 0 <= n_p <= inputs.num_local:
+            raise ValueError(f"n_p={n_p}: must lie in 0..num_local={inputs.num_local}")
+    side = _threshold_side(inputs, default_t_grid(inputs.lengths))
+    n_p = np.array(n_p_values, dtype=float)[:, None]  # (splits, 1): _at_split's ops, row-wise
+    has_short = side.has_short
+    theta_pd_p = np.where(has_short, n_p / side.local_s, 0.0)
+    theta_pd_d = (inputs.num_local - n_p) * inputs.decode_rate_per_instance
+    with np.errstate(divide="ignore", invalid="ignore"):
+        pd_p_limit = np.where(has_short, theta_pd_p / np.where(has_short, side.head, 1.0), math.inf)
+    lambda_max = np.minimum(np.minimum(side.prfaas_limit, pd_p_limit), theta_pd_d)  # (splits, t)
+    # _best_index per row: the last t whose Lambda is within TIE_RTOL of the row's best
+    near = lambda_max >= (lambda_max.max(axis=1) * (1 - TIE_RTOL))[:, None]
+    if not near.any(axis=1).all():  # NaN somewhere: let _best_index fail as optimize_threshold does
+        return [float(row[_best_index(row)]) for row in lambda_max]
+    last = near.shape[1] - 1 - np.argmax(near[:, ::-1], axis=1)
+    return [float(lambda_max[i, k]) for i, k in enumerate(last)]
 
 
 def egress_bound_threshold(inputs: ModelInputs, t_grid: np.ndarray | None = None) -> float:
@@ -252,8 +305,9 @@ def _best_split(inputs: ModelInputs, grid: np.ndarray, n_p_values: range) -> Ope
     """
     best: tuple[float, float, int] | None = None
     best_point: OperatingPoint | None = None
+    side = _threshold_side(inputs, grid)
     for n_p in n_p_values:
-        stages = stage_throughputs(inputs, grid, n_p)
+        stages = _at_split(inputs, side, n_p)
         i = _best_index(stages.lambda_max)
         lam, t = float(stages.lambda_max[i]), float(grid[i])
         if best is None or lam > best[0] * (1 + TIE_RTOL) or (

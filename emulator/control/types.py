@@ -48,7 +48,8 @@ class NodeId:
     index: int
 
     def __str__(self) -> str:
-        return f"{self.cluster.value}-{self.role.value}-{self.index}"
+        # _value_ rather than .value: the Enum property costs more than the formatting here
+        return f"{self.cluster._value_}-{self.role._value_}-{self.index}"
 
     @classmethod
     def parse(cls, text: str) -> NodeId:

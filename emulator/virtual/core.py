@@ -5,9 +5,9 @@ nothing: an entity ignores a stale event by an epoch or generation it checks whe
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Callable
+from heapq import heappop, heappush
 from typing import Any
 
 Callback = Callable[[Any], None]
@@ -35,8 +35,8 @@ class Simulator:
         if not t >= self.now:
             raise ValueError(f"event time {t} is before now ({self.now}) or not a number; "
                              "schedule at now or later")
-        self._seq += 1
-        heapq.heappush(self._heap, (t, self._seq, callback, arg))
+        self._seq = seq = self._seq + 1
+        heappush(self._heap, (t, seq, callback, arg))
 
     def schedule_in(self, delay_s: float, callback: Callback, arg: Any = None) -> None:
         self.schedule(self.now + delay_s, callback, arg)
@@ -44,7 +44,7 @@ class Simulator:
     def run(self, until: float | None = None) -> int:
         """Run events in order until none is left or the next one lies after `until`; returns the
         number of events run. With `until`, the clock ends at `until` even if it was idle."""
-        heap, pop = self._heap, heapq.heappop
+        heap, pop = self._heap, heappop
         limit = math.inf if until is None else until
         count = 0
         while heap and heap[0][0] <= limit:

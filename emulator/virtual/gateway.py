@@ -7,11 +7,12 @@ Policy stays in the control plane; loops.py drives the scheduler and the timelin
 from __future__ import annotations
 
 import logging
+from bisect import bisect_left, insort
+from collections import deque
 from enum import StrEnum
 
 from emulator.control.types import Cluster, NodeId, RequestSpec, Role
 from emulator.plane import ControlPlane
-from emulator.telemetry.metrics import SlidingWindow
 from emulator.telemetry.records import RequestRecord
 from emulator.virtual.core import Simulator
 from emulator.virtual.costs import CostModel
@@ -21,6 +22,7 @@ from emulator.virtual.nodes import AnyNode, DecodeNode, Journey, PrefillNode, ro
 log = logging.getLogger(__name__)
 MAX_ATTEMPTS = 3  # as the live gateway: a request whose worker died is tried at most this often
 TTFT_WINDOW_S = 30.0
+_REMOTE, _LOCAL = Cluster.REMOTE, Cluster.LOCAL  # bound once: Enum class attributes are slow (3.11)
 
 
 class FailReason(StrEnum):
@@ -44,6 +46,8 @@ class Gateway:
         self.router, self.index, self.scheduler = plane.router, plane.index, plane.scheduler
         self.link, self.reverse_link = link, reverse_link
         self.block_tokens = block_tokens
+        self.tail_fraction = costs.tail_fraction  # read per request: kept, not recomputed
+        self.local_rate_bytes_per_s = costs.local_rate_bytes_per_s
         self.use_index = use_index  # False only when no lookup can hit (engine.needs_index)
         self.feeds_scheduler = self.scheduler is not None
         self.remote = [self._prefill(NodeId(Cluster.REMOTE, Role.PREFILL, i)) for i in range(num_remote)]
@@ -52,7 +56,7 @@ class Gateway:
             else self._decode(NodeId(Cluster.LOCAL, Role.DECODE, i)) for i in range(num_local)]
         self._reindex()
         self.records: list[RequestRecord] = []
-        self.ttft = SlidingWindow(TTFT_WINDOW_S)
+        self.ttft = TtftWindow(TTFT_WINDOW_S)
         self.in_transit: dict[str, Journey] = {}  # prefill ended, KV not yet at a decode node
         self.open: dict[str, Journey] = {}  # arrived and not ended, by request id
         self.num_arrived = self.num_completed = self.num_failed = 0
@@ -70,7 +74,6 @@ class Gateway:
     def _reindex(self) -> None:
         prefill_local = [n for n in self.local if isinstance(n, PrefillNode)]
         self.prefill_nodes: list[PrefillNode] = self.remote + prefill_local
-        self.prefill_by_id = {n.node: n for n in self.prefill_nodes}
         self.decode_nodes: list[DecodeNode] = [n for n in self.local if isinstance(n, DecodeNode)]
         self.n_p = len(prefill_local)
         self.local_prefill_nodes = prefill_local
@@ -87,9 +90,10 @@ class Gateway:
 
     def arrive(self, spec: RequestSpec) -> None:
         self.num_arrived += 1
+        now = self.sim.now
         if self.feeds_scheduler:
-            self.scheduler.observe_arrival(self.sim.now, spec.input_len)
-        journey = Journey(spec, self.sim.now)
+            self.scheduler.observe_arrival(now, spec.input_len)
+        journey = Journey(spec, now)
         self.open[spec.id] = journey
         self.dispatch(journey)
 
@@ -98,19 +102,21 @@ class Gateway:
         journey.attempts += 1
         spec = journey.spec
         decision = self.router.decide(spec, [n.load for n in self.prefill_nodes], self.sim.now)
-        if decision.node is None:
+        chosen = decision.node
+        if chosen is None:
             log.debug("request %s: %s", spec.id, decision.reason)
             self._fail(journey, FailReason.NO_PREFILL_NODE)
             return
-        node = self.prefill_by_id[decision.node]
-        journey.route, journey.prefill_node = decision.route.value, node.name
+        # the decision names one of prefill_nodes: its slot finds it without hashing a NodeId
+        node = self.remote[chosen.index] if chosen.cluster is _REMOTE else self.local[chosen.index]
+        journey.route, journey.prefill_node = decision.route._value_, node.name
         journey.cached_len, journey.incremental_len = decision.cached_len, decision.incremental_len
         journey.kv_bytes = int(self.costs.kv_bytes(spec.input_len))
         move = decision.cache_transfer
         if move is None:
             node.enqueue(journey)
             return
-        link = self.link if move.to_cluster is Cluster.LOCAL else self.reverse_link
+        link = self.link if move.to_cluster is _LOCAL else self.reverse_link
         journey.transfer = link.start(self.costs.kv_bytes(move.tokens), self._on_prefix_arrived,
                                       (journey, journey.attempts, node))
 
@@ -127,10 +133,10 @@ class Gateway:
     def _on_prefill_start(self, node: PrefillNode, journey: Journey, service_s: float) -> None:
         """Layer-wise pipelining: the KV starts to flow when the prefill starts."""
         journey.transfer_start_s = self.sim.now
-        if node.cluster is Cluster.REMOTE:
+        if node.cluster is _REMOTE:
             journey.transfer = self.link.start(journey.kv_bytes, self._on_kv_arrived,
                                                (journey, journey.attempts), service_s,
-                                               self.costs.tail_fraction)
+                                               self.tail_fraction)
 
     def _on_prefill_end(self, node: PrefillNode, journey: Journey, service_s: float) -> None:
         now, spec = self.sim.now, journey.spec
@@ -144,8 +150,8 @@ class Gateway:
         if journey.transfer is not None:
             self.link.end_production(journey.transfer)
         else:  # local RDMA at a fixed rate, pipelined the same way
-            rate, size = self.costs.local_rate_bytes_per_s, journey.kv_bytes
-            done = max(now + size * self.costs.tail_fraction / rate,
+            rate, size = self.local_rate_bytes_per_s, journey.kv_bytes
+            done = max(now + size * self.tail_fraction / rate,
                        journey.prefill_start_s + size / rate)
             self.sim.schedule(done, self._on_kv_arrived, (journey, journey.attempts))
         if node.is_draining and node.is_idle:
@@ -164,13 +170,15 @@ class Gateway:
             decode.admit(journey)
 
     def _pick_decode(self) -> DecodeNode | None:
-        """The up instance holding the fewest requests (draining ones last, lowest slot on ties)."""
-        best, best_key = None, None
+        """The up instance holding the fewest requests (draining ones last, lowest slot on ties):
+        the first minimum of (is_draining, held), compared without building key tuples."""
+        best, best_draining, best_held = None, True, 0
         for node in self.decode_nodes:
             if node.is_up:
-                key = (node.is_draining, len(node.active) + len(node.waiting))
-                if best_key is None or key < best_key:
-                    best, best_key = node, key
+                draining, held = node.is_draining, len(node.active) + len(node.waiting)
+                if best is None or (draining < best_draining
+                                    or (draining == best_draining and held < best_held)):
+                    best, best_draining, best_held = node, draining, held
         return best
 
     def _on_decode_finish(self, node: DecodeNode, journey: Journey, tpot_s: float) -> None:
@@ -218,7 +226,7 @@ class Gateway:
             output_len=spec.output_len, finish_s=now, status=status, fail_reason=reason))
         if status == "completed":
             self.num_completed += 1
-            self.ttft.add(now, first - arrival)
+            self.ttft.add(now, first - arrival)  # the record's ttft_s, computed alike
         else:
             self.num_failed += 1
 
@@ -293,3 +301,35 @@ class Gateway:
         local = sum([len(n.queue) for n in self.local_prefill_nodes])
         return remote, local, sum([len(n.waiting) for n in self.decode_nodes])
 
+
+class TtftWindow:
+    """The TTFTs of the last `window_s` seconds, as telemetry's SlidingWindow(window_s) keeps them
+    (a sample at t stays while now - window_s < t), kept sorted for the 1 s sampler's percentiles:
+    an insert and an eviction are a bisect and a short memmove each, where sorting the window at
+    every sample costs more. No order check: simulated time never goes back.
+    """
+
+    __slots__ = ("window_s", "_times", "_values", "_sorted")
+
+    def __init__(self, window_s: float) -> None:
+        self.window_s = window_s
+        self._times: deque[float] = deque()
+        self._values: deque[float] = deque()  # in arrival order, to find what leaves
+        self._sorted: list[float] = []
+
+    def add(self, t_s: float, value: float) -> None:
+        self._times.append(t_s)
+        self._values.append(value)
+        insort(self._sorted, value)
+
+    def sorted_values(self, now_s: float) -> list[float]:
+        """The values inside the window ending at `now_s`, ascending (every sample is <= now_s).
+        The list is the window's own: read it, do not change it."""
+        start, times, ordered = now_s - self.window_s, self._times, self._sorted
+        while times and times[0] <= start:
+            times.popleft()
+            del ordered[bisect_left(ordered, self._values.popleft())]  # an equal value: the same
+        return ordered
+
+    def __len__(self) -> int:
+        return len(self._times)

@@ -18,6 +18,7 @@ MATHIS_C = math.sqrt(1.5)  # ~1.22: Mathis et al. 1997, periodic loss, no delaye
 CONNECTIONS = 4  # TCP connections per KV transfer, as emulator.transport's sender opens
 MIN_RTT_S = 1e-4  # a LAN-like floor, so a lossy link with no added delay still has a finite ceiling
 DONE_WITHIN_S = 1e-9  # a transfer this close to its end counts as done (float rounding of times)
+_INF = math.inf
 
 
 def mathis_bytes_per_s(mss_bytes: float, rtt_s: float, loss: float) -> float:
@@ -76,6 +77,7 @@ class FluidLink:
     def __init__(self, sim: Simulator, state: LinkState) -> None:
         self.sim = sim
         self.state = state
+        self._ceiling = state.per_transfer_cap  # the state's, kept: it is read at every share
         self.active: list[Transfer] = []
         self.bytes_sent = 0.0  # fluid integral of every rate, cancelled transfers included
         self.bytes_delivered = 0  # whole caches delivered (sum of their sizes)
@@ -98,7 +100,7 @@ class FluidLink:
 
     def end_production(self, transfer: Transfer) -> None:
         """The prefill behind `transfer` ended: all its bytes may go now."""
-        if transfer.is_active and transfer.produce_cap != math.inf:
+        if transfer.is_active and transfer.produce_cap != _INF:
             self._advance()
             transfer.produce_cap = math.inf
             self._settle()
@@ -116,6 +118,7 @@ class FluidLink:
         """A link change (timeline or knob): shares are recomputed from now on."""
         self._advance()
         self.state = state
+        self._ceiling = state.per_transfer_cap
         self._settle()
 
     def sync(self) -> None:
@@ -138,16 +141,20 @@ class FluidLink:
                 transfer.remaining -= sent
                 total += sent
             self.bytes_sent += total
-            if self.state.rate_bytes_per_s < math.inf:
-                self.busy_s += total / self.state.rate_bytes_per_s
+            rate = self.state.rate_bytes_per_s
+            if rate < _INF:
+                self.busy_s += total / rate
         self._last_s = now
 
     def _settle(self) -> None:
         """Finish what is done, share the capacity among the rest and arm the next finish."""
-        finished = [t for t in self.active if t.remaining <= t.rate * DONE_WITHIN_S + 1e-6]
-        for transfer in finished:
-            self._deliver(transfer)
-        self._share()
+        active = self.active
+        if active:
+            finished = [t for t in active if t.remaining <= t.rate * DONE_WITHIN_S + 1e-6]
+            for transfer in finished:
+                self._deliver(transfer)
+            if active:
+                self._share(active)
         self._arm()
 
     def _deliver(self, transfer: Transfer) -> None:
@@ -159,17 +166,14 @@ class FluidLink:
         self.num_delivered += 1
         self.sim.schedule(self.sim.now + self.state.delay_s, transfer.on_done, transfer.arg)
 
-    def _share(self) -> None:
+    def _share(self, active: list[Transfer]) -> None:
         """Water-filling: the smallest caps are met first; the rest split what is left equally.
         Two shortcuts skip the sort: every cap fits (pipelined transfers on a wide link), or none
         binds (an equal split)."""
-        active = self.active
-        if not active:
-            return
-        ceiling, left = self.state.per_transfer_cap, self.state.rate_bytes_per_s
+        ceiling, left = self._ceiling, self.state.rate_bytes_per_s
         caps = [t.produce_cap if t.produce_cap < ceiling else ceiling for t in active]
-        if left == math.inf or sum(caps) <= left:  # (inf - inf would be NaN below)
-            for transfer, cap in zip(active, caps, strict=True):
+        if left == _INF or sum(caps) <= left:  # (inf - inf would be NaN below)
+            for transfer, cap in zip(active, caps):
                 transfer.rate = cap if cap < left else left
             return
         share = left / len(active)
@@ -189,13 +193,17 @@ class FluidLink:
                 return
 
     def _arm(self) -> None:
-        self._gen += 1
-        soonest = math.inf
+        self._gen = gen = self._gen + 1
+        soonest = _INF
         for transfer in self.active:
-            if transfer.rate > 0:
-                soonest = min(soonest, transfer.remaining / transfer.rate)
-        if soonest < math.inf:
-            self.sim.schedule(self.sim.now + max(soonest, 0.0), self._on_timer, self._gen)
+            rate = transfer.rate
+            if rate > 0:
+                left_s = transfer.remaining / rate
+                if left_s < soonest:  # min(soonest, left_s), without the call
+                    soonest = left_s
+        if soonest < _INF:
+            sim = self.sim
+            sim.schedule(sim.now + (0.0 if 0.0 > soonest else soonest), self._on_timer, gen)
 
     def _on_timer(self, gen: int) -> None:
         if gen != self._gen:

@@ -27,7 +27,12 @@ class Journey:
         self.arrival_s = arrival_s  # at the gateway: the workload's time played at the knob's rate
         self.attempts = 0
         self.is_done = False
-        self.reset()
+        # reset(), spelled out: one Journey per request, and a method call per field adds up
+        self.route = self.prefill_node = self.decode_node = None
+        self.cached_len = 0
+        self.incremental_len = spec.input_len
+        self.prefill_start_s = self.prefill_end_s = self.transfer_start_s = None
+        self.transfer_end_s = self.kv_bytes = self.first_token_s = self.transfer = None
 
     def reset(self) -> None:
         """Forget what the previous attempt reached (arrival and attempts stay)."""
@@ -66,15 +71,21 @@ class PrefillNode:
         self.is_draining = False
         self.epoch = 0
         self._load: NodeLoad | None = None
+        self._idle_load = NodeLoad(node, 0, 0, True)  # up, empty: the load a node returns to most
 
     @property
     def load(self) -> NodeLoad:
-        """What the router sees; rebuilt only after the queue changed. A draining node is not up
-        for routing: it finishes what it holds, then flips."""
-        if self._load is None:
-            self._load = NodeLoad(self.node, self.queued_tokens, len(self.queue) + (self.busy is not None),
-                                  self.is_up and not self.is_draining)
-        return self._load
+        """What the router sees; rebuilt only after the queue changed (an idle node's is kept). A
+        draining node is not up for routing: it finishes what it holds, then flips."""
+        load = self._load
+        if load is None:
+            is_up, num_queued = self.is_up and not self.is_draining, len(self.queue) + (self.busy is not None)
+            if is_up and not num_queued and not self.queued_tokens:
+                load = self._idle_load
+            else:
+                load = NodeLoad(self.node, self.queued_tokens, num_queued, is_up)
+            self._load = load
+        return load
 
     @property
     def is_idle(self) -> bool:
@@ -91,9 +102,9 @@ class PrefillNode:
     def _start(self, journey: Journey) -> None:
         service_s = self.prefill_s(journey.incremental_len)
         self.busy = journey
-        journey.prefill_start_s = self.sim.now
-        self.on_start(self, journey, service_s)
-        self.sim.schedule(self.sim.now + service_s, self._end, (journey, self.epoch, service_s))
+        now = journey.prefill_start_s = self.sim.now
+        self.on_start(self, journey, service_s)  # starts a transfer; time does not move
+        self.sim.schedule(now + service_s, self._end, (journey, self.epoch, service_s))
 
     def _end(self, event: tuple[Journey, int, float]) -> None:
         journey, epoch, service_s = event
@@ -160,23 +171,24 @@ class DecodeNode:
             self.waiting.append(journey)
 
     def _join(self, journey: Journey) -> None:
-        self.active[journey.spec.id] = journey
-        if len(self.active) > self.peak_active:
-            self.peak_active = len(self.active)
-        journey.first_token_s = self.sim.now
-        self.sim.schedule(self.sim.now + self.decode_s(journey.spec.output_len), self._finish,
-                          (journey, self.epoch))
+        active, spec = self.active, journey.spec
+        active[spec.id] = journey
+        if len(active) > self.peak_active:
+            self.peak_active = len(active)
+        now = journey.first_token_s = self.sim.now
+        self.sim.schedule(now + self.decode_s(spec.output_len), self._finish, (journey, self.epoch))
 
     def _finish(self, event: tuple[Journey, int]) -> None:
         journey, epoch = event
         if epoch != self.epoch:
             return
-        del self.active[journey.spec.id]
-        tpot_s = self.step_s if journey.spec.output_len > 1 else 0.0
-        self.on_finish(self, journey, tpot_s)
-        while self.waiting and len(self.active) < self.max_batch:
-            self._join(self.waiting.popleft())
-        if self.is_idle:
+        spec = journey.spec
+        del self.active[spec.id]
+        self.on_finish(self, journey, self.step_s if spec.output_len > 1 else 0.0)
+        waiting = self.waiting
+        while waiting and len(self.active) < self.max_batch:
+            self._join(waiting.popleft())
+        if not self.active and not waiting:  # is_idle
             self.on_idle(self)
 
     def kill(self) -> list[Journey]:
