@@ -17,8 +17,7 @@ from pyroute2 import IPRoute
 from pyroute2.netlink import NLM_F_ACK, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE, NLM_F_REQUEST
 from pyroute2.netlink.exceptions import NetlinkError
 from pyroute2.netlink.rtnl import RTM_NEWQDISC, TC_H_ROOT
-from pyroute2.netlink.rtnl.tcmsg import common as tc_common
-from pyroute2.netlink.rtnl.tcmsg import sched_netem, sched_tbf, tcmsg
+from pyroute2.netlink.rtnl.tcmsg import common as tc_common, sched_netem, sched_tbf, tcmsg
 
 from emulator.errors import LinkBackendUnavailable, PrfaasError, TopologyError
 from emulator.net.backend import DirectionCounters, LinkCounters, LinkEnds

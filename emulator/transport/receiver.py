@@ -21,8 +21,7 @@ from emulator.transport.frames import ChunkHeader, FrameError, FrameType, Payloa
 from emulator.transport.reassembly import BudgetExceeded, Reassembler, RequestAssembly
 from model_stub.cache import HybridCache
 from model_stub.config import ModelConfig
-from model_stub.serialize import FrameError as CacheFrameError
-from model_stub.serialize import assemble_cache, decode_layer
+from model_stub.serialize import FrameError as CacheFrameError, assemble_cache, decode_layer
 
 log = logging.getLogger(__name__)
 

@@ -173,7 +173,7 @@ class FluidLink:
         ceiling, left = self._ceiling, self.state.rate_bytes_per_s
         caps = [t.produce_cap if t.produce_cap < ceiling else ceiling for t in active]
         if left == _INF or sum(caps) <= left:  # (inf - inf would be NaN below)
-            for transfer, cap in zip(active, caps):
+            for transfer, cap in zip(active, caps, strict=False):
                 transfer.rate = cap if cap < left else left
             return
         share = left / len(active)

@@ -10,8 +10,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from emulator.control.types import Cluster, NodeId, Role, RoutePolicy
 from emulator.errors import ScenarioError

@@ -5,8 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from hypothesis import settings
-from hypothesis import strategies as st
+from hypothesis import settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from emulator.control.prefix_cache import PrefixCacheIndex, PrefixHit

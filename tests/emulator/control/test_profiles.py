@@ -9,8 +9,7 @@ from statistics import NormalDist
 
 import numpy as np
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from emulator.control.profiles import (
     MIN_VALUE,

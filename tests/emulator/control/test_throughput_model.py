@@ -10,8 +10,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from emulator.control.profiles import LengthSamples, PiecewiseLinear
 from emulator.control.throughput_model import (

@@ -7,8 +7,7 @@ import struct
 import pytest
 from pyroute2.netlink import NLM_F_ACK, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE, NLM_F_REQUEST
 from pyroute2.netlink.rtnl import TC_H_ROOT
-from pyroute2.netlink.rtnl.tcmsg import common as tc_common
-from pyroute2.netlink.rtnl.tcmsg import tcmsg
+from pyroute2.netlink.rtnl.tcmsg import common as tc_common, tcmsg
 
 from emulator.errors import LinkBackendUnavailable
 from emulator.net.backend import LinkEnds

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from emulator.errors import ScenarioError
 from emulator.workload.tokens import chain_hashes, synthesize_tokens
