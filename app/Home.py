@@ -1,7 +1,7 @@
 """PrfaaS Lab home page: what PrfaaS is, and how large each model preset's cache grows.
 
 Served by `make run` (which puts the repository root on PYTHONPATH). It reads model presets only;
-runs, knobs and live panels come with the emulator.
+runs, knobs and live panels are on the Live page.
 """
 
 from __future__ import annotations
@@ -81,7 +81,8 @@ st.subheader("Cache size vs context length")
 _cache_chart(size, tokens, log_y)
 
 st.markdown(
-    "**More pages** (sidebar): *Runs* opens and compares recorded runs; *KV explorer* compares "
-    "real models' KV sizes and the egress a prefill cluster needs; *Threshold explorer* finds the "
-    "best threshold and prefill/decode split for a scenario."
+    "**More pages** (sidebar): *Live* starts a scenario, turns its knobs and charts it as it runs; "
+    "*Runs* opens and compares recorded runs; *KV explorer* compares real models' KV sizes and the "
+    "egress a prefill cluster needs; *Threshold explorer* finds the best threshold and "
+    "prefill/decode split for a scenario; *Classroom* is a guided tour in six steps."
 )

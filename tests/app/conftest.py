@@ -1,13 +1,33 @@
-"""Fixtures for the dashboard tests: small recorded runs written by the real RunRecorder."""
+"""Fixtures for the dashboard tests: small recorded runs written by the real RunRecorder, and an
+MQTT broker with a probe client that plays a running run for the Live page."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+import aiomqtt
 import pytest
+from pydantic import BaseModel
 
+from app.mqtt_feed import BROKER_ENV
+from app.run_registry import RUNS_DIR_ENV
+from emulator.net.names import new_run_id
+from emulator.telemetry.broker import EmbeddedBroker, parse_broker_url
 from emulator.telemetry.recorder import RunRecorder
 from emulator.telemetry.records import RequestRecord
+from emulator.telemetry.schemas import (
+    ErrorEvent,
+    MetricsSnapshot,
+    RequestEvent,
+    StatusMessage,
+    control_topic,
+    topic,
+)
 
 APP = Path(__file__).resolve().parents[2] / "app"
 PAGES = APP / "pages"
@@ -77,3 +97,127 @@ def runs_dir(tmp_path: Path) -> Path:
 def make_run():
     """`write_run(out, scale=1.0, engine="live")`, for tests that build their own directories."""
     return write_run
+
+
+# --- MQTT: a broker for the Live and Classroom pages, and a probe that stands in for a run ---------
+
+
+@pytest.fixture(scope="session")
+def mqtt_broker() -> Iterator[EmbeddedBroker]:
+    """One embedded broker for the session: the pages' subscriber (cached per URL) stays on it."""
+    with EmbeddedBroker() as broker:
+        yield broker
+
+
+@pytest.fixture
+def live_env(mqtt_broker: EmbeddedBroker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The pages use the session broker and record started runs under tmp_path/runs."""
+    monkeypatch.setenv(BROKER_ENV, mqtt_broker.url)
+    monkeypatch.setenv(RUNS_DIR_ENV, str(tmp_path / "runs"))
+    return mqtt_broker.url
+
+
+class MqttProbe:
+    """A second MQTT client in its own thread: records what arrives on `filters`, publishes."""
+
+    def __init__(self, url: str, *filters: str) -> None:
+        self.address = parse_broker_url(url)
+        self.filters = filters
+        self.messages: list[tuple[str, dict]] = []
+        self._cond = threading.Condition()
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._client: aiomqtt.Client | None = None
+        self._stop: asyncio.Event | None = None
+        self._thread = threading.Thread(target=self._loop.run_until_complete, args=(self._run(),),
+                                        daemon=True)
+
+    def __enter__(self) -> MqttProbe:
+        self._thread.start()
+        assert self._ready.wait(10), "probe did not connect"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(10)
+
+    async def _run(self) -> None:
+        self._stop = asyncio.Event()
+        async with aiomqtt.Client(self.address.host, self.address.port) as client:
+            for name in self.filters:
+                await client.subscribe(name)
+            self._client = client
+            reader = asyncio.create_task(self._read(client))
+            self._ready.set()
+            await self._stop.wait()
+            reader.cancel()
+
+    async def _read(self, client: aiomqtt.Client) -> None:
+        async for message in client.messages:
+            with self._cond:
+                self.messages.append((str(message.topic), json.loads(message.payload)))
+                self._cond.notify_all()
+
+    def publish(self, topic: str, model_or_payload: BaseModel | dict) -> None:
+        data = (model_or_payload.model_dump_json() if isinstance(model_or_payload, BaseModel)
+                else json.dumps(model_or_payload))
+        assert self._client is not None
+        asyncio.run_coroutine_threadsafe(self._client.publish(topic, data.encode()), self._loop).result(5)
+
+    def wait_for(self, topic: str, timeout_s: float = 10.0) -> dict:
+        """The first payload received on `topic` (waiting for it)."""
+        with self._cond:
+            found = self._cond.wait_for(lambda: [p for t, p in self.messages if t == topic], timeout_s)
+            assert found, f"nothing on {topic} within {timeout_s} s; got {self.messages}"
+            return found[0]
+
+    def on(self, topic: str) -> list[dict]:
+        with self._cond:
+            return [p for t, p in self.messages if t == topic]
+
+
+@pytest.fixture
+def probe(live_env: str) -> Iterator[MqttProbe]:
+    """Subscribed to every control topic, as a run's gateway would be."""
+    with MqttProbe(live_env, "prfaas/+/control/#") as mqtt_probe:
+        yield mqtt_probe
+
+
+@dataclass
+class FakeRun:
+    """Plays a running live run's gateway on the bus: status, snapshots, events and refusals."""
+
+    probe: MqttProbe
+    run_id: str
+
+    def status(self, state: str = "running") -> None:
+        self.probe.publish(topic(self.run_id, "status"), StatusMessage(
+            run_id=self.run_id, t_s=0.0, state=state, engine="live", link_backend="proxy",
+            note="link backend: proxy (not root: no network namespaces)"))
+
+    def snapshot(self, t_s: float, threshold: int = 2048, **fields) -> None:
+        """As the live gateway publishes one: a 200 Mbit/s, 10 ms link and three nodes."""
+        link = {"bandwidth_mbit": 200.0, "delay_ms": 10.0, "jitter_ms": 0.0, "loss_pct": 0.0,
+                "loss_correlation_pct": 0.0, "queue_packets": 1000}
+        roles = {"remote-prefill-0": "prefill", "local-prefill-0": "prefill", "local-decode-1": "decode"}
+        fields = {"link_capacity_mbit": 200.0, "link": link, "roles": roles} | fields
+        self.probe.publish(topic(self.run_id, "metrics"), MetricsSnapshot(
+            run_id=self.run_id, t_s=t_s, threshold_tokens=threshold, **fields))
+
+    def event(self, request_id: str, event: str, t_s: float, **fields) -> None:
+        self.probe.publish(topic(self.run_id, "events"), RequestEvent(
+            run_id=self.run_id, t_s=t_s, request_id=request_id, event=event, **fields))
+
+    def refuse(self, knob: str, error: str, t_s: float = 1.0) -> None:
+        self.probe.publish(topic(self.run_id, "events"), ErrorEvent(
+            run_id=self.run_id, t_s=t_s, topic=control_topic(self.run_id, knob), error=error))
+
+    def control(self, knob: str, timeout_s: float = 10.0) -> dict:
+        """The first control message the page sent for `knob`."""
+        return self.probe.wait_for(control_topic(self.run_id, knob), timeout_s)
+
+
+@pytest.fixture
+def fake_run(probe: MqttProbe) -> FakeRun:
+    return FakeRun(probe, new_run_id())

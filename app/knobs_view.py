@@ -1,0 +1,211 @@
+"""The Live page's knobs: the control message each one sends, checked with the run's own validator
+(`parse_control`) before it is published, and what the run answered.
+
+Pure: building and checking a message and reading an answer out of a `RunView` need no broker;
+`app.mqtt_feed` does the publishing. A message the run would refuse is refused here first, with the
+same one-line reason.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from app.live_view import RunView
+from emulator.errors import LinkSpecError, TelemetryError
+from emulator.net.spec import LinkSpec, parse_link_spec
+from emulator.scenario import Scenario
+from emulator.telemetry.schemas import Knob, MetricsSnapshot, control_topic, parse_control
+
+POLICIES = ("prfaas", "local-only", "all-remote")
+LINK_FIELDS = ("bandwidth_mbit", "delay_ms", "jitter_ms", "loss_pct")
+ACK_TIMEOUT_S = 10.0  # no answer by then: say so instead of waiting forever
+QUIET_S = 1.5  # a knob the metrics do not show counts as taken after this long without a refusal
+
+
+@dataclass(frozen=True, slots=True)
+class KnobMessage:
+    """A checked control message, ready to publish on `topic`."""
+
+    run_id: str
+    knob: Knob
+    payload: dict[str, Any]
+    topic: str
+    what: str  # the change in words, for the page
+
+    @property
+    def data(self) -> bytes:
+        return json.dumps(self.payload).encode()
+
+
+@dataclass(frozen=True, slots=True)
+class SentKnob:
+    """A knob message published at `sent_at_s` (the page's monotonic clock)."""
+
+    message: KnobMessage
+    sent_at_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """What became of a sent knob: "waiting", "applied", "taken" (no refusal; the metrics do not
+    carry this knob), "refused" or "silent" (no answer within ACK_TIMEOUT_S)."""
+
+    state: str
+    text: str
+
+
+def threshold_payload(tokens: float) -> dict[str, Any]:
+    # A slider hands over an int; anything fractional is sent as it is and refused by the check.
+    value = int(tokens) if float(tokens).is_integer() else tokens
+    return {"v": 1, "tokens": value}
+
+
+def policy_payload(policy: str) -> dict[str, Any]:
+    return {"v": 1, "policy": policy}
+
+
+def cache_affinity_payload(enabled: bool) -> dict[str, Any]:
+    return {"v": 1, "enabled": bool(enabled)}
+
+
+def scheduler_payload(short_term: bool | None, long_term: bool | None) -> dict[str, Any]:
+    payload: dict[str, Any] = {"v": 1}
+    if short_term is not None:
+        payload["short_term"] = bool(short_term)
+    if long_term is not None:
+        payload["long_term"] = bool(long_term)
+    return payload
+
+
+def link_payload(bandwidth_mbit: float | None, delay_ms: float, jitter_ms: float,
+                 loss_pct: float) -> dict[str, Any]:
+    """All four fields: the link the operator sees is the link the run gets."""
+    return {"v": 1, "bandwidth_mbit": bandwidth_mbit, "delay_ms": float(delay_ms),
+            "jitter_ms": float(jitter_ms), "loss_pct": float(loss_pct)}
+
+
+def arrival_rate_payload(rate_per_s: float) -> dict[str, Any]:
+    return {"v": 1, "rate_per_s": float(rate_per_s)}
+
+
+def empty_payload() -> dict[str, Any]:
+    """pause and resume"""
+    return {"v": 1}
+
+
+def check_knob(run_id: str, knob: Knob, payload: dict[str, Any],
+               link_base: LinkSpec | None = None) -> KnobMessage:
+    """The message to publish; TelemetryError (one line: field, value, fix) when the run would
+    refuse it. Non-finite numbers are refused here since JSON cannot carry them."""
+    for name, value in payload.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise TelemetryError(f"control/{knob.value}.{name}: {value} is not a finite number; "
+                                 "type a number")
+    message = KnobMessage(run_id, knob, dict(payload), control_topic(run_id, knob.value),
+                          describe(knob, payload))
+    parse_control(knob.value, message.data, link_base)
+    return message
+
+
+def describe(knob: Knob, payload: dict[str, Any]) -> str:
+    """The change in words, as the run's knob_changes log words it."""
+    if knob is Knob.THRESHOLD:
+        return f"threshold -> {payload.get('tokens')} tokens"
+    if knob is Knob.POLICY:
+        return f"router policy -> {payload.get('policy')}"
+    if knob is Knob.CACHE_AFFINITY:
+        return f"cache affinity -> {payload.get('enabled')}"
+    if knob is Knob.SCHEDULER:
+        parts = [f"{name.replace('_', '-')} {'on' if payload[name] else 'off'}"
+                 for name in ("short_term", "long_term") if name in payload]
+        return "scheduler " + ", ".join(parts)
+    if knob is Knob.LINK:
+        bandwidth = payload.get("bandwidth_mbit")
+        rate = "unshaped" if bandwidth is None else f"{bandwidth:g} Mbit/s"
+        return (f"link -> {rate}, {payload.get('delay_ms', 0):g} ms ± {payload.get('jitter_ms', 0):g} ms, "
+                f"{payload.get('loss_pct', 0):g} % loss")
+    if knob is Knob.ARRIVAL_RATE:
+        return f"arrival rate -> {payload.get('rate_per_s'):g}/s"
+    return "arrivals paused" if knob is Knob.PAUSE else "arrivals resumed"
+
+
+THRESHOLD_MAX = 16_384  # the slider's range: the live presets' prompts are a few thousand tokens
+DEFAULT_KNOBS: dict[str, Any] = {
+    "threshold": 2048, "policy": "prfaas", "cache_affinity": True, "short_term": False,
+    "long_term": False, "bandwidth_mbit": 100.0, "delay_ms": 0.0, "jitter_ms": 0.0, "loss_pct": 0.0,
+    "rate_per_s": 0.5,
+}
+
+
+def knob_values(scenario: Scenario | None, latest: MetricsSnapshot | None) -> dict[str, Any]:
+    """Where each knob starts: the run's last snapshot (threshold, link), else its scenario,
+    else DEFAULT_KNOBS (a run watched from the bus whose scenario the page does not know)."""
+    values = dict(DEFAULT_KNOBS)
+    if scenario is not None:
+        router, scheduler, link = scenario.router, scenario.scheduler, scenario.link
+        values |= {"policy": router.policy.value, "cache_affinity": bool(router.cache_affinity),
+                   "short_term": bool(scheduler.short_term.enabled),
+                   "long_term": bool(scheduler.long_term.enabled)}
+        if isinstance(router.threshold_tokens, int):
+            values["threshold"] = router.threshold_tokens
+        values |= {name: getattr(link, name) for name in LINK_FIELDS}
+        arrival = scenario.workload.arrival
+        if arrival is not None and getattr(arrival, "rate_per_s", None):
+            values["rate_per_s"] = float(arrival.rate_per_s)
+    if latest is not None:
+        if latest.threshold_tokens is not None:
+            values["threshold"] = latest.threshold_tokens
+        values |= {name: latest.link[name] for name in LINK_FIELDS if name in latest.link}
+    values["threshold"] = min(max(int(values["threshold"]), 0), THRESHOLD_MAX)
+    for name in (*LINK_FIELDS, "rate_per_s"):  # number inputs hold floats (or None: unshaped)
+        values[name] = float(values[name]) if values[name] is not None else None
+    return values
+
+
+def link_base(view: RunView) -> LinkSpec | None:
+    """The run's current link as its last snapshot reports it (None before the first one)."""
+    latest = view.latest
+    if latest is None or not latest.link:
+        return None
+    try:
+        return parse_link_spec(dict(latest.link))
+    except LinkSpecError:
+        return None
+
+
+def ack_of(sent: SentKnob, view: RunView, now_s: float) -> Ack:
+    """Read the run's answer to `sent` out of what arrived after it was sent."""
+    message = sent.message
+    for at_s, error in view.errors:
+        if at_s >= sent.sent_at_s and error.topic == message.topic:
+            return Ack("refused", error.error)
+    after = [s for s, at_s in zip(view.metrics, view.metrics_at_s, strict=True) if at_s >= sent.sent_at_s]
+    for snapshot in after:
+        if _shows(message, snapshot.threshold_tokens, snapshot.link):
+            return Ack("applied", f"the run reports it at t = {snapshot.t_s:.1f} s")
+    waited_s = now_s - sent.sent_at_s
+    if after and message.knob not in (Knob.THRESHOLD, Knob.LINK) and waited_s >= QUIET_S:
+        return Ack("taken", f"no refusal; the run's next snapshot came at t = {after[0].t_s:.1f} s "
+                            "(this knob is not in the metrics)")
+    if waited_s >= ACK_TIMEOUT_S:
+        return Ack("silent", f"no answer within {ACK_TIMEOUT_S:g} s; is the run still going?")
+    return Ack("waiting", "sent; waiting for the run's next snapshot")
+
+
+def _shows(message: KnobMessage, threshold: int | None, link: dict[str, float | None]) -> bool:
+    """Whether a snapshot carries the value `message` set (only threshold and link are in it)."""
+    if message.knob is Knob.THRESHOLD:
+        return threshold == message.payload["tokens"]
+    if message.knob is Knob.LINK:
+        for name in LINK_FIELDS:
+            want, have = message.payload.get(name), link.get(name)
+            if want is None or have is None:
+                if want != have:
+                    return False
+            elif not math.isclose(float(want), float(have), rel_tol=1e-6, abs_tol=1e-9):
+                return False
+        return bool(link)
+    return False

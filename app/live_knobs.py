@@ -1,0 +1,128 @@
+"""The Live page's sidebar of knobs: each widget's callback checks its control message with
+`app.knobs_view` and publishes it through the server's MQTT feed; what was sent is kept in the
+session for the page to pair with the run's answer.
+
+Layout and callbacks only; the messages and their checks are `app.knobs_view`'s.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import streamlit as st
+
+from app.knobs_view import (
+    POLICIES,
+    THRESHOLD_MAX,
+    SentKnob,
+    arrival_rate_payload,
+    cache_affinity_payload,
+    check_knob,
+    empty_payload,
+    knob_values,
+    link_base,
+    link_payload,
+    policy_payload,
+    scheduler_payload,
+    threshold_payload,
+)
+from app.live_view import RunView
+from app.mqtt_feed import MqttFeed
+from emulator.errors import TelemetryError
+from emulator.scenario import Scenario
+from emulator.telemetry.schemas import Knob
+
+MAX_SENT_SHOWN = 5
+TCP_NOTE = ("TCP connections per KV link are fixed when the workers start (4 each): the live engine "
+            "has no runtime knob for them and scenarios have no field for them yet, so they are not "
+            "offered here.")
+PHASE_NOTES = {
+    "running": "Each change is published on its control topic; the answer shows above the charts.",
+    "waiting": "Knobs wait for the run's first metrics snapshot.",
+    "virtual": "A virtual run takes no knobs: it is simulated and done in seconds.",
+    "ended": "This run is over; its knobs are off.",
+}
+LINK_KEYS = ("live_k_bandwidth_mbit", "live_k_delay_ms", "live_k_jitter_ms", "live_k_loss_pct")
+SCHEDULER_KEYS = ("live_k_short_term", "live_k_long_term")
+
+
+def sent_knobs(run_id: str) -> list[SentKnob]:
+    """What this session sent to `run_id`, oldest first."""
+    return [s for s in st.session_state.get("live_sent", []) if s.message.run_id == run_id]
+
+
+def _send(feed: MqttFeed | None, why_no_feed: str, run_id: str, knob: Knob, payload: dict[str, Any]) -> None:
+    """Check, then publish one knob; a refusal is kept for the sidebar to show."""
+    st.session_state["live_refusal"] = None
+    try:
+        view = feed.buffer.view(run_id) if feed is not None else RunView(run_id)
+        message = check_knob(run_id, knob, payload, link_base(view))
+        if feed is None:
+            raise TelemetryError(f"mqtt: no broker ({why_no_feed}); knobs need one")
+        feed.publish(message.topic, message.data)
+    except TelemetryError as err:
+        st.session_state["live_refusal"] = f"Not sent: {err}"
+        return
+    st.session_state["live_sent"] = [*sent_knobs(run_id), SentKnob(message, time.monotonic())][-MAX_SENT_SHOWN:]
+
+
+def _from_widgets(feed: MqttFeed | None, why_no_feed: str, run_id: str, knob: Knob,
+                  build: Callable[..., dict[str, Any]], *keys: str) -> None:
+    _send(feed, why_no_feed, run_id, knob, build(*(st.session_state[k] for k in keys)))
+
+
+def _init_knobs(run_id: str, view: RunView, scenario: Scenario | None) -> None:
+    """Set each knob from the run once: from its scenario at first, from its metrics once they come."""
+    source = (run_id, view.latest is not None)
+    if st.session_state.get("live_knobs_for") == source:
+        return
+    for name, value in knob_values(scenario, view.latest).items():
+        st.session_state[f"live_k_{name}"] = value
+    st.session_state["live_knobs_for"] = source
+
+
+def knobs_sidebar(run_id: str, view: RunView, phase: str, feed: MqttFeed | None, why_no_feed: str,
+                  scenario: Scenario | None) -> None:
+    """The knobs of `run_id`, live only while it runs. Call it inside `with st.sidebar:`."""
+    _init_knobs(run_id, view, scenario)
+    off = phase != "running"
+    on = {"disabled": off}
+
+    def wire(knob: Knob, build: Callable[..., dict[str, Any]], *keys: str) -> dict[str, Any]:
+        return {"on_change": _from_widgets, "args": (feed, why_no_feed, run_id, knob, build, *keys), **on}
+
+    st.header("Knobs")
+    st.caption(f"Run {run_id}. {PHASE_NOTES[phase]}")
+    st.slider("Threshold (tokens)", 0, THRESHOLD_MAX, step=128, key="live_k_threshold",
+              help="prompts whose uncached part is longer go to the remote PrfaaS cluster",
+              **wire(Knob.THRESHOLD, threshold_payload, "live_k_threshold"))
+    st.selectbox("Router policy", POLICIES, key="live_k_policy",
+                 help="prfaas: by threshold; local-only: homogeneous PD; all-remote: naive heterogeneous",
+                 **wire(Knob.POLICY, policy_payload, "live_k_policy"))
+    st.number_input("Arrival rate (req/s)", step=0.1, format="%.2f", key="live_k_rate_per_s",
+                    **wire(Knob.ARRIVAL_RATE, arrival_rate_payload, "live_k_rate_per_s"))
+    pause, resume = st.columns(2)
+    for col, label, key, knob in ((pause, "Pause arrivals", "live_pause", Knob.PAUSE),
+                                  (resume, "Resume", "live_resume", Knob.RESUME)):
+        col.button(label, key=key, width="stretch", on_click=_send,
+                   args=(feed, why_no_feed, run_id, knob, empty_payload()), **on)
+    st.toggle("Scheduler, short-term (re-search t)", key=SCHEDULER_KEYS[0],
+              help="its triggers are start-time settings: Advanced start options, e.g. "
+                   "scheduler.short_term.queue_depth_trigger=8",
+              **wire(Knob.SCHEDULER, scheduler_payload, *SCHEDULER_KEYS))
+    st.toggle("Scheduler, long-term (re-split P/D)", key=SCHEDULER_KEYS[1],
+              **wire(Knob.SCHEDULER, scheduler_payload, *SCHEDULER_KEYS))
+    st.toggle("Cache affinity", key="live_k_cache_affinity",
+              **wire(Knob.CACHE_AFFINITY, cache_affinity_payload, "live_k_cache_affinity"))
+    st.markdown("**Cross-datacenter link**")
+    st.number_input("Bandwidth (Mbit/s; empty = unshaped)", key=LINK_KEYS[0], step=10.0, format="%.1f", **on)
+    for col, key, label in zip(st.columns(3), LINK_KEYS[1:], ("Delay (ms)", "Jitter (ms)", "Loss (%)"),
+                               strict=True):
+        col.number_input(label, key=key, step=1.0, format="%.1f", **on)
+    st.button("Apply link", key="live_apply_link", width="stretch", on_click=_from_widgets,
+              args=(feed, why_no_feed, run_id, Knob.LINK, link_payload, *LINK_KEYS), **on)
+    st.caption(TCP_NOTE)
+    if refusal := st.session_state.get("live_refusal"):
+        st.error(refusal)

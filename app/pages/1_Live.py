@@ -1,0 +1,279 @@
+"""Live control room: start a scenario (live or virtual) through the run API, turn its knobs over
+MQTT and watch it, refreshed every second by a fragment over the server's MQTT feed.
+
+Layout only; the buffer and tables come from `app.live_view`, the knobs from `app.live_knobs` (their
+messages from `app.knobs_view`), the figures from `app.live_charts`, runs from `app.run_registry`.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import streamlit as st
+
+from app import live_charts
+from app.knobs_view import ack_of
+from app.live_knobs import knobs_sidebar, sent_knobs
+from app.live_view import RunView, metrics_frame, requests_table, roles_table, run_phase
+from app.mqtt_feed import MqttFeed, choose_broker, get_feed
+from app.page_links import page_link
+from app.run_registry import RunRefused, StartedRun, get_registry
+from app.runs_view import format_number
+from emulator.api import SCENARIOS_DIR, ScenarioInfo, list_scenarios, live_capability
+from emulator.errors import PrfaasError
+from emulator.scenario import Scenario, apply_overrides, load_scenario
+
+INTRO = """
+Start a scenario, then steer it while it runs: every knob is published on the run's MQTT control
+topic (`prfaas/<run>/control/<knob>`) and the run's answer is shown below the charts. The charts
+redraw every second from the server's MQTT subscriber.
+"""
+REFRESH_S = 1.0
+ACK_BOX = {"applied": st.success, "taken": st.success, "refused": st.error, "silent": st.warning,
+           "waiting": st.info}
+REQUEST_COLUMNS = {
+    "input_len": st.column_config.NumberColumn("input (tokens)"),
+    "ttft_s": st.column_config.NumberColumn("TTFT (s)", format="%.3f"),
+    "queue_s": st.column_config.NumberColumn("queue (s)", format="%.3f"),
+    "prefill_s": st.column_config.NumberColumn("prefill (s)", format="%.3f"),
+    "transfer_s": st.column_config.NumberColumn("exposed transfer (s)", format="%.3f",
+                                                help="from the end of prefill to the KV's arrival"),
+    "request": st.column_config.TextColumn("request", width="small"),
+    "status": st.column_config.TextColumn("status", width="small"),
+    "route": st.column_config.TextColumn("route", width="small"),
+    "reason": st.column_config.TextColumn("router's reason", width="large"),
+}
+OVERRIDES_HELP = ("One `path=value` per line, as `python -m emulator run --set`; e.g. "
+                  "`workload.arrival.rate_per_s=1` or a scheduler trigger such as "
+                  "`scheduler.short_term.queue_depth_trigger=8`.")
+
+
+@st.cache_resource(show_spinner=False, max_entries=4)
+def _scenarios(stamp: tuple[float, ...]) -> list[ScenarioInfo]:
+    del stamp  # part of the cache key only: an edited scenario directory is read again
+    return list_scenarios()
+
+
+@st.cache_resource(show_spinner=False, max_entries=32)
+def _scenario(path: str, overrides: tuple[str, ...]) -> Scenario | None:
+    try:
+        return apply_overrides(load_scenario(path), overrides)
+    except PrfaasError:
+        return None
+
+
+def _view(run_id: str) -> RunView:
+    return FEED.buffer.view(run_id) if FEED is not None else RunView(run_id)
+
+
+def _phase(run_id: str, view: RunView) -> str:
+    started = REGISTRY.get(run_id)
+    return run_phase(view, time.monotonic(), started.handle.engine if started else None,
+                     started.handle.is_running if started else None)
+
+
+# --- starting and choosing a run ---------------------------------------------------------------
+
+
+def _on_scenario_change() -> None:
+    st.session_state.pop("live_engine", None)  # the new scenario's own engine
+
+
+def _start(path: Path) -> None:
+    st.session_state["live_start_error"] = None
+    overrides = []
+    if (duration := st.session_state.get("live_duration") or 0) > 0:
+        overrides.append(f"duration_s={duration:g}")
+    for line in (st.session_state.get("live_overrides") or "").splitlines():
+        if line.strip() and not line.strip().startswith("#"):
+            overrides.append(line.strip())
+    try:
+        started = REGISTRY.start(path, st.session_state.get("live_engine"), BROKER.url, tuple(overrides))
+    except (PrfaasError, RunRefused, OSError) as err:
+        st.session_state["live_start_error"] = str(err)
+        return
+    st.session_state["live_focus"] = started.run_id
+
+
+def _start_section() -> None:
+    infos = _scenarios(tuple(p.stat().st_mtime for p in sorted(SCENARIOS_DIR.glob("*.yaml"))))
+    by_file = {info.path.name: info for info in infos}
+    if not by_file:
+        st.error(f"No valid scenario files under {SCENARIOS_DIR}.")
+        return
+    names = list(by_file)
+    st.session_state.setdefault("live_scenario", "live-quickstart.yaml" if "live-quickstart.yaml" in names
+                                else names[0])
+    left, mid, right = st.columns([3, 2, 1], vertical_alignment="bottom")
+    chosen = by_file[left.selectbox("Scenario", names, key="live_scenario", on_change=_on_scenario_change)]
+    st.session_state.setdefault("live_engine", chosen.engine)
+    engine = mid.radio("Engine", ("live", "virtual"), key="live_engine", horizontal=True)
+    right.button("Start", key="live_start", type="primary", on_click=_start, args=(chosen.path,),
+                 width="stretch")
+    reason = live_capability()[1]
+    st.caption(f"{chosen.description} · " + (
+        f"live: {reason}" if engine == "live" else
+        "virtual: simulated time, done in seconds; it publishes nothing while it runs, so its "
+        "results show when it ends"))
+    with st.expander("Advanced start options"):
+        st.number_input("Duration (s), 0 = the scenario's own", min_value=0.0, value=0.0, step=5.0,
+                        key="live_duration", help="overrides duration_s: arrivals stop then, the run drains")
+        st.text_area("More overrides", key="live_overrides", height=80, help=OVERRIDES_HELP)
+    if error := st.session_state.get("live_start_error"):
+        st.error(error)
+
+
+def _run_label(run_id: str) -> str:
+    started = REGISTRY.get(run_id)
+    return started.label if started is not None else f"{run_id} · seen on the bus"
+
+
+def _watch_section() -> str | None:
+    """The run the page follows (newest started first, then runs only seen on the bus)."""
+    options = [r.run_id for r in REGISTRY.all()]
+    options += [rid for rid in (FEED.buffer.run_ids() if FEED else []) if rid not in options]
+    if not st.session_state.get("live_query_done"):
+        st.session_state["live_query_done"] = True
+        if wanted := st.query_params.get("run"):
+            st.session_state["live_focus"] = wanted
+    focus = st.session_state.pop("live_focus", None)
+    if focus is not None:
+        options = options if focus in options else [focus, *options]
+        st.session_state["live_watch"] = focus
+    if not options:
+        st.info("No run yet: start one above, or start one in a terminal with "
+                f"`python -m emulator run SCENARIO.yaml --broker {BROKER.shown}` to watch it here.")
+        return None
+    if st.session_state.get("live_watch") not in options:
+        st.session_state["live_watch"] = options[0]
+    left, mid, right = st.columns([4, 1, 1], vertical_alignment="bottom")
+    run_id = left.selectbox("Watching", options, key="live_watch", format_func=_run_label)
+    started = REGISTRY.get(run_id)
+    if mid.button("Stop", key="live_stop", disabled=started is None or not started.handle.is_running,
+                  width="stretch", help="Ctrl-C the run: open requests end failed, it records"):
+        REGISTRY.stop(run_id)
+        st.toast(f"Stopping {run_id}: it fails what is open and writes its results.")
+    right.button("Refresh", key="live_refresh", width="stretch")
+    return run_id
+
+
+# --- the live panel (a fragment, redrawn every second) -----------------------------------------
+
+
+def _acks(run_id: str, view: RunView) -> None:
+    now = time.monotonic()
+    for i, item in enumerate(reversed(sent_knobs(run_id))):
+        ack = ack_of(item, view, now)
+        text = f"**{item.message.what}**: {ack.state}: {ack.text}"
+        if i == 0:
+            ACK_BOX[ack.state](text)
+        else:
+            st.caption(text)
+
+
+def _status_row(view: RunView, phase: str, started: StartedRun | None) -> None:
+    latest, status = view.latest, view.status
+    if started is not None and started.handle.engine == "virtual":
+        st.metric("State", "simulating" if phase == "virtual" else "ended")
+        return  # a virtual run says nothing on the bus: its results below are all there is
+    tiles = st.columns(6)
+    tiles[0].metric("State", status.state if status is not None and phase != "ended" else phase)
+    tiles[1].metric("Link backend", (status.link_backend if status else None) or "-")
+    tiles[2].metric("Run time (s)", f"{latest.t_s:.1f}" if latest else "-")
+    counts = latest.requests if latest else None
+    tiles[3].metric("Completed / arrived", f"{counts.completed} / {counts.arrived}" if counts else "-")
+    tiles[4].metric("Failed", str(counts.failed) if counts else "-")
+    tiles[5].metric("Threshold (tokens)", format_number(latest.threshold_tokens) if latest else "-")
+    if status is not None and status.note:
+        st.caption(f"Why this backend: {status.note}")
+    elif started is not None and started.handle.engine == "live":
+        st.caption(live_capability()[1])
+
+
+def _results(started: StartedRun) -> None:
+    doc = started.summary()
+    if doc is None:
+        if not started.handle.is_running:
+            st.error(f"Run {started.run_id} ended with exit code {started.handle.returncode} and no "
+                     f"results:\n\n```\n{started.handle.log_tail(8)}\n```")
+        return
+    summary, meta = doc.get("summary", {}), doc.get("meta", {})
+    cols = st.columns(5)
+    for col, (key, label) in zip(cols, (("completed", "Completed"), ("failed_count", "Failed"),
+                                        ("ttft_p50_s", "TTFT P50 (s)"), ("ttft_p90_s", "TTFT P90 (s)")),
+                                 strict=False):
+        col.metric(label, format_number(summary.get(key)))
+    share = summary.get("prfaas_fraction")
+    cols[4].metric("Share routed remote", f"{share:.1%}" if isinstance(share, int | float) else "-")
+    for failure in doc.get("expect_failures", []):
+        st.warning(f"expect failed: {failure}")
+    if changes := meta.get("knob_changes"):
+        st.markdown("**Knob changes the run recorded:** " + "; ".join(changes))
+    st.markdown(f"Recorded in `{started.handle.out_dir}`.")
+    page_link("Runs", "Open it on the Runs page")
+
+
+def _charts(view: RunView) -> None:
+    frame = metrics_frame(view.metrics)
+    latest = view.latest
+    st.caption(f"Last snapshot: t = {latest.t_s:.2f} s · {len(frame)} snapshots")
+    grid = [st.columns(2), st.columns(2), st.columns(2)]
+    for col, title, key, build in (
+        (grid[0][0], "TTFT P50/P90, threshold on the right axis", "live_ttft", live_charts.ttft_figure),
+        (grid[0][1], "Egress vs link capacity", "live_egress", live_charts.egress_figure),
+        (grid[1][0], "Queue depth per pool", "live_queues", live_charts.queues_figure),
+        (grid[1][1], "Share routed remote", "live_share", live_charts.share_figure),
+        (grid[2][0], "KV senders: retransmission rate and RTT", "live_link", live_charts.link_health_figure),
+    ):
+        col.markdown(f"**{title}**")
+        col.plotly_chart(build(frame), key=key, config={"displayModeBar": False})
+    grid[2][1].markdown("**Node roles**")
+    grid[2][1].dataframe(roles_table(latest), hide_index=True)
+    st.markdown("**Last requests** (queue, prefill and exposed transfer make up the TTFT)")
+    st.dataframe(requests_table(view.events), hide_index=True, column_config=REQUEST_COLUMNS)
+
+
+def _panel(run_id: str) -> None:
+    view = _view(run_id)
+    phase = _phase(run_id, view)
+    if st.session_state.get("live_shown") != (run_id, phase, view.latest is not None):
+        st.rerun()  # the run changed phase: redraw the whole page (knobs on/off, fragment timer)
+    started = REGISTRY.get(run_id)
+    _status_row(view, phase, started)
+    _acks(run_id, view)
+    if phase in ("ended", "virtual") and started is not None:
+        _results(started)
+    if phase == "virtual":
+        st.info("Simulating: a virtual run publishes nothing while it runs; its results show here.")
+    elif view.metrics:
+        _charts(view)
+    elif phase == "waiting":
+        st.info("Waiting for the run's first metrics snapshot (a live run takes a few seconds to start).")
+        if started is not None:
+            st.code(started.handle.log_tail(6) or "(no output yet)", language=None)
+
+
+st.set_page_config(page_title="Live · PrfaaS Lab", layout="wide")
+st.title("Live control room")
+st.markdown(INTRO)
+BROKER = choose_broker()
+FEED: MqttFeed | None = get_feed(BROKER.url) if BROKER.url else None
+REGISTRY = get_registry()
+feed_state = ("connected" if FEED and FEED.connected else f"not connected ({FEED.reason})" if FEED
+              else "no broker")
+st.caption(f"MQTT broker: {BROKER.shown} ({BROKER.how}) · subscriber {feed_state}")
+if BROKER.url is None:
+    st.warning(f"No MQTT broker: {BROKER.how}. Runs still start and record, but nothing shows live.")
+_start_section()
+watched = _watch_section()
+if watched is not None:
+    watched_view = _view(watched)
+    watched_phase = _phase(watched, watched_view)
+    st.session_state["live_shown"] = (watched, watched_phase, watched_view.latest is not None)
+    watched_run = REGISTRY.get(watched)
+    with st.sidebar:
+        knobs_sidebar(watched, watched_view, watched_phase, FEED, BROKER.how,
+                      _scenario(str(watched_run.path), watched_run.overrides) if watched_run else None)
+    every = REFRESH_S if watched_phase in ("waiting", "running", "virtual") else None
+    st.fragment(run_every=every, key="live_panel")(_panel)(watched)

@@ -1,0 +1,71 @@
+"""Classroom: a guided tour in six steps; each starts a scenario (same run API as the Live page),
+says what to watch and what should happen, and points to the page to watch it on.
+
+Layout only; the steps are data in `app.classroom_view`, runs start through `app.run_registry`.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from app.classroom_view import ALSO_TRY, STEPS, Step, Variant
+from app.mqtt_feed import choose_broker, get_feed
+from app.page_links import page_link
+from app.run_registry import RunRefused, get_registry
+from emulator.api import SCENARIOS_DIR, live_capability
+from emulator.errors import PrfaasError
+
+INTRO = """
+Six steps, about ten minutes. Each one starts a scenario and says what to watch; live steps run
+real processes and a real shaped link for about a minute, virtual ones simulate in seconds. Start a
+step, then open the Live page: it follows the run you started last, and its sidebar holds the knobs.
+"""
+
+
+def _start(number: int, step: Step, variant: Variant) -> None:
+    started_runs = st.session_state.setdefault("class_started", {})
+    broker = choose_broker()
+    if broker.url is not None:
+        get_feed(broker.url)  # subscribed before the run says its first word
+    try:
+        run = get_registry().start(SCENARIOS_DIR / step.scenario, variant.engine, broker.url,
+                                   variant.overrides)
+    except (PrfaasError, RunRefused, OSError) as err:
+        started_runs[number] = ("error", str(err))
+        return
+    started_runs[number] = ("ok", f"Started run **{run.run_id}** ({variant.label.lower()}).")
+    st.session_state["live_focus"] = run.run_id  # the Live page opens on it
+
+
+def _step(number: int, step: Step) -> None:
+    with st.container(border=True):
+        st.subheader(f"Step {number}. {step.title}")
+        st.markdown(step.idea)
+        st.markdown(f"**Watch:** {step.watch}")
+        st.markdown(f"**What should happen:** {step.expect}")
+        st.caption(f"Scenario: `scenarios/{step.scenario}`")
+        cols = st.columns(len(step.variants) + 1)
+        for i, (col, variant) in enumerate(zip(cols, step.variants, strict=False)):
+            col.button(variant.label, key=f"class_start_{number}_{i}", on_click=_start,
+                       args=(number, step, variant), type="primary" if i == 0 else "secondary",
+                       width="stretch")
+        outcome = st.session_state.get("class_started", {}).get(number)
+        if outcome is None:
+            return
+        state, text = outcome
+        if state == "error":
+            st.error(text)
+            return
+        st.success(text)
+        page_link("Live", "Watch it on the Live page")
+        if step.pointer != "Live":
+            page_link(step.pointer, f"Then open the {step.pointer} page")
+
+
+st.set_page_config(page_title="Classroom · PrfaaS Lab", layout="wide")
+st.title("Classroom")
+st.markdown(INTRO)
+st.caption(live_capability()[1])
+for index, tour_step in enumerate(STEPS, start=1):
+    _step(index, tour_step)
+st.markdown(f"**Also try:** {ALSO_TRY}")

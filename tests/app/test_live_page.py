@@ -1,0 +1,212 @@
+"""The Live page headless (AppTest) against a real broker: a probe client plays the run's gateway,
+so each knob's control message is read off the bus as the run would read it."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+
+PAGE = Path(__file__).resolve().parents[2] / "app" / "pages" / "1_Live.py"
+CHART_KEYS = {"live_ttft", "live_egress", "live_queues", "live_share", "live_link"}
+
+
+def _ok(app: AppTest) -> AppTest:
+    assert not app.exception, [e.message for e in app.exception]
+    return app
+
+
+def _until(app: AppTest, done: Callable[[AppTest], bool], timeout_s: float = 15.0) -> AppTest:
+    """Rerun the page until `done` holds: the subscriber files messages in the background."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        _ok(app.run())
+        if done(app):
+            return app
+        assert time.monotonic() < deadline, "the page never showed it: " + " | ".join(
+            str(e.value) for e in [*app.caption, *app.info, *app.error, *app.success])
+        time.sleep(0.2)
+
+
+def _texts(app: AppTest) -> str:
+    return " | ".join(str(e.value) for e in [*app.caption, *app.markdown, *app.info, *app.error,
+                                             *app.success, *app.warning])
+
+
+def _values(data: list | dict) -> list:
+    """A trace's x or y: plotly sends numeric arrays as base64 typed arrays."""
+    if isinstance(data, dict):
+        return np.frombuffer(base64.b64decode(data["bdata"]), dtype=data["dtype"]).tolist()
+    return list(data)
+
+
+def _metrics(app: AppTest) -> dict[str, str]:
+    return {m.label: m.value for m in app.metric}
+
+
+def _watching(fake_run) -> AppTest:
+    """The page on `fake_run`, running, with two snapshots and one request in."""
+    fake_run.status("running")
+    fake_run.snapshot(0.5, egress_mbit=0.0)
+    fake_run.snapshot(1.0, egress_mbit=42.0, ttft_p50_s=0.8, ttft_p90_s=1.2)
+    fake_run.event("rq-1", "arrived", 0.2, detail={"input_len": 3000})
+    fake_run.event("rq-1", "routed", 0.2, route="prfaas", node="remote-prefill-0", reason="3000 > t 2048")
+    fake_run.event("rq-1", "prefill_start", 0.3, route="prfaas", node="remote-prefill-0")
+    fake_run.event("rq-1", "prefill_end", 0.7, route="prfaas", node="remote-prefill-0")
+    fake_run.event("rq-1", "transfer_end", 0.9, route="prfaas", node="remote-prefill-0")
+    fake_run.event("rq-1", "first_token", 1.0, route="prfaas", node="local-decode-1",
+                   detail={"ttft_s": 0.8})
+    app = AppTest.from_file(str(PAGE), default_timeout=30)
+    app.query_params["run"] = fake_run.run_id
+    return _until(app, lambda a: "Last snapshot: t = 1.00 s" in _texts(a)
+                  and not a.slider(key="live_k_threshold").disabled)
+
+
+def test_renders_with_no_run(live_env: str) -> None:
+    app = _ok(AppTest.from_file(str(PAGE), default_timeout=30).run())
+    assert app.title[0].value == "Live control room"
+    assert f"MQTT broker: {live_env} (from $PRFAAS_BROKER_URL) · subscriber connected" in _texts(app)
+    assert app.selectbox(key="live_scenario").value == "live-quickstart.yaml"
+    assert app.radio(key="live_engine").value == "live"
+    assert not app.error
+
+
+def test_shows_a_running_run_its_backend_charts_and_requests(fake_run) -> None:
+    app = _watching(fake_run)
+    metrics = _metrics(app)
+    assert metrics["State"] == "running" and metrics["Link backend"] == "proxy"
+    assert metrics["Threshold (tokens)"] == "2,048" and metrics["Run time (s)"] == "1.0"
+    assert "Why this backend: link backend: proxy (not root" in _texts(app)
+    charts = {c.proto.id.split("-", 2)[2]: json.loads(c.proto.spec) for c in app.get("plotly_chart")}
+    assert set(charts) == CHART_KEYS
+    ttft = {t["name"]: t for t in charts["live_ttft"]["data"]}
+    assert _values(ttft["TTFT P50"]["y"])[-1] == 0.8 and ttft["threshold"]["yaxis"] == "y2"
+    assert [_values(t["y"]) for t in charts["live_egress"]["data"]] == [[0.0, 42.0], [200.0, 200.0]]
+    roles, requests = (d.value for d in app.dataframe)
+    assert roles["node"].tolist()[0] == "remote-prefill-0"
+    row = requests.iloc[0]
+    assert (row["request"], row["route"], row["reason"]) == ("rq-1", "prfaas", "3000 > t 2048")
+    assert row["ttft_s"] == 0.8 and row["transfer_s"] == pytest.approx(0.2)
+
+
+def test_threshold_knob_publishes_and_shows_the_runs_answer(fake_run) -> None:
+    app = _watching(fake_run)
+    assert app.slider(key="live_k_threshold").value == 2048  # from the run's snapshot
+    _ok(app.slider(key="live_k_threshold").set_value(3072).run())
+    assert fake_run.control("threshold") == {"v": 1, "tokens": 3072}
+    assert "threshold -> 3072 tokens**: waiting" in _texts(app)
+    fake_run.snapshot(2.0, threshold=3072)  # the gateway's snapshot right after applying it
+    _until(app, lambda a: any("threshold -> 3072 tokens**: applied: the run reports it at t = 2.0 s"
+                              in s.value for s in a.success))
+
+
+@pytest.mark.parametrize(("knob", "act", "payload"), [
+    ("policy", lambda a: a.selectbox(key="live_k_policy").set_value("local-only"),
+     {"v": 1, "policy": "local-only"}),
+    ("scheduler", lambda a: a.toggle(key="live_k_short_term").set_value(True),
+     {"v": 1, "short_term": True, "long_term": False}),
+    ("cache_affinity", lambda a: a.toggle(key="live_k_cache_affinity").set_value(False),
+     {"v": 1, "enabled": False}),
+    ("arrival_rate", lambda a: a.number_input(key="live_k_rate_per_s").set_value(3.0),
+     {"v": 1, "rate_per_s": 3.0}),
+    ("pause", lambda a: a.button(key="live_pause").click(), {"v": 1}),
+    ("resume", lambda a: a.button(key="live_resume").click(), {"v": 1}),
+])
+def test_each_knob_publishes_its_control_message(fake_run, knob: str, act, payload: dict) -> None:
+    app = _watching(fake_run)
+    _ok(act(app).run())
+    assert fake_run.control(knob) == payload
+    assert not app.error
+
+
+def test_link_knob_sends_all_four_fields_and_is_checked_against_the_run(fake_run) -> None:
+    app = _watching(fake_run)
+    assert app.number_input(key="live_k_bandwidth_mbit").value == 200.0  # the run's link
+    app.number_input(key="live_k_bandwidth_mbit").set_value(50.0)
+    app.number_input(key="live_k_delay_ms").set_value(25.0)
+    _ok(app.button(key="live_apply_link").click().run())
+    assert fake_run.control("link") == {"v": 1, "bandwidth_mbit": 50.0, "delay_ms": 25.0,
+                                        "jitter_ms": 0.0, "loss_pct": 0.0}
+    fake_run.snapshot(2.0, link_capacity_mbit=50.0,
+                      link={"bandwidth_mbit": 50.0, "delay_ms": 25.0, "jitter_ms": 0.0, "loss_pct": 0.0})
+    _until(app, lambda a: any("**link -> 50 Mbit/s, 25 ms ± 0 ms, 0 % loss**: applied" in s.value
+                              for s in a.success))
+
+
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("live_k_rate_per_s", 0.0, "Not sent: control/arrival_rate: rate_per_s = 0.0 is invalid"),
+    ("live_k_loss_pct", 150.0, "Not sent: control/link.loss_pct: 150.0 is invalid"),
+    ("live_k_delay_ms", -5.0, "Not sent: control/link.delay_ms: -5.0 is invalid"),
+    ("live_k_bandwidth_mbit", 0.0, "Not sent: control/link.bandwidth_mbit: 0.0 is invalid"),
+])
+def test_invalid_values_are_refused_before_publishing(fake_run, key: str, value: float, message: str) -> None:
+    app = _watching(fake_run)
+    app.number_input(key=key).set_value(value)
+    if key != "live_k_rate_per_s":
+        app.button(key="live_apply_link").click()
+    _ok(app.run())
+    assert len(app.error) == 1 and app.error[0].value.startswith(message), app.error[0].value
+    time.sleep(0.5)
+    assert fake_run.probe.on(f"prfaas/{fake_run.run_id}/control/link") == []
+    assert fake_run.probe.on(f"prfaas/{fake_run.run_id}/control/arrival_rate") == []
+
+
+def test_a_refusal_from_the_run_is_shown(fake_run) -> None:
+    app = _watching(fake_run)
+    _ok(app.selectbox(key="live_k_policy").set_value("all-remote").run())
+    fake_run.control("policy")
+    fake_run.refuse("policy", "control/policy: not now; try later", t_s=1.5)
+    _until(app, lambda a: any("router policy -> all-remote**: refused: control/policy: not now" in e.value
+                              for e in a.error))
+
+
+def test_knobs_are_off_once_the_run_has_finished(fake_run) -> None:
+    app = _watching(fake_run)
+    fake_run.status("finished")
+    _until(app, lambda a: a.slider(key="live_k_threshold").disabled)
+    assert "This run is over; its knobs are off." in _texts(app)
+    assert _metrics(app)["State"] == "ended"
+
+
+def test_starts_a_virtual_run_and_shows_its_results(live_env: str, tmp_path: Path) -> None:
+    app = _ok(AppTest.from_file(str(PAGE), default_timeout=30).run())
+    app.radio(key="live_engine").set_value("virtual")
+    app.number_input(key="live_duration").set_value(20.0)
+    _ok(app.button(key="live_start").click().run())
+    assert not app.error
+    run_id = app.selectbox(key="live_watch").value
+    assert app.slider(key="live_k_threshold").disabled  # a virtual run takes no knobs
+    _until(app, lambda a: "Completed" in _metrics(a), timeout_s=60)
+    runs = list((tmp_path / "runs").iterdir())
+    assert len(runs) == 1 and runs[0].name.startswith("live-quickstart-") and runs[0].name.endswith(run_id)
+    assert (runs[0] / "summary.json").exists()
+    assert f"Recorded in `{runs[0]}`" in _texts(app)
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ("router.threshold_tokens=-5", "router.threshold_tokens"),
+    ("no.such.field=1", "no"),
+])
+def test_bad_start_overrides_are_refused(live_env: str, tmp_path: Path, overrides: str, message: str) -> None:
+    app = _ok(AppTest.from_file(str(PAGE), default_timeout=30).run())
+    app.text_area(key="live_overrides").set_value(overrides)
+    _ok(app.button(key="live_start").click().run())
+    assert len(app.error) == 1 and message in app.error[0].value
+    assert not (tmp_path / "runs").exists()  # nothing started
+
+
+def test_a_run_that_fails_to_start_shows_its_reason(live_env: str) -> None:
+    app = _ok(AppTest.from_file(str(PAGE), default_timeout=30).run())
+    app.selectbox(key="live_scenario").set_value("paper-case-study.yaml").run()
+    assert app.radio(key="live_engine").value == "virtual"  # the scenario's own engine
+    app.radio(key="live_engine").set_value("live")
+    _ok(app.button(key="live_start").click().run())
+    _until(app, lambda a: bool(a.error), timeout_s=60)
+    assert "ended with exit code 2 and no results" in app.error[0].value
+    assert "model.preset: the live engine runs a model_stub preset" in app.error[0].value

@@ -1,0 +1,152 @@
+"""The Live page's buffer and tables: bounded per run, copied consistently, built from messages."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from app.live_view import (
+    REQUEST_COLUMNS,
+    FeedBuffer,
+    RunView,
+    bus_phase,
+    metrics_frame,
+    requests_table,
+    roles_table,
+    run_phase,
+)
+from emulator.telemetry.schemas import (
+    ErrorEvent,
+    MetricsSnapshot,
+    QueueDepths,
+    RequestCounts,
+    RequestEvent,
+    StatusMessage,
+)
+
+
+def snap(t_s: float, prfaas: int = 0, local: int = 0, **fields) -> MetricsSnapshot:
+    return MetricsSnapshot(run_id="abc123", t_s=t_s, requests=RequestCounts(prfaas=prfaas, local=local),
+                           **fields)
+
+
+def event(rid: str, kind: str, t_s: float, **fields) -> RequestEvent:
+    return RequestEvent(run_id="abc123", t_s=t_s, request_id=rid, event=kind, **fields)
+
+
+def status(state: str) -> StatusMessage:
+    return StatusMessage(run_id="abc123", t_s=0.0, state=state, engine="live")
+
+
+def test_buffer_files_each_kind_under_its_run() -> None:
+    buffer = FeedBuffer()
+    error = ErrorEvent(run_id="abc123", t_s=1.0, topic="prfaas/abc123/control/x", error="no")
+    for at_s, message in enumerate([status("running"), snap(0.5), event("r1", "arrived", 0.6), error]):
+        buffer.add("abc123", message, float(at_s))
+    view = buffer.view("abc123")
+    assert view.status.state == "running" and view.latest.t_s == 0.5 and view.metrics_at_s == (1.0,)
+    assert [e.event for e in view.events] == ["arrived"] and view.errors == ((3.0, error),)
+    assert view.version == 4 and view.last_at_s == 3.0
+    assert buffer.view("other") == RunView("other") and buffer.version("other") == 0
+    with pytest.raises(TypeError):
+        buffer.add("abc123", RequestCounts(), 5.0)
+
+
+def test_buffer_is_bounded_per_kind_and_in_runs() -> None:
+    buffer = FeedBuffer(max_runs=2, max_snapshots=3, max_events=2)
+    for i in range(5):
+        buffer.add("run-a", snap(float(i)), float(i))
+        buffer.add("run-a", event(f"r{i}", "arrived", float(i)), float(i))
+    view = buffer.view("run-a")
+    assert [s.t_s for s in view.metrics] == [2.0, 3.0, 4.0]
+    assert [e.request_id for e in view.events] == ["r3", "r4"]
+    buffer.add("run-b", snap(0.0), 10.0)
+    buffer.add("run-c", snap(0.0), 11.0)  # the least recently heard-from run is forgotten
+    assert buffer.run_ids() == ["run-c", "run-b"]
+    assert buffer.view("run-a").metrics == ()
+
+
+def test_views_stay_consistent_while_a_thread_appends() -> None:
+    buffer = FeedBuffer(max_snapshots=100)
+    stop = threading.Event()
+
+    def feed() -> None:
+        i = 0
+        while not stop.is_set():
+            buffer.add("abc123", snap(float(i)), float(i))
+            i += 1
+
+    writer = threading.Thread(target=feed)
+    writer.start()
+    try:
+        for _ in range(200):
+            view = buffer.view("abc123")
+            assert len(view.metrics) == len(view.metrics_at_s) <= 100
+            assert [s.t_s for s in view.metrics] == list(view.metrics_at_s)
+    finally:
+        stop.set()
+        writer.join()
+
+
+@pytest.mark.parametrize(("messages", "now_s", "phase"), [
+    ([], 0.0, "waiting"),
+    ([(0.0, status("starting"))], 1.0, "waiting"),
+    ([(0.0, status("running")), (0.5, snap(0.1))], 1.0, "running"),
+    ([(0.0, status("running")), (0.5, snap(0.1))], 100.0, "ended"),  # silent for STALE_S
+    ([(0.0, snap(0.1)), (0.5, status("finished"))], 1.0, "ended"),
+])
+def test_bus_phase(messages, now_s: float, phase: str) -> None:
+    buffer = FeedBuffer()
+    for at_s, message in messages:
+        buffer.add("abc123", message, at_s)
+    assert bus_phase(buffer.view("abc123"), now_s) == phase
+
+
+def test_run_phase_knows_its_own_processes() -> None:
+    empty = RunView("abc123", last_at_s=0.0)
+    assert run_phase(empty, 100.0, "live", process_running=True) == "waiting"  # silent but alive
+    assert run_phase(empty, 1.0, "live", process_running=False) == "ended"
+    assert run_phase(empty, 1.0, "virtual", process_running=True) == "virtual"
+
+
+def test_metrics_frame_shares_and_gaps() -> None:
+    frame = metrics_frame([snap(0.0), snap(5.0, prfaas=1, local=1, ttft_p50_s=0.5),
+                           snap(10.0, prfaas=1, local=3), snap(15.0, prfaas=3, local=3,
+                                                               queues=QueueDepths(decode=2))])
+    assert frame["remote_share"].tolist()[1:] == [0.5, 0.25, 0.5]
+    assert frame["remote_share"].isna().tolist()[0]
+    # last 10 s: at 15 s, since t = 5 s: 2 more remote, 2 more local
+    assert frame["recent_remote_share"].tolist()[1:] == [0.5, 0.25, 0.5]
+    assert frame["ttft_p50_s"].isna().tolist() == [True, False, True, True]  # no data is not zero
+    assert frame["decode"].tolist() == [0, 0, 0, 2]
+    assert metrics_frame([]).empty
+
+
+def test_requests_table_has_route_reason_and_ttft_breakdown() -> None:
+    events = [
+        event("r1", "arrived", 0.0, detail={"input_len": 3000}),
+        event("r1", "routed", 0.0, route="prfaas", node="remote-prefill-0", reason="3000 > t"),
+        event("r2", "arrived", 0.5, detail={"input_len": 500}),
+        event("r2", "routed", 0.5, route="local", node="local-prefill-0", reason="500 <= t"),
+        event("r1", "prefill_start", 0.25, route="prfaas"),
+        event("r1", "prefill_end", 1.0, route="prfaas"),
+        event("r1", "transfer_end", 1.5, route="prfaas"),
+        event("r1", "first_token", 1.75, route="prfaas", detail={"ttft_s": 1.75}),
+        event("r2", "failed", 2.0, route="local", reason="worker lost"),
+    ]
+    table = requests_table(events)
+    assert tuple(table.columns) == REQUEST_COLUMNS
+    assert table["request"].tolist() == ["r2", "r1"]  # newest arrival first
+    r2, r1 = table.iloc[0], table.iloc[1]
+    assert (r2["status"], r2["reason"], r2["input_len"]) == ("failed", "worker lost", 500)
+    assert (r1["status"], r1["route"], r1["node"]) == ("decoding", "prfaas", "remote-prefill-0")
+    assert (r1["queue_s"], r1["prefill_s"], r1["transfer_s"], r1["ttft_s"]) == (0.25, 0.75, 0.5, 1.75)
+    assert len(requests_table(events, limit=1)) == 1
+
+
+def test_roles_table_lists_remote_nodes_first() -> None:
+    table = roles_table(snap(0.0, roles={"local-decode-1": "decode", "remote-prefill-0": "prefill",
+                                         "local-prefill-0": "prefill"}))
+    assert table["node"].tolist() == ["remote-prefill-0", "local-decode-1", "local-prefill-0"]
+    assert roles_table(None).empty
