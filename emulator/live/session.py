@@ -115,12 +115,20 @@ class LiveSession:
             await self._status("running")
             loops = RunLoops(self.scenario, self.gateway, self.topology, self.workers, self.bus, requests)
             end_reason = await loops.run(stop, progress)
+        except BaseException as err:
+            end_reason = f"run failed: {err}"
+            await self._status("failed", end_reason)
+            raise
         finally:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
             await self.gateway.fail_open(end_reason)  # also marks the gateway as stopping
             await self._shutdown(server)
-        return await asyncio.to_thread(self._record, loops)
+        doc = await asyncio.to_thread(self._record, loops)
+        failed = doc["summary"].get("failed_count") or 0
+        completed = doc["summary"].get("completed", 0)
+        await self._status("finished", f"{completed} completed, {failed} failed; {end_reason}")
+        return doc
 
     async def _wait_for_workers(self) -> None:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
