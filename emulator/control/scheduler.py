@@ -108,8 +108,7 @@ class Conditions:
         """The fields that moved by more than 1 % since `old`, in words."""
         parts = []
         if abs(self.egress_bytes_per_s / old.egress_bytes_per_s - 1) > 0.01:
-            parts.append(f"usable egress {old.egress_bytes_per_s * 8e-9:.1f} -> "
-                         f"{self.egress_bytes_per_s * 8e-9:.1f} Gbit/s")
+            parts.append(f"usable egress {_rate(old.egress_bytes_per_s)} -> {_rate(self.egress_bytes_per_s)}")
         for name, before, now in (("remote", old.speed_remote, self.speed_remote),
                                   ("local", old.speed_local, self.speed_local)):
             if abs(now / before - 1) > 0.01:
@@ -247,9 +246,8 @@ class DualTimescaleScheduler:
     def _triggers(self) -> list[str]:
         """Why the short-term loop should search now, in words; empty when nothing changed."""
         cfg, link, found = self._cfg, self._link.last, []
-        usable_gbit = self._link.usable_bytes_per_s * 8e-9
         if link is not None and link.egress_utilization >= cfg.egress_util_trigger:
-            found.append(f"egress {link.egress_utilization:.2f} of {usable_gbit:.1f} Gbit/s")
+            found.append(f"egress {link.egress_utilization:.2f} of {_rate(self._link.usable_bytes_per_s)}")
         if link is not None and self._link.is_congested:
             found.append(f"{link.retrans_rate * 100:.1f} % retransmits, "
                          f"RTT x{link.rtt_inflation:.2f}")
@@ -342,6 +340,12 @@ class DualTimescaleScheduler:
         reason = (f"{self._split_reason}; drain, then flip {node} to {new.value} "
                   f"(n_p {n_p} -> {self.current_n_p}, target {target})")
         return RoleChange(now_s, node, old, new, reason)
+
+
+def _rate(bytes_per_s: float) -> str:
+    """A link rate in the unit that shows it: 7.2 Gbit/s, 9.8 Mbit/s."""
+    bits = bytes_per_s * 8
+    return f"{bits / 1e9:.1f} Gbit/s" if bits >= 1e9 else f"{bits / 1e6:.1f} Mbit/s"
 
 
 def _describe(point: OperatingPoint) -> str:

@@ -127,6 +127,10 @@ class Gateway:
         if isinstance(msg, p.RoleSet):
             self._on_role_set(node, Role(msg.role))
             return
+        if isinstance(msg, p.TransferDone) and self.tracker.get(msg.rid) is None:
+            # the DONE reply often returns after the decode side already finished the request
+            self.tracker.late_transfer(msg.rid, self.rel(msg.t_start), self.rel(msg.t_end))
+            return
         state = self.tracker.get(getattr(msg, "rid", -1))
         if state is None:
             return  # a stale attempt (retried or failed already): nothing to update
@@ -178,8 +182,8 @@ class Gateway:
         record = self.tracker.finish(state, self.rel(msg.t), tpot_s=msg.tpot_s)
         if record is not None:
             self.counters.on_completed()
-            if record.ttft_s is not None:
-                self.ttft.add(record.finish_s, record.ttft_s)
+            if record.ttft_s is not None:  # the gateway's clock: workers' stamps may arrive out of order
+                self.ttft.add(self.now(), record.ttft_s)
             await self._event(state, "completed", node=node.name, detail={"ttft_s": record.ttft_s or 0.0})
         self.changed.set()
 

@@ -12,7 +12,6 @@ import contextlib
 import json
 import logging
 import signal
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -83,7 +82,8 @@ class LiveSession:
         settings = GatewaySettings(run_id, scenario.seed, scenario.prefix_cache.block_tokens)
         self.gateway = Gateway(settings, plane.router, plane.index, plane.scheduler, self.nodes,
                                self._kv_target, bus)
-        self.log_dir = Path(tempfile.mkdtemp(prefix=f"prf-{run_id}-logs-"))
+        self.log_dir = self.out_dir / "logs"  # one file per worker, kept with the run's record
+        self.log_dir.mkdir(parents=True, exist_ok=True)
         self.workers: WorkerProcesses | None = None
         self._conn_tasks: set[asyncio.Task] = set()
         status = topology.status()
@@ -157,7 +157,10 @@ class LiveSession:
                 await node.send(p.SetRole(role=node.role.value))
             self.gateway.changed.set()
             while (msg := await p.read_message(reader)) is not None:
-                await self.gateway.on_message(node, msg)
+                try:
+                    await self.gateway.on_message(node, msg)
+                except Exception:  # a bug handling one message must not cost the run a healthy node
+                    log.exception("gateway: handling %s from %s failed", msg.op, node.name)
         except (PrfaasError, ConnectionError, OSError) as err:
             log.warning("control connection of %s: %s", node.name if node else "a worker", err)
         finally:

@@ -7,6 +7,7 @@ the run started. No I/O here: the gateway feeds it and publishes what it returns
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from emulator.control.router import RouteDecision
@@ -60,6 +61,7 @@ class Tracker:
         self.by_id: dict[str, RequestState] = {}
         self.by_rid: dict[int, RequestState] = {}
         self.records: list[RequestRecord] = []
+        self._ended_rids: dict[int, int] = {}  # wire id of an ended attempt -> index in records
         self._next_rid = 1
 
     def arrive(self, spec: RequestSpec, now_s: float) -> RequestState:
@@ -91,10 +93,17 @@ class Tracker:
             return None
         if state.rid is not None:
             self.by_rid.pop(state.rid, None)
+            self._ended_rids[state.rid] = len(self.records)
         record = _record(state, now_s, tpot_s, fail_reason)
         state.record = record
         self.records.append(record)
         return record
+
+    def late_transfer(self, rid: int, start_s: float, end_s: float) -> None:
+        """Fill in the transfer times of a request that ended before its sender heard DONE."""
+        i = self._ended_rids.get(rid)
+        if i is not None and self.records[i].transfer_end_s is None:
+            self.records[i] = dataclasses.replace(self.records[i], transfer_start_s=start_s, transfer_end_s=end_s)
 
 
 def _record(state: RequestState, now_s: float, tpot_s: float | None, fail_reason: str | None) -> RequestRecord:
