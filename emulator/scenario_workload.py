@@ -14,6 +14,7 @@ from pydantic import AfterValidator, Field, ValidationInfo
 from pydantic_core import PydanticCustomError
 
 from emulator.scenario_parts import NonNegative, Number, Positive, PositiveCount, Section
+from emulator.shared_data import relocate
 
 
 def _resolve_file(value: Path, info: ValidationInfo) -> Path:
@@ -26,6 +27,9 @@ def _resolve_file(value: Path, info: ValidationInfo) -> Path:
     except (OSError, ValueError):  # a name too long, an embedded NUL byte
         is_file = False
     if not is_file:
+        moved = relocate(path)
+        if moved is not None:
+            return moved
         raise PydanticCustomError("file_not_found", "no file at {path}", {"path": str(path)})
     return path
 

@@ -10,10 +10,11 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from emulator.errors import ScenarioError
+from emulator.shared_data import shared_dir
 from emulator.workload.tokens import chain_hashes, synthesize_tokens
 from emulator.workload.traces import TraceSpec, read_azure, read_mooncake, read_trace
 
-TRACES = Path("/work/shared/traces")
+TRACES = shared_dir() / "traces"
 MOONCAKE = TRACES / "mooncake_synthetic_trace.jsonl"
 AZURE = TRACES / "AzureLLMInferenceTrace_code.csv"
 
