@@ -11,7 +11,9 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import signal
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -56,20 +58,46 @@ async def run_live(scenario: Scenario, out_dir: Path, broker_url: str | None = N
     requests = build_requests(scenario)
     plane = make_control_plane(scenario)
     topology = Topology(scenario.link, backend=link_backend, run_id=run_id)
-    await asyncio.to_thread(topology.up)
     broker: EmbeddedBroker | None = None
+    with _stop_on_signals() as stop:  # Ctrl-C ends the run and its record, never a step of it
+        try:
+            await asyncio.to_thread(topology.up)
+            if broker_url is None and embedded_broker:
+                broker = await asyncio.to_thread(EmbeddedBroker().start)
+                Ledger.open(run_id).record("pid", pid=broker.pid, name="mqtt-broker")
+                broker_url = broker.url
+            async with TelemetryBus(broker_url, run_id, link_base=lambda: topology.spec) as bus:
+                session = LiveSession(scenario, run_id, topology, plane, bus, out_dir)
+                return await session.run(requests, progress, stop)
+        finally:
+            if broker is not None:
+                await asyncio.to_thread(broker.stop)
+            await asyncio.to_thread(topology.down)
+
+
+@contextlib.contextmanager
+def _stop_on_signals():
+    """SIGINT and SIGTERM set an event the run loops watch, until the run is recorded.
+
+    Plain `signal.signal` handlers, not the loop's `add_signal_handler`: pyroute2 forks helper
+    processes (namespaces, netem changes) that inherit asyncio's signal wake-up fd, so a helper's
+    SIGTERM would read as ours. In the main thread only; elsewhere the caller owns signals.
+    """
+    stop, loop = asyncio.Event(), asyncio.get_running_loop()
+    pid = os.getpid()
+
+    def handle(signum: int, frame: object) -> None:
+        if os.getpid() == pid:  # a forked helper runs this too, on its own copy
+            loop.call_soon_threadsafe(stop.set)
+
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        if broker_url is None and embedded_broker:
-            broker = await asyncio.to_thread(EmbeddedBroker().start)
-            Ledger.open(run_id).record("pid", pid=broker.pid, name="mqtt-broker")
-            broker_url = broker.url
-        async with TelemetryBus(broker_url, run_id, link_base=lambda: topology.spec) as bus:
-            session = LiveSession(scenario, run_id, topology, plane, bus, out_dir)
-            return await session.run(requests, progress)
+        yield stop
     finally:
-        if broker is not None:
-            await asyncio.to_thread(broker.stop)
-        await asyncio.to_thread(topology.down)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 class LiveSession:
@@ -86,6 +114,7 @@ class LiveSession:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.workers: WorkerProcesses | None = None
         self._conn_tasks: set[asyncio.Task] = set()
+        self.end_reason = ""
         status = topology.status()
         self.notes = [f"link backend: {status['backend']} ({status['reason']})", *speed_notes(scenario)]
         for note in self.notes:
@@ -97,20 +126,16 @@ class LiveSession:
             return self.topology.target(LOCAL, port)
         return self.topology.address(LOCAL), port
 
-    async def run(self, requests, progress: Progress | None) -> dict[str, Any]:
+    async def run(self, requests, progress: Progress | None, stop: asyncio.Event) -> dict[str, Any]:
         server = await asyncio.start_server(self._serve_worker, "127.0.0.1", 0, limit=p.STREAM_LIMIT)
         port = server.sockets[0].getsockname()[1]
         self.workers = WorkerProcesses(self.scenario, self.topology, port, self.log_dir, Ledger.open(self.run_id))
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
         end_reason, loops = "run ended", None
         try:
             await self._status("starting", "; ".join(self.notes))
             for plan in self.plans:
                 self.workers.start(plan)
-            await self._wait_for_workers()
+            await self._wait_for_workers(stop)
             self.gateway.t0 = time.monotonic()
             await self._status("running")
             loops = RunLoops(self.scenario, self.gateway, self.topology, self.workers, self.bus, requests)
@@ -120,19 +145,18 @@ class LiveSession:
             await self._status("failed", end_reason)
             raise
         finally:
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.remove_signal_handler(sig)
             await self.gateway.fail_open(end_reason)  # also marks the gateway as stopping
             await self._shutdown(server)
+        self.end_reason = end_reason
         doc = await asyncio.to_thread(self._record, loops)
         failed = doc["summary"].get("failed_count") or 0
         completed = doc["summary"].get("completed", 0)
         await self._status("finished", f"{completed} completed, {failed} failed; {end_reason}")
         return doc
 
-    async def _wait_for_workers(self) -> None:
+    async def _wait_for_workers(self, stop: asyncio.Event) -> None:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while not all(n.is_up for n in self.nodes):
+        while not all(n.is_up for n in self.nodes) and not stop.is_set():
             if gone := self.workers.exited():
                 raise PrfaasError(f"workers exited during start-up: {gone}; see logs in {self.log_dir}")
             if time.monotonic() > deadline:
@@ -211,6 +235,7 @@ class LiveSession:
             "profile": self.plane.profile_source, "threshold_start": self.plane.threshold,
             "n_p_start": self.plane.n_p, "decisions": loops.decisions if loops is not None else [],
             "knob_changes": loops.knob_changes if loops is not None else [], "notes": self.notes,
+            "end_reason": self.end_reason,
             "worker_logs": str(self.log_dir),
             "worker_pids": {name: proc.pid for name, proc in self.workers.procs.items()} if self.workers else {},
             "link_bytes_to_local": crossed.bytes if crossed else None,

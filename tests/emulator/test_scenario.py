@@ -75,7 +75,7 @@ def test_case_study_holds_the_papers_inputs():
 
 def test_trace_path_resolves_against_the_scenario_directory():
     s = load_scenario(SCENARIO_DIR / "mooncake-replay.yaml")
-    assert s.workload.trace.path == TRACE and s.workload.trace.max_requests == 1000
+    assert s.workload.trace.path.resolve() == TRACE and s.workload.trace.max_requests == 1000
 
 
 def test_classroom_timeline_reads_as_events():
