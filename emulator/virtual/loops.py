@@ -15,6 +15,7 @@ from emulator.control.scheduler import RoleChange, ThresholdChange
 from emulator.control.types import RequestSpec, RoutePolicy
 from emulator.scenario import Scenario
 from emulator.scenario_parts import TimelineEvent
+from emulator.telemetry.metrics import sorted_percentile
 from emulator.virtual.core import Simulator
 from emulator.virtual.gateway import Gateway
 from emulator.virtual.link import LinkState
@@ -22,17 +23,6 @@ from emulator.virtual.link import LinkState
 log = logging.getLogger(__name__)
 SAMPLE_PERIOD_S = 1.0
 Progress = Callable[[int, int, float], None]  # (requests ended, total, simulated seconds)
-
-
-def sorted_percentile(ordered: list[float], p: float) -> float | None:
-    """telemetry.metrics.percentile(ordered, p) of values already in ascending order: the same
-    rank and interpolation, without the copy and sort it makes (the sampler asks twice a second)."""
-    if not ordered:
-        return None
-    rank = p / 100 * (len(ordered) - 1)
-    lo = math.floor(rank)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (rank - lo)
 
 
 def link_states(spec: Any) -> tuple[LinkState, LinkState]:

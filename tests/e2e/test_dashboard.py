@@ -7,22 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from model_stub.config import PRESET_NAMES
+from tests.e2e.browser import BROWSER_MARKS, CHROMIUM, CHROMIUM_ARGS
 
-CHROMIUM = Path("/usr/bin/chromium")
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(
-        not CHROMIUM.exists(),
-        reason=f"{CHROMIUM} is missing; install Debian's chromium (apt-get install chromium)",
-    ),
-]
-CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]
+pytestmark = BROWSER_MARKS
 
 
 def test_home_page_renders_presets(dashboard_url: str, tmp_path: Path) -> None:

@@ -25,21 +25,10 @@ import aiomqtt
 import pytest
 
 from emulator.telemetry.broker import parse_broker_url
+from tests.e2e.browser import BROWSER_MARKS, CHROMIUM, CHROMIUM_ARGS
 
 ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = Path("/usr/bin/chromium")
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not CHROMIUM.exists(),
-        reason=f"{CHROMIUM} is missing; install Debian's chromium (apt-get install chromium)",
-    ),
-]
-CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]
+pytestmark = [*BROWSER_MARKS, pytest.mark.slow]
 DURATION_S = 25  # arrivals of the run: enough for charts with data, short enough for CI
 SCREENSHOTS_ENV = "PRFAAS_SCREENSHOTS"
 VIEWPORT = {"width": 1400, "height": 2200}  # the whole Live page

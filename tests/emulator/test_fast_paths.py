@@ -17,9 +17,8 @@ from emulator.control.throughput_model import (
     optimize_threshold,
     split_capacities,
 )
-from emulator.telemetry.metrics import SlidingWindow, percentile
+from emulator.telemetry.metrics import SlidingWindow, percentile, sorted_percentile
 from emulator.virtual.gateway import TtftWindow
-from emulator.virtual.loops import sorted_percentile
 from emulator.workload.tokens import chain_hashes, stable_hash
 
 XS = (1024.0, 8192.0, 32768.0, 131072.0)
