@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -67,9 +68,9 @@ class SpeedEstimator:
         return 1.0 if value is None else value
 
 
-@dataclass(frozen=True, slots=True)
-class LinkObservation:
-    """One interval of the cross-DC link as the transport saw it.
+class LinkObservation(NamedTuple):
+    """One interval of the cross-DC link as the transport saw it (a tuple: one per second of a
+    run, built on the virtual engine's hot path).
 
     egress_utilization: the fraction of the interval the sender had KV bytes in flight, so goodput
     divided by it is the rate the link delivered while busy (its usable capacity).
@@ -101,11 +102,9 @@ class LinkEstimator:
         self.last: LinkObservation | None = None
 
     def observe(self, obs: LinkObservation) -> None:
-        values = (obs.goodput_bytes_per_s, obs.egress_utilization, obs.retrans_rate,
-                  obs.rtt_inflation)
-        for value in values:
+        for value in obs[1:]:
             if not 0 <= value < math.inf:  # also false for NaN
-                raise ValueError(f"link observation at {obs.at_s} s: {values} must be finite and >= 0")
+                raise ValueError(f"link observation at {obs.at_s} s: {obs[1:]} must be finite and >= 0")
         self.last = obs
         if obs.egress_utilization >= self._min_utilization:
             self._capacity.update(obs.goodput_bytes_per_s / min(obs.egress_utilization, 1.0))
@@ -126,9 +125,8 @@ class LinkEstimator:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class QueueDepths:
-    """Requests waiting per stage at one instant."""
+class QueueDepths(NamedTuple):
+    """Requests waiting per stage at one instant (a tuple, as LinkObservation)."""
 
     at_s: float
     remote: int

@@ -54,7 +54,9 @@ class PiecewiseLinear:
         if isinstance(x, (float, int)):
             return self.at(float(x))
         arr = np.asarray(x, dtype=float)
-        seg = np.clip(np.searchsorted(self._x, arr, side="right") - 1, 0, self._x.size - 2)
+        # searchsorted(xs, side="right") - 1 clipped to 0..n-2 is searchsorted over the inner xs
+        # (np.clip costs more than the search on the optimizer's few-hundred-point grids)
+        seg = self._x[1:-1].searchsorted(arr, side="right")
         y = np.maximum(self._y[seg] + self._slope[seg] * (arr - self._x[seg]), MIN_VALUE)
         return float(y) if y.ndim == 0 else y
 
@@ -98,15 +100,18 @@ class LengthSamples:
         if values.ndim != 1 or values.size == 0 or weights.shape != values.shape:
             raise ValueError(f"lengths: need a non-empty 1-D sample with one weight per value, "
                              f"got {values.shape} values and {weights.shape} weights")
-        if not (np.all(np.isfinite(values)) and np.all(values >= 0)):
+        # array methods rather than np.all(...) and friends: the scheduler builds one sample per
+        # long-term interval, and numpy's Python-level wrappers cost more than the work here
+        if not (np.isfinite(values).all() and (values >= 0).all()):
             raise ValueError("lengths: values must be finite and >= 0 tokens")
-        if not (np.all(np.isfinite(weights)) and np.all(weights >= 0) and weights.sum() > 0):
+        total = weights.sum()
+        if not (np.isfinite(weights).all() and (weights >= 0).all() and total > 0):
             raise ValueError("lengths: weights must be finite, >= 0 and not all zero")
-        order = np.argsort(values, kind="stable")
-        values, weights = values[order], weights[order] / weights.sum()
+        order = values.argsort(kind="stable")
+        values, weights = values[order], weights[order] / total
         arrays = {"values": values, "weights": weights,
-                  "_cum_w": np.concatenate(([0.0], np.cumsum(weights))),
-                  "_cum_wl": np.concatenate(([0.0], np.cumsum(weights * values)))}
+                  "_cum_w": np.concatenate(([0.0], weights.cumsum())),
+                  "_cum_wl": np.concatenate(([0.0], (weights * values).cumsum()))}
         for name, arr in arrays.items():
             arr.flags.writeable = False  # frozen means frozen: no caller edits the prefix sums
             object.__setattr__(self, name, arr)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from emulator.control.prefix_cache import PrefixCacheIndex, PrefixLookup
 from emulator.control.types import (
@@ -43,9 +44,9 @@ class RouterConfig:
             )
 
 
-@dataclass(frozen=True, slots=True)
-class NodeLoad:
-    """A node's queue as the engine sees it when a request arrives."""
+class NodeLoad(NamedTuple):
+    """A node's queue as the engine sees it when a request arrives (a tuple: engines build one
+    whenever a queue changes, and a frozen dataclass costs three times as much to build)."""
 
     node: NodeId
     queued_tokens: int
@@ -62,14 +63,27 @@ class CacheTransfer:
     tokens: int
 
 
-@dataclass(frozen=True, slots=True)
-class RouteDecision:
+class RouteWhy(NamedTuple):
+    """The facts a decision's reason is worded from: wording them costs more than deciding, so
+    `RouteDecision.reason` does it only when someone reads it (the virtual engine mostly does not)."""
+
+    config: RouterConfig  # the policy, rule, threshold and affinity the decision was made under
+    local_prefix: int  # the longest cached prefix on an up node of each cluster
+    remote_prefix: int
+    down: Cluster | None = None  # the policy's cluster, when none of its prefill nodes was up
+    own_len: int = 0  # tokens the chosen node holds itself
+    node_queued_tokens: int = 0
+    census: str = ""  # which nodes were up, when none was
+
+
+class RouteDecision(NamedTuple):
     """Where a request prefills and why. `route`/`node` are None when no prefill node is up.
 
     `cached_len` is the prefix the chosen node reuses (its own hit, or the transferred prefix) and
     `incremental_len = input_len - cached_len` the tokens it prefills. `compared_len` is what the
     policy compared with `threshold`; it differs from `incremental_len` under the bandwidth-scarce
     rule, or when cache affinity is off and the cluster's longest prefix sits on another node.
+    A tuple, as NodeLoad: one is built per request.
     """
 
     request_id: str
@@ -79,9 +93,40 @@ class RouteDecision:
     cached_len: int
     incremental_len: int
     threshold: int
-    reason: str
+    why: RouteWhy
     cache_transfer: CacheTransfer | None = None
     compared_len: int = 0
+
+    @property
+    def reason(self) -> str:
+        """The decision in words, e.g. `incremental 30000 (input 30000 - local prefix 0) > t 19400
+        -> prfaas (remote-prefill-0 least loaded: holds 0 tokens, 0 queued tokens)`."""
+        why = self.why
+        if self.node is None:
+            return f"no prefill node is up ({why.census}) -> cannot place request {self.request_id}"
+        config, cluster = why.config, self.node.cluster
+        policy, t = config.policy, self.threshold
+        if policy is _LOCAL_ONLY:
+            text = "policy local-only -> local"
+        elif policy is _ALL_REMOTE:
+            text = "policy all-remote -> prfaas"
+        else:
+            local, remote = why.local_prefix, why.remote_prefix
+            if config.prefix_rule is _SCARCE:
+                how = f"input {self.input_len} - local prefix {local}"
+            else:
+                how = f"input {self.input_len} - max(remote prefix {remote}, local prefix {local})"
+            compared = self.compared_len
+            verdict = "> t {} -> prfaas" if compared > t else "<= t {} -> local"
+            text = f"incremental {compared} ({how}) {verdict.format(t)}"
+        if why.down is not None:
+            text += f"; {why.down._value_} cluster down -> {cluster._value_}"
+        move = self.cache_transfer
+        if move:
+            text += f"; transfer {move.tokens} cached tokens {move.from_cluster._value_}->{move.to_cluster._value_}"
+        node_how = "longest prefix" if config.cache_affinity and why.own_len else "least loaded"
+        return (f"{text} ({self.node} {node_how}: holds {why.own_len} tokens, "
+                f"{why.node_queued_tokens} queued tokens)")
 
 
 class Router:
@@ -116,58 +161,46 @@ class Router:
         config = self.config
         threshold, input_len = config.threshold_tokens, request.input_len
         if not remote and not local:
-            return RouteDecision(
-                request.id, None, None, input_len, 0, input_len, threshold,
-                f"no prefill node is up ({_census(loads)}) -> cannot place request {request.id}",
-                compared_len=input_len,
-            )
+            return RouteDecision(request.id, None, None, input_len, 0, input_len, threshold,
+                                 RouteWhy(config, 0, 0, census=_census(loads)), compared_len=input_len)
         lookup = self.index.lookup(request.block_hashes)
         if lookup.hits:
             best_remote = _best_len(lookup, remote, input_len)
             best_local = _best_len(lookup, local, input_len)
         else:  # nothing cached for this prompt: every node holds min(0, input_len) tokens
             best_remote = best_local = min(0, input_len)
-        cluster, compared_len, reason = self._target(input_len, best_local, best_remote)
+        cluster, compared_len = self._target(input_len, best_local, best_remote)
         up = remote if cluster is _REMOTE else local
+        down = None
         if not up:
             down, cluster = cluster, (_LOCAL if cluster is _REMOTE else _REMOTE)
             up = remote if cluster is _REMOTE else local
-            reason += f"; {down._value_} cluster down -> {cluster._value_}"
         transfer = self._transfer(cluster, best_local, best_remote)
         load = self._pick_node(up, lookup, input_len)
         own = min(lookup.on_node(load.node), input_len)
         cached = max(own, transfer.tokens if transfer else 0)
-        if transfer:
-            reason += (
-                f"; transfer {transfer.tokens} cached tokens "
-                f"{transfer.from_cluster._value_}->{transfer.to_cluster._value_}"
-            )
-        reason += f" ({self._why_node(load, own)})"
         if now_s is not None and own:
             self.index.touch(load.node, request.block_hashes, own // self.index.block_tokens, now_s)
         return RouteDecision(
             request.id, _PRFAAS_ROUTE if cluster is _REMOTE else _LOCAL_ROUTE, load.node, input_len,
-            cached, input_len - cached, threshold, reason, transfer, compared_len,
+            cached, input_len - cached, threshold,
+            RouteWhy(config, best_local, best_remote, down, own, load.queued_tokens), transfer, compared_len,
         )
 
-    def _target(self, input_len: int, local: int, remote: int) -> tuple[Cluster, int, str]:
-        """The policy's cluster, the length it compared with t, and the words for both, given
-        each cluster's longest prefix."""
+    def _target(self, input_len: int, local: int, remote: int) -> tuple[Cluster, int]:
+        """The policy's cluster and the length it compared with t, given each cluster's longest
+        prefix (RouteDecision.reason words the comparison)."""
         config = self.config
-        policy, t = config.policy, config.threshold_tokens
+        policy = config.policy
         if policy is _LOCAL_ONLY:
-            return _LOCAL, input_len - local, "policy local-only -> local"
+            return _LOCAL, input_len - local
         if policy is _ALL_REMOTE:
-            return _REMOTE, input_len - remote, "policy all-remote -> prfaas"
+            return _REMOTE, input_len - remote
         if config.prefix_rule is _SCARCE:
             compared = input_len - local
-            how = f"input {input_len} - local prefix {local}"
         else:
             compared = input_len - max(local, remote)
-            how = f"input {input_len} - max(remote prefix {remote}, local prefix {local})"
-        if compared > t:
-            return _REMOTE, compared, f"incremental {compared} ({how}) > t {t} -> prfaas"
-        return _LOCAL, compared, f"incremental {compared} ({how}) <= t {t} -> local"
+        return (_REMOTE if compared > config.threshold_tokens else _LOCAL), compared
 
     def _transfer(self, cluster: Cluster, local: int, remote: int) -> CacheTransfer | None:
         """Under bandwidth-abundant PrfaaS, ship the other cluster's prefix when it is longer."""
@@ -192,9 +225,6 @@ class Router:
             )
         return _least_loaded(up)
 
-    def _why_node(self, load: NodeLoad, own: int) -> str:
-        how = "longest prefix" if self.config.cache_affinity and own else "least loaded"
-        return f"{load.node} {how}: holds {own} tokens, {load.queued_tokens} queued tokens"
 
 
 def _up_prefill(loads: Sequence[NodeLoad]) -> tuple[list[NodeLoad], list[NodeLoad]]:

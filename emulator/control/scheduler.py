@@ -21,9 +21,9 @@ from emulator.control.profiles import LengthSamples
 from emulator.control.throughput_model import (
     ModelInputs,
     OperatingPoint,
+    SplitSearch,
     optimize,
     optimize_threshold,
-    split_capacities,
 )
 from emulator.control.types import Cluster, NodeId, Role
 
@@ -157,6 +157,7 @@ class DualTimescaleScheduler:
         self._resplit = False  # the split changed since the last search of t
         self._relengths = ""  # the length sample was refreshed since the last search: how
         self._target_n_p: int | None = None
+        self._split_search: tuple[Conditions, SplitSearch] | None = None  # the last re-plan's
         self._split_reason = ""
 
     # ---- observations ----
@@ -271,7 +272,7 @@ class DualTimescaleScheduler:
         triggers = self._triggers()
         if not triggers and self._pending is None:
             return None
-        point = optimize_threshold(self.estimated_inputs(), self.current_n_p)
+        point = self._best_point()
         self._searched, self._resplit, self._relengths = self.estimates, False, ""
         old_t, new_t = self._t, point.t
         why = ", ".join(triggers)
@@ -293,6 +294,15 @@ class DualTimescaleScheduler:
         return ThresholdChange(now_s, old_t, new_t, f"{why}: t {old_t:.0f} -> {new_t:.0f} "
                                f"({_describe(point)})")
 
+    def _best_point(self) -> OperatingPoint:
+        """optimize_threshold at the current split. A re-plan searched every split moments ago
+        (the long-term loop runs first in the same tick, and its new length sample triggers this
+        search): while the estimates and the sample are those it used, its result is reused."""
+        n_p, searched = self.current_n_p, self._split_search
+        if searched is not None and searched[0] == self.estimates and searched[1].inputs.lengths is self._lengths:
+            return searched[1].point(n_p)
+        return optimize_threshold(self.estimated_inputs(), n_p)
+
     def _plan_split(self, now_s: float) -> None:
         """Set the target N_p from the arrival window; clear it when the split is fine."""
         lengths = self._arrivals.lengths(now_s)
@@ -302,7 +312,9 @@ class DualTimescaleScheduler:
         self._relengths = f"traffic window mean {lengths.mean():.0f} tokens"
         inputs = self.estimated_inputs()
         splits = range(1, inputs.num_local)
-        capacities = split_capacities(inputs, splits)  # optimize_threshold's lambda_max per n_p
+        search = SplitSearch.run(inputs, splits)
+        self._split_search = (self.estimates, search)
+        capacities = search.capacities()  # optimize_threshold's lambda_max per n_p
         current_n_p = self.current_n_p
         current = capacities[current_n_p - 1]
         best_n_p = max(splits, key=lambda n_p: capacities[n_p - 1])

@@ -28,6 +28,9 @@ class Bottleneck(StrEnum):
     PD_DECODE = "pd-decode"  # N_d * BS_max / (T_decode * L_out)
 
 
+_BOTTLENECKS = tuple(Bottleneck)  # in the order of StageThroughputs.bottleneck's terms
+
+
 @dataclass(frozen=True, slots=True)
 class ModelInputs:
     """Hardware, profiles and workload of one deployment; times per instance, sizes in bytes."""
@@ -90,7 +93,7 @@ class StageThroughputs:
         terms = (self.prfaas_compute[i] / self.p[i] if self.p[i] > 0 else math.inf,
                  self.prfaas_egress[i] / self.p[i] if self.p[i] > 0 else math.inf,
                  self.pd_p_limit[i], self.theta_pd_d)
-        return list(Bottleneck)[int(np.argmin(terms))]
+        return _BOTTLENECKS[int(np.argmin(terms))]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -236,27 +239,52 @@ def optimize_threshold(
     return operating_point(inputs, stages, _best_index(stages.lambda_max), n_p)
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class SplitSearch:
+    """`optimize_threshold(inputs, n_p)` for several splits at once: the t-only half of the model
+    is computed once and the splits are rows of one array (the long-term scheduler compares every
+    split each interval, and the short-term loop then wants the best t at one of them)."""
+
+    inputs: ModelInputs
+    side: _ThresholdSide
+    n_p_values: range
+    lambda_max: np.ndarray  # (splits, t)
+    best: list[int]  # _best_index of each row
+
+    @classmethod
+    def run(cls, inputs: ModelInputs, n_p_values: range) -> SplitSearch:
+        for n_p in n_p_values:
+            if not 0 <= n_p <= inputs.num_local:
+                raise ValueError(f"n_p={n_p}: must lie in 0..num_local={inputs.num_local}")
+        side = _threshold_side(inputs, default_t_grid(inputs.lengths))
+        n_p = np.array(n_p_values, dtype=float)[:, None]  # (splits, 1): _at_split's ops, row-wise
+        has_short = side.has_short
+        theta_pd_p = np.where(has_short, n_p / side.local_s, 0.0)
+        theta_pd_d = (inputs.num_local - n_p) * inputs.decode_rate_per_instance
+        with np.errstate(divide="ignore", invalid="ignore"):
+            pd_p_limit = np.where(has_short, theta_pd_p / np.where(has_short, side.head, 1.0), math.inf)
+        lambda_max = np.minimum(np.minimum(side.prfaas_limit, pd_p_limit), theta_pd_d)
+        # _best_index per row: the last t whose Lambda is within TIE_RTOL of the row's best
+        near = lambda_max >= (lambda_max.max(axis=1) * (1 - TIE_RTOL))[:, None]
+        if near.any(axis=1).all():
+            best = (near.shape[1] - 1 - np.argmax(near[:, ::-1], axis=1)).tolist()
+        else:  # NaN somewhere: let _best_index fail as optimize_threshold does
+            best = [_best_index(row) for row in lambda_max]
+        return cls(inputs, side, n_p_values, lambda_max, best)
+
+    def capacities(self) -> list[float]:
+        """Lambda_max of each split, as optimize_threshold(inputs, n_p).lambda_max."""
+        return [float(self.lambda_max[row, k]) for row, k in enumerate(self.best)]
+
+    def point(self, n_p: int) -> OperatingPoint:
+        """optimize_threshold(inputs, n_p), the same floats, for one of the searched splits."""
+        row = self.n_p_values.index(n_p)
+        return operating_point(self.inputs, _at_split(self.inputs, self.side, n_p), self.best[row], n_p)
+
+
 def split_capacities(inputs: ModelInputs, n_p_values: range) -> list[float]:
-    """Lambda_max of `optimize_threshold(inputs, n_p)` for each n_p, the same floats, without
-    building operating points: the t-only half of the model is computed once and the splits are
-    rows of one array (the long-term scheduler compares every split each interval)."""
-    for n_p in n_p_values:
-        if not 0 <= n_p <= inputs.num_local:
-            raise ValueError(f"n_p={n_p}: must lie in 0..num_local={inputs.num_local}")
-    side = _threshold_side(inputs, default_t_grid(inputs.lengths))
-    n_p = np.array(n_p_values, dtype=float)[:, None]  # (splits, 1): _at_split's ops, row-wise
-    has_short = side.has_short
-    theta_pd_p = np.where(has_short, n_p / side.local_s, 0.0)
-    theta_pd_d = (inputs.num_local - n_p) * inputs.decode_rate_per_instance
-    with np.errstate(divide="ignore", invalid="ignore"):
-        pd_p_limit = np.where(has_short, theta_pd_p / np.where(has_short, side.head, 1.0), math.inf)
-    lambda_max = np.minimum(np.minimum(side.prfaas_limit, pd_p_limit), theta_pd_d)  # (splits, t)
-    # _best_index per row: the last t whose Lambda is within TIE_RTOL of the row's best
-    near = lambda_max >= (lambda_max.max(axis=1) * (1 - TIE_RTOL))[:, None]
-    if not near.any(axis=1).all():  # NaN somewhere: let _best_index fail as optimize_threshold does
-        return [float(row[_best_index(row)]) for row in lambda_max]
-    last = near.shape[1] - 1 - np.argmax(near[:, ::-1], axis=1)
-    return [float(lambda_max[i, k]) for i, k in enumerate(last)]
+    """Lambda_max of `optimize_threshold(inputs, n_p)` for each n_p, the same floats."""
+    return SplitSearch.run(inputs, n_p_values).capacities()
 
 
 def egress_bound_threshold(inputs: ModelInputs, t_grid: np.ndarray | None = None) -> float:

@@ -19,11 +19,13 @@ ROUTES = ("prfaas", "local")
 BOUNDS = ("min", "max")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class RequestRecord:
     """One request from arrival to its end; fields (and their order) are design.md's contract.
 
     A failed request keeps what it reached (e.g. no `first_token_s`) and names `fail_reason`.
+    Read-only by convention, not frozen: a frozen dataclass's __init__ costs three times as much,
+    and the virtual engine builds one per simulated request.
     """
 
     id: str

@@ -107,7 +107,8 @@ def saturation_throughput(scenario: Scenario, config: str = "prfaas", *,
     ])
     result = simulate(variant, until=duration_s)
     start_s = warmup_fraction * duration_s
-    done = sum(1 for r in result.records if r.status == "completed" and r.finish_s >= start_s)
+    done = sum(1 for r in result.records
+               if r.status == "completed" and r.finish_s is not None and r.finish_s >= start_s)
     return Saturation(config, point.lambda_max, done / (duration_s - start_s), done,
                       (start_s, duration_s), rate)
 

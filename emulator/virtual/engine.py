@@ -5,8 +5,11 @@ summary.json, report.html). Baseline configurations and saturation runs are in b
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -72,12 +75,28 @@ def simulate(scenario: Scenario, *, until: float | None = None, progress: Progre
     loops = RunLoops(sim, gateway, scenario, arrivals, progress)
     arrivals.start()
     loops.start()
-    sim.run(until)
+    with cycle_collector_paused():
+        sim.run(until)
     if until is None and gateway.open:
         log.warning("%d requests still open when the events ran out; failing them", len(gateway.open))
         gateway.fail_open()
     return Simulation(gateway.records, loops.samples, plane, costs, gateway, loops, len(requests),
                       sim.num_events, sim.now, time.perf_counter() - wall_start)
+
+
+@contextmanager
+def cycle_collector_paused() -> Iterator[None]:
+    """Pause Python's cycle collector for the event loop. A run allocates millions of short-lived
+    objects and keeps every record, so the collector keeps rescanning a growing heap (6 % of a
+    case-study run) to find the few cycles a run makes; refcounting still frees the rest, and the
+    cycles are collected once the collector is back on."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def needs_index(scenario: Scenario, requests: list[RequestSpec]) -> bool:

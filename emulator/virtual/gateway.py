@@ -9,8 +9,9 @@ from __future__ import annotations
 import logging
 from bisect import bisect_left, insort
 from collections import deque
-from enum import StrEnum
+from typing import Final
 
+from emulator.control.scheduler import DualTimescaleScheduler
 from emulator.control.types import Cluster, NodeId, RequestSpec, Role
 from emulator.plane import ControlPlane
 from emulator.telemetry.records import RequestRecord
@@ -25,11 +26,11 @@ TTFT_WINDOW_S = 30.0
 _REMOTE, _LOCAL = Cluster.REMOTE, Cluster.LOCAL  # bound once: Enum class attributes are slow (3.11)
 
 
-class FailReason(StrEnum):
-    NO_PREFILL_NODE = "no_prefill_node"
-    NO_DECODE_NODE = "no_decode_node"
-    WORKER_LOST = "worker_lost"
-    UNFINISHED = "unfinished"  # still open when the simulation stopped (a bounded run)
+# Why a request failed, as its record's fail_reason says (plain strings, as the live engine's)
+NO_PREFILL_NODE: Final = "no_prefill_node"
+NO_DECODE_NODE: Final = "no_decode_node"
+WORKER_LOST: Final = "worker_lost"
+UNFINISHED: Final = "unfinished"  # still open when the simulation stopped (a bounded run)
 
 
 class Gateway:
@@ -49,7 +50,7 @@ class Gateway:
         self.tail_fraction = costs.tail_fraction  # read per request: kept, not recomputed
         self.local_rate_bytes_per_s = costs.local_rate_bytes_per_s
         self.use_index = use_index  # False only when no lookup can hit (engine.needs_index)
-        self.feeds_scheduler = self.scheduler is not None
+        self.fed: DualTimescaleScheduler | None = self.scheduler  # None while no loop runs
         self.remote = [self._prefill(NodeId(Cluster.REMOTE, Role.PREFILL, i)) for i in range(num_remote)]
         self.local: list[AnyNode] = [
             self._prefill(NodeId(Cluster.LOCAL, Role.PREFILL, i)) if i < n_p
@@ -74,6 +75,9 @@ class Gateway:
     def _reindex(self) -> None:
         prefill_local = [n for n in self.local if isinstance(n, PrefillNode)]
         self.prefill_nodes: list[PrefillNode] = self.remote + prefill_local
+        self.loads = [n.load for n in self.prefill_nodes]  # what the router sees, kept by the nodes
+        for seat, node in enumerate(self.prefill_nodes):
+            node.board, node.seat = self.loads, seat
         self.decode_nodes: list[DecodeNode] = [n for n in self.local if isinstance(n, DecodeNode)]
         self.n_p = len(prefill_local)
         self.local_prefill_nodes = prefill_local
@@ -91,8 +95,8 @@ class Gateway:
     def arrive(self, spec: RequestSpec) -> None:
         self.num_arrived += 1
         now = self.sim.now
-        if self.feeds_scheduler:
-            self.scheduler.observe_arrival(now, spec.input_len)
+        if self.fed is not None:
+            self.fed.observe_arrival(now, spec.input_len)
         journey = Journey(spec, now)
         self.open[spec.id] = journey
         self.dispatch(journey)
@@ -101,15 +105,16 @@ class Gateway:
         """Route one attempt and hand it to its prefill instance (after a cached-prefix transfer)."""
         journey.attempts += 1
         spec = journey.spec
-        decision = self.router.decide(spec, [n.load for n in self.prefill_nodes], self.sim.now)
-        chosen = decision.node
-        if chosen is None:
+        decision = self.router.decide(spec, self.loads, self.sim.now)
+        chosen, route = decision.node, decision.route
+        if chosen is None or route is None:
             log.debug("request %s: %s", spec.id, decision.reason)
-            self._fail(journey, FailReason.NO_PREFILL_NODE)
+            self._fail(journey, NO_PREFILL_NODE)
             return
         # the decision names one of prefill_nodes: its slot finds it without hashing a NodeId
         node = self.remote[chosen.index] if chosen.cluster is _REMOTE else self.local[chosen.index]
-        journey.route, journey.prefill_node = decision.route._value_, node.name
+        assert isinstance(node, PrefillNode)
+        journey.route, journey.prefill_node = route._value_, node.name
         journey.cached_len, journey.incremental_len = decision.cached_len, decision.incremental_len
         journey.kv_bytes = int(self.costs.kv_bytes(spec.input_len))
         move = decision.cache_transfer
@@ -128,13 +133,13 @@ class Gateway:
         if node.is_up and not node.is_draining:
             node.enqueue(journey)
         else:
-            self._retry_or_fail(journey, FailReason.WORKER_LOST)
+            self._retry_or_fail(journey, WORKER_LOST)
 
     def _on_prefill_start(self, node: PrefillNode, journey: Journey, service_s: float) -> None:
         """Layer-wise pipelining: the KV starts to flow when the prefill starts."""
         journey.transfer_start_s = self.sim.now
         if node.cluster is _REMOTE:
-            journey.transfer = self.link.start(journey.kv_bytes, self._on_kv_arrived,
+            journey.transfer = self.link.start(journey.kv_bytes or 0, self._on_kv_arrived,
                                                (journey, journey.attempts), service_s,
                                                self.tail_fraction)
 
@@ -144,15 +149,15 @@ class Gateway:
             full_blocks = min(spec.input_len // self.block_tokens, len(spec.block_hashes))
             if full_blocks:
                 self.index.insert(node.node, spec.block_hashes[:full_blocks], now)
-        if self.feeds_scheduler:
-            self.scheduler.observe_prefill(node.cluster, journey.incremental_len, service_s, now)
+        if self.fed is not None:
+            self.fed.observe_prefill(node.cluster, journey.incremental_len, service_s, now)
         self.in_transit[spec.id] = journey
         if journey.transfer is not None:
             self.link.end_production(journey.transfer)
         else:  # local RDMA at a fixed rate, pipelined the same way
-            rate, size = self.local_rate_bytes_per_s, journey.kv_bytes
-            done = max(now + size * self.tail_fraction / rate,
-                       journey.prefill_start_s + size / rate)
+            rate, size, start = self.local_rate_bytes_per_s, journey.kv_bytes or 0, journey.prefill_start_s
+            assert start is not None  # set when the prefill started
+            done = max(now + size * self.tail_fraction / rate, start + size / rate)
             self.sim.schedule(done, self._on_kv_arrived, (journey, journey.attempts))
         if node.is_draining and node.is_idle:
             self._flip(node)
@@ -165,7 +170,7 @@ class Gateway:
         del self.in_transit[journey.spec.id]
         decode = self._pick_decode()
         if decode is None:
-            self._fail(journey, FailReason.NO_DECODE_NODE)
+            self._fail(journey, NO_DECODE_NODE)
         else:
             decode.admit(journey)
 
@@ -224,7 +229,7 @@ class Gateway:
             transfer_end_s=journey.transfer_end_s, kv_bytes=journey.kv_bytes, first_token_s=first,
             ttft_s=None if first is None else first - arrival, tpot_s=tpot_s,
             output_len=spec.output_len, finish_s=now, status=status, fail_reason=reason))
-        if status == "completed":
+        if first is not None and status == "completed":
             self.num_completed += 1
             self.ttft.add(now, first - arrival)  # the record's ttft_s, computed alike
         else:
@@ -233,7 +238,7 @@ class Gateway:
     def fail_open(self) -> None:
         """End every request still open: the simulation stopped before they did."""
         for journey in list(self.open.values()):
-            self._fail(journey, FailReason.UNFINISHED)
+            self._fail(journey, UNFINISHED)
 
     # ---- instances coming, going and flipping ----
 
@@ -247,7 +252,7 @@ class Gateway:
             self.index.drop_node(node.node)
             held += [j for j in self.in_transit.values() if j.prefill_node == node.name]
         for journey in held:
-            self._retry_or_fail(journey, FailReason.WORKER_LOST)
+            self._retry_or_fail(journey, WORKER_LOST)
         if node.is_draining:
             self._flip(node)
         return f"killed {node.name}: {len(held)} requests retried or failed"
@@ -289,17 +294,26 @@ class Gateway:
         else:
             new = self._prefill(NodeId(Cluster.LOCAL, Role.PREFILL, slot))
         new.is_up = node.is_up
+        if isinstance(new, PrefillNode):
+            new.refresh()
         self.local[slot] = new
         self._reindex()
         log.debug("%.1f s: %s now serves as %s", self.sim.now, node.name, new.name)
 
-    def queue_depths(self) -> tuple[int, int, int]:
+    def queue_depths(self) -> tuple[int, int, int, int]:
         """Requests waiting (not in service, not in a decode batch) at remote prefill, local
-        prefill and decode: what the scheduler's QueueDepths means, and what its surge trigger
-        should compare (a full decode batch is work, not a queue)."""
-        remote = sum([len(n.queue) for n in self.remote])
-        local = sum([len(n.queue) for n in self.local_prefill_nodes])
-        return remote, local, sum([len(n.waiting) for n in self.decode_nodes])
+        prefill and decode, and those in a decode batch: the first three are what the scheduler's
+        QueueDepths means, and what its surge trigger should compare (a full batch is work, not a
+        queue). Plain loops: the sampler asks every simulated second."""
+        remote = local = waiting = active = 0
+        for node in self.remote:
+            remote += len(node.queue)
+        for node in self.local_prefill_nodes:
+            local += len(node.queue)
+        for decode in self.decode_nodes:
+            waiting += len(decode.waiting)
+            active += len(decode.active)
+        return remote, local, waiting, active
 
 
 class TtftWindow:

@@ -108,35 +108,39 @@ class RunLoops:
         dt = now - last_t
         sent, busy = link.bytes_sent - last_sent, link.busy_s - last_busy
         self._last = (now, link.bytes_sent, link.busy_s)
-        state, remote, local, decode = link.state, *gateway.queue_depths()
-        has_rate = math.isfinite(state.rate_bytes_per_s)
+        state = link.state
+        remote, local, decode, decode_active = gateway.queue_depths()
+        capacity = state.rate_bytes_per_s
+        has_rate = capacity < math.inf
         utilization = busy / dt if dt > 0 and has_rate else None
         ttfts = gateway.ttft.sorted_values(now)
+        completed, failed = gateway.num_completed, gateway.num_failed
+        in_flight = gateway.num_arrived - completed - failed
         self.samples.append({
             "t_s": now, "threshold_tokens": gateway.router.config.threshold_tokens,
             "egress_mbit": sent * 8e-6 / dt if dt > 0 else None,
-            "link_capacity_mbit": state.rate_bytes_per_s * 8e-6 if has_rate else None,
+            "link_capacity_mbit": capacity * 8e-6 if has_rate else None,
             "link_utilization": utilization, "queue_remote_prefill": remote,
             "queue_local_prefill": local, "queue_decode": decode,
             "ttft_p50_s": sorted_percentile(ttfts, 50), "ttft_p90_s": sorted_percentile(ttfts, 90),
-            "in_flight": gateway.in_flight, "completed": gateway.num_completed, "failed": gateway.num_failed,
+            "in_flight": in_flight, "completed": completed, "failed": failed,
             "retrans_rate": state.loss, "rtt_ms": state.rtt_s * 1e3, "n_p": gateway.n_p,
-            "decode_active": sum([len(n.active) for n in gateway.decode_nodes]),
-            "transfers_active": link.num_active,
+            "decode_active": decode_active, "transfers_active": len(link.active),
         })
-        if gateway.feeds_scheduler and dt > 0:
-            self._tick(now, sent / dt, utilization or 0.0, state.loss, (remote, local, decode))
+        if gateway.fed is not None and dt > 0:
+            self._tick(now, sent / dt, utilization or 0.0, state.loss, remote, local, decode)
         if self.progress is not None:
-            self.progress(gateway.num_completed + gateway.num_failed, len(self.arrivals.requests), now)
-        if not (self.arrivals.is_done and gateway.in_flight == 0):
+            self.progress(completed + failed, len(self.arrivals.requests), now)
+        if in_flight or self.arrivals.next_index < len(self.arrivals.requests):
             self.sim.schedule(now + SAMPLE_PERIOD_S, self._on_sample)
 
     def _tick(self, now: float, goodput: float, utilization: float, loss: float,
-              queues: tuple[int, int, int]) -> None:
+              remote: int, local: int, decode: int) -> None:
         """One interval's observations, then whatever loop is due (as the live gateway's loop)."""
-        scheduler = self.gateway.scheduler
+        scheduler = self.gateway.fed
+        assert scheduler is not None  # the sampler ticks only a scheduler it feeds
         scheduler.observe_link(now, goodput, utilization, loss, 1.0)  # fluid link: no standing queue
-        scheduler.observe_queues(now, *queues)
+        scheduler.observe_queues(now, remote, local, decode)
         for decision in scheduler.tick(now):
             if isinstance(decision, ThresholdChange):
                 self.gateway.router.set_threshold(int(decision.new_t))
@@ -152,10 +156,12 @@ class RunLoops:
             what = self._set_link(event.link)
         elif event.set is not None:
             what = "; ".join(self._apply_setting(path, value) for path, value in event.set.items())
-        elif event.kill is not None:
+        elif event.node_id is not None and event.kill is not None:
             what = gateway.kill(event.node_id)
-        else:
+        elif event.node_id is not None:
             what = gateway.restart(event.node_id)
+        else:  # the scenario's validation lets no other event through
+            raise ValueError(f"timeline event at {event.at_s} s has nothing to do")
         self._note(f"t={self.sim.now:.1f}s timeline: {what}", self.knob_changes)
 
     def _apply_setting(self, path: str, value: Any) -> str:
@@ -179,7 +185,7 @@ class RunLoops:
             loop = path.split(".")[1]
             scheduler.set_enabled(**{loop: bool(value)})
             cfg = scheduler.config
-            gateway.feeds_scheduler = cfg.short_term_enabled or cfg.long_term_enabled
+            gateway.fed = scheduler if cfg.short_term_enabled or cfg.long_term_enabled else None
             return f"scheduler {loop} -> {'on' if value else 'off'}"
         if path == "workload.arrival.rate_per_s":
             return self.arrivals.set_rate(float(value))

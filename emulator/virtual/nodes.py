@@ -22,6 +22,17 @@ class Journey:
                  "incremental_len", "prefill_start_s", "prefill_end_s", "transfer_start_s",
                  "transfer_end_s", "kv_bytes", "first_token_s", "transfer", "is_done")
 
+    route: str | None
+    prefill_node: str | None
+    decode_node: str | None
+    prefill_start_s: float | None
+    prefill_end_s: float | None
+    transfer_start_s: float | None
+    transfer_end_s: float | None
+    kv_bytes: int | None
+    first_token_s: float | None
+    transfer: Transfer | None
+
     def __init__(self, spec: RequestSpec, arrival_s: float) -> None:
         self.spec = spec
         self.arrival_s = arrival_s  # at the gateway: the workload's time played at the knob's rate
@@ -32,22 +43,19 @@ class Journey:
         self.cached_len = 0
         self.incremental_len = spec.input_len
         self.prefill_start_s = self.prefill_end_s = self.transfer_start_s = None
-        self.transfer_end_s = self.kv_bytes = self.first_token_s = self.transfer = None
+        self.transfer_end_s = self.first_token_s = None
+        self.kv_bytes = None
+        self.transfer = None
 
     def reset(self) -> None:
         """Forget what the previous attempt reached (arrival and attempts stay)."""
-        self.route: str | None = None
-        self.prefill_node: str | None = None
-        self.decode_node: str | None = None
+        self.route = self.prefill_node = self.decode_node = None
         self.cached_len = 0
         self.incremental_len = self.spec.input_len
-        self.prefill_start_s: float | None = None
-        self.prefill_end_s: float | None = None
-        self.transfer_start_s: float | None = None
-        self.transfer_end_s: float | None = None
-        self.kv_bytes: int | None = None
-        self.first_token_s: float | None = None
-        self.transfer: Transfer | None = None
+        self.prefill_start_s = self.prefill_end_s = self.transfer_start_s = None
+        self.transfer_end_s = self.first_token_s = None
+        self.kv_bytes = None
+        self.transfer = None
 
 
 class PrefillNode:
@@ -55,6 +63,8 @@ class PrefillNode:
 
     `on_start(node, journey, service_s)` and `on_end(node, journey, service_s)` tell the gateway;
     `epoch` grows at every kill, so a completion scheduled before it is recognised as stale.
+    `load` is what the router sees; every change writes it to `board[seat]` too, the gateway's
+    list of all prefill loads, so a dispatch hands the router that list as it stands.
     """
 
     def __init__(self, sim: Simulator, node: NodeId, prefill_s: Curve,
@@ -70,22 +80,19 @@ class PrefillNode:
         self.is_up = True
         self.is_draining = False
         self.epoch = 0
-        self._load: NodeLoad | None = None
-        self._idle_load = NodeLoad(node, 0, 0, True)  # up, empty: the load a node returns to most
+        self._idle_load = self.load = NodeLoad(node, 0, 0, True)  # up and empty: the usual load
+        self.board: list[NodeLoad] = [self.load]  # its own until the gateway seats it
+        self.seat = 0
 
-    @property
-    def load(self) -> NodeLoad:
-        """What the router sees; rebuilt only after the queue changed (an idle node's is kept). A
-        draining node is not up for routing: it finishes what it holds, then flips."""
-        load = self._load
-        if load is None:
-            is_up, num_queued = self.is_up and not self.is_draining, len(self.queue) + (self.busy is not None)
-            if is_up and not num_queued and not self.queued_tokens:
-                load = self._idle_load
-            else:
-                load = NodeLoad(self.node, self.queued_tokens, num_queued, is_up)
-            self._load = load
-        return load
+    def refresh(self) -> None:
+        """Rebuild `load` after a change. A draining node is not up for routing: it finishes what
+        it holds, then flips."""
+        is_up, num_queued = self.is_up and not self.is_draining, len(self.queue) + (self.busy is not None)
+        if is_up and not num_queued and not self.queued_tokens:
+            load = self._idle_load
+        else:
+            load = NodeLoad(self.node, self.queued_tokens, num_queued, is_up)
+        self.load = self.board[self.seat] = load
 
     @property
     def is_idle(self) -> bool:
@@ -93,11 +100,11 @@ class PrefillNode:
 
     def enqueue(self, journey: Journey) -> None:
         self.queued_tokens += journey.incremental_len
-        self._load = None
         if self.busy is None:
             self._start(journey)
         else:
             self.queue.append(journey)
+        self.refresh()
 
     def _start(self, journey: Journey) -> None:
         service_s = self.prefill_s(journey.incremental_len)
@@ -112,25 +119,28 @@ class PrefillNode:
             return
         self.busy = None
         self.queued_tokens -= journey.incremental_len
-        self._load = None
         journey.prefill_end_s = self.sim.now
-        self.on_end(self, journey, service_s)
+        self.on_end(self, journey, service_s)  # routes nothing: the load may wait for the refresh
         if self.queue and self.busy is None:
             self._start(self.queue.popleft())
+        self.refresh()
 
     def kill(self) -> list[Journey]:
         """Go down; return what it held (in service first, then the queue in order)."""
         held = ([self.busy] if self.busy is not None else []) + list(self.queue)
         self.busy, self.queue, self.queued_tokens = None, deque(), 0
-        self.is_up, self._load = False, None
+        self.is_up = False
         self.epoch += 1
+        self.refresh()
         return held
 
     def restart(self) -> None:
-        self.is_up, self._load = True, None
+        self.is_up = True
+        self.refresh()
 
     def set_draining(self, draining: bool) -> None:
-        self.is_draining, self._load = draining, None
+        self.is_draining = draining
+        self.refresh()
 
 
 class DecodeNode:

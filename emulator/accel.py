@@ -1,0 +1,126 @@
+"""The virtual engine's optional compiled build: its hot modules compiled by mypyc, and the check
+that loads them only while they match their sources.
+
+The simulator is plain Python and runs as such. `python -m emulator.accel build` (run by `make
+install`) type-checks and compiles COMPILED into build/accel/ and writes a manifest of the sources'
+hashes; `emulator.virtual` then puts that folder ahead of its own on import, but only while every
+hash still matches, so an edited source never runs as a stale binary. PRFAAS_ACCEL=0 forces the
+interpreted modules; PRFAAS_ACCEL_DIR points at another build. `python -m emulator.accel status`
+says which one runs and why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import sys
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_DIR = ROOT / "build" / "accel"
+MANIFEST = "manifest.json"
+PACKAGE = "emulator/virtual"
+# The event loop and what it calls per event; engine.py, baselines.py and calibrate.py run once
+# per simulation and stay interpreted.
+COMPILED = tuple(f"{PACKAGE}/{name}.py" for name in ("core", "link", "nodes", "gateway", "loops", "costs"))
+MYPY_OPTIONS = ("--ignore-missing-imports", "--follow-imports=silent")
+
+
+def build_dir() -> Path:
+    return Path(os.environ.get("PRFAAS_ACCEL_DIR") or DEFAULT_DIR)
+
+
+def source_hashes() -> dict[str, str]:
+    return {path: hashlib.sha256((ROOT / path).read_bytes()).hexdigest() for path in COMPILED}
+
+
+def _abi() -> str:
+    return f"{sys.implementation.cache_tag} {sysconfig.get_platform()} {sysconfig.get_config_var('EXT_SUFFIX')}"
+
+
+def check(directory: Path) -> str | None:
+    """None when `directory` holds a build of the current sources for this interpreter, else why not."""
+    if os.environ.get("PRFAAS_ACCEL") == "0":
+        return "PRFAAS_ACCEL=0"
+    try:
+        manifest = json.loads((directory / MANIFEST).read_text())
+    except FileNotFoundError:
+        return f"no build in {directory} (make accel)"
+    except (OSError, ValueError) as exc:
+        return f"{directory / MANIFEST} is unreadable ({exc}); rebuild with make accel"
+    if manifest.get("abi") != _abi():
+        return f"the build in {directory} is for {manifest.get('abi')!r}, not {_abi()!r}; rebuild with make accel"
+    built = manifest.get("sources", {})
+    changed = [path for path, digest in source_hashes().items() if built.get(path) != digest]
+    if changed:
+        return f"the build in {directory} is stale ({', '.join(changed)} changed); rebuild with make accel"
+    return None
+
+
+def activate(package_path: list[str]) -> str:
+    """Put a current build ahead of emulator.virtual's own folder; returns what will run, in words.
+    Called from emulator/virtual/__init__.py before any of its modules is imported."""
+    directory = build_dir()
+    why_not = check(directory)
+    if why_not is not None:
+        return f"interpreted: {why_not}"
+    package_path.insert(0, str(directory / PACKAGE))
+    if str(directory) not in sys.path:
+        sys.path.append(str(directory))  # mypyc's shared runtime module sits at the build's root
+    return f"compiled (mypyc, {directory})"
+
+
+def build(directory: Path | None = None) -> Path:
+    """Type-check and compile COMPILED into `directory` (replacing what was there); returns it.
+    Needs mypy (requirements-dev.txt) and a C compiler; raises on a type error or a failed compile."""
+    from mypyc.build import mypycify  # build-time only: mypy is not needed to run the build
+    from setuptools import Distribution
+
+    directory = directory or build_dir()
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="accel-", dir=directory.parent) as tmp:
+        staged, work = Path(tmp) / "out", Path(tmp) / "work"
+        cwd = os.getcwd()
+        os.chdir(ROOT)  # mypyc names modules by their paths from the import root
+        try:
+            extensions = mypycify([*MYPY_OPTIONS, *COMPILED], opt_level="3", target_dir=str(work / "c"))
+            command = Distribution({"ext_modules": extensions}).get_command_obj("build_ext")
+            command.build_lib, command.build_temp = str(staged), str(work / "obj")
+            command.ensure_finalized()
+            command.run()
+        finally:
+            os.chdir(cwd)
+        manifest = {"abi": _abi(), "sources": source_hashes(), "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        (staged / MANIFEST).write_text(json.dumps(manifest, indent=1))
+        shutil.rmtree(directory, ignore_errors=True)
+        staged.rename(directory)
+    return directory
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m emulator.accel", description=__doc__.splitlines()[0])
+    parser.add_argument("command", choices=("build", "status"))
+    args = parser.parse_args(argv)
+    if args.command == "build":
+        start = time.perf_counter()
+        try:
+            directory = build()
+        except (ImportError, SystemExit, Exception) as exc:  # mypyc exits on a type error
+            print(f"accel: build failed ({type(exc).__name__}: {exc}); the interpreted engine runs",
+                  file=sys.stderr)
+            return 1
+        print(f"accel: compiled {len(COMPILED)} modules into {directory} in {time.perf_counter() - start:.0f} s")
+        return 0
+    why_not = check(build_dir())
+    print("compiled" if why_not is None else f"interpreted: {why_not}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

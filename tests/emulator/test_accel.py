@@ -1,0 +1,93 @@
+"""The compiled virtual engine: a build is used only while it matches its sources and this
+interpreter, and a compiled run writes exactly what an interpreted one does."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from emulator import accel
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# One small scenario simulated in a fresh interpreter; prints which engine ran and every record.
+PROBE = """
+import json, sys
+import emulator.virtual as virtual
+from emulator.scenario import apply_overrides, load_scenario
+from emulator.virtual.engine import simulate
+scenario = apply_overrides(load_scenario("scenarios/paper-case-study.yaml"),
+                           ["duration_s=400", "workload.max_requests=600"])
+result = simulate(scenario)
+json.dump({"runs_as": virtual.RUNS_AS, "records": [repr(r) for r in result.records],
+           "samples": result.samples, "decisions": result.loops.decisions}, sys.stdout)
+"""
+
+
+@pytest.fixture(autouse=True)
+def _no_accel_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PRFAAS_ACCEL", raising=False)
+    monkeypatch.delenv("PRFAAS_ACCEL_DIR", raising=False)
+
+
+def _manifest(directory: Path, **changes: object) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    manifest = {"abi": accel._abi(), "sources": accel.source_hashes(), **changes}
+    (directory / accel.MANIFEST).write_text(json.dumps(manifest))
+
+
+def test_a_current_build_is_put_ahead_of_the_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _manifest(tmp_path)
+    monkeypatch.setenv("PRFAAS_ACCEL_DIR", str(tmp_path))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    package_path = ["emulator/virtual"]
+    assert accel.check(tmp_path) is None
+    assert accel.activate(package_path) == f"compiled (mypyc, {tmp_path})"
+    assert package_path == [str(tmp_path / accel.PACKAGE), "emulator/virtual"]
+    assert str(tmp_path) in sys.path
+
+
+@pytest.mark.parametrize(("changes", "words"), [
+    ({"sources": {**accel.source_hashes(), accel.COMPILED[1]: "0" * 64}}, f"stale ({accel.COMPILED[1]} changed)"),
+    ({"abi": "cpython-27 elsewhere"}, "is for 'cpython-27 elsewhere'"),
+])
+def test_a_stale_or_foreign_build_is_refused_with_the_reason(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, changes: dict, words: str) -> None:
+    _manifest(tmp_path, **changes)
+    why = accel.check(tmp_path)
+    assert why is not None and words in why and "make accel" in why
+    monkeypatch.setenv("PRFAAS_ACCEL_DIR", str(tmp_path))
+    package_path = ["emulator/virtual"]
+    assert accel.activate(package_path) == f"interpreted: {why}"
+    assert package_path == ["emulator/virtual"]
+
+
+def test_no_build_and_the_off_switch_say_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert accel.check(tmp_path / "missing") == f"no build in {tmp_path / 'missing'} (make accel)"
+    _manifest(tmp_path)
+    monkeypatch.setenv("PRFAAS_ACCEL", "0")
+    assert accel.check(tmp_path) == "PRFAAS_ACCEL=0"
+
+
+def _probe(env: dict[str, str]) -> dict:
+    done = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT), **env})
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)
+
+
+@pytest.mark.slow
+def test_the_compiled_engine_writes_what_the_interpreted_one_does(tmp_path: Path) -> None:
+    """Builds into a temporary folder unless the repository's build is current (make accel)."""
+    directory = accel.DEFAULT_DIR if accel.check(accel.DEFAULT_DIR) is None else accel.build(tmp_path / "accel")
+    compiled = _probe({"PRFAAS_ACCEL_DIR": str(directory)})
+    interpreted = _probe({"PRFAAS_ACCEL": "0"})
+    assert compiled["runs_as"].startswith("compiled") and interpreted["runs_as"].startswith("interpreted")
+    assert len(compiled["records"]) == 600
+    for key in ("records", "samples", "decisions"):
+        assert compiled[key] == interpreted[key], key
