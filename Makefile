@@ -14,7 +14,7 @@ export PYTHONPATH := $(CURDIR)
 # The virtual engine's compiled build (emulator/accel.py): rebuilt when one of its sources changes.
 # A failed build (no C compiler) is reported and skipped: the interpreted engine runs the same code.
 ACCEL := build/accel/manifest.json
-ACCEL_SOURCES := $(wildcard emulator/virtual/*.py) emulator/accel.py
+ACCEL_SOURCES := $(wildcard emulator/virtual/*.py emulator/control/*.py) emulator/accel.py
 
 .PHONY: run test bench install install-dev accel
 
@@ -31,7 +31,7 @@ bench: $(VENV)/.installed
 accel: $(ACCEL)
 
 $(ACCEL): $(ACCEL_SOURCES) | $(VENV)/.installed
-	-$(VENV)/bin/python -m emulator.accel build
+	-$(VENV)/bin/python -m emulator accel build
 
 install: $(VENV)/.installed
 

@@ -61,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     errors = {k: virtual[k] / live[k] - 1 for k in ("ttft_mean_s", "ttft_p50_s", "ttft_p90_s")}
     result = {
         "bench": "calibration", "scenario": scenario.name, "duration_s": scenario.duration_s,
-        "git_sha": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip(),
+        "git_sha": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                                  cwd=ROOT).stdout.strip(),
         "cpus": os.cpu_count(), "profile": {"source": tables.source, "lengths": tables.lengths,
                                             "kv_bytes": tables.kv_bytes, "prefill_s": tables.prefill_s,
                                             "decode_step_s": tables.decode_step_s},
@@ -72,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'':12}{'live':>10}{'virtual':>10}{'error':>9}")
     for key, label in (("ttft_mean_s", "TTFT mean"), ("ttft_p50_s", "TTFT P50"), ("ttft_p90_s", "TTFT P90")):
         print(f"{label:12}{live[key]:>9.3f}s{virtual[key]:>9.3f}s{errors[key]:>+9.1%}")
-    print(f"requests: live {live['completed']}/{live['requests']}, virtual {virtual['completed']}/{virtual['requests']}")
+    print(f"requests: live {live['completed']}/{live['requests']}, "
+          f"virtual {virtual['completed']}/{virtual['requests']}")
     print(f"results: {args.out}")
     missed = [k for k in ("ttft_mean_s", "ttft_p90_s") if abs(errors[k]) > TARGET]
     for key in missed:

@@ -6,7 +6,7 @@ import argparse
 import logging
 import sys
 
-from emulator import compare_cli, run_cli, scenario_cli
+from emulator import accel, calibrate_cli, compare_cli, run_cli, scenario_cli
 from emulator.errors import PrfaasError
 from emulator.net import cli as net_cli
 
@@ -19,6 +19,8 @@ def make_parser() -> argparse.ArgumentParser:
     scenario_cli.add_parser(sub)
     run_cli.add_parser(sub)
     compare_cli.add_parser(sub)
+    calibrate_cli.add_parser(sub)
+    accel.add_parser(sub)
     return parser
 
 
@@ -34,6 +36,10 @@ def main(argv: list[str] | None = None) -> int:
             return run_cli.run(args)
         if args.command in compare_cli.COMMANDS:
             return compare_cli.run(args)
+        if args.command in calibrate_cli.COMMANDS:
+            return calibrate_cli.run(args)
+        if args.command in accel.COMMANDS:
+            return accel.run(args)
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130

@@ -1,18 +1,19 @@
-"""The virtual engine's optional compiled build: its hot modules compiled by mypyc, and the check
-that loads them only while they match their sources.
+"""The optional compiled build of the virtual engine's hot path (its event loop and the control
+plane it calls per request), and the check that loads it only while it matches the sources.
 
-The simulator is plain Python and runs as such. `python -m emulator.accel build` (run by `make
-install`) type-checks and compiles COMPILED into build/accel/ and writes a manifest of the sources'
-hashes; `emulator.virtual` then puts that folder ahead of its own on import, but only while every
-hash still matches, so an edited source never runs as a stale binary. PRFAAS_ACCEL=0 forces the
-interpreted modules; PRFAAS_ACCEL_DIR points at another build. `python -m emulator.accel status`
-says which one runs and why.
+Everything is plain Python and runs as such. `python -m emulator accel build` (`make accel`, run by
+`make run` and `make test`) type-checks and compiles COMPILED with mypyc into build/accel/, with a
+manifest of the sources' hashes. Importing `emulator` then puts the build's folders ahead of the
+packages' own, but only while every hash still matches, so an edited source never runs as a stale
+binary. PRFAAS_ACCEL=0 forces the interpreted modules; PRFAAS_ACCEL_DIR points at another build.
+`python -m emulator accel status` says which one runs and why (so does `emulator.RUNS_AS`).
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib
 import json
 import os
 import shutil
@@ -25,10 +26,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DIR = ROOT / "build" / "accel"
 MANIFEST = "manifest.json"
-PACKAGE = "emulator/virtual"
-# The event loop and what it calls per event; engine.py, baselines.py and calibrate.py run once
-# per simulation and stay interpreted.
-COMPILED = tuple(f"{PACKAGE}/{name}.py" for name in ("core", "link", "nodes", "gateway", "loops", "costs"))
+# The event loop and what it calls per event (engine.py and the scheduler's numpy work run once
+# per simulation or per interval and stay interpreted). The live engine imports the same router.
+COMPILED = (
+    "emulator/virtual/core.py", "emulator/virtual/link.py", "emulator/virtual/nodes.py",
+    "emulator/virtual/gateway.py", "emulator/virtual/loops.py", "emulator/virtual/costs.py",
+    "emulator/control/router.py", "emulator/control/prefix_cache.py", "emulator/control/estimators.py",
+    "emulator/control/scheduler.py", "emulator/telemetry/records.py", "emulator/telemetry/metrics.py",
+)
+PACKAGES = ("emulator.control", "emulator.telemetry", "emulator.virtual")
 MYPY_OPTIONS = ("--ignore-missing-imports", "--follow-imports=silent")
 
 
@@ -63,14 +69,16 @@ def check(directory: Path) -> str | None:
     return None
 
 
-def activate(package_path: list[str]) -> str:
-    """Put a current build ahead of emulator.virtual's own folder; returns what will run, in words.
-    Called from emulator/virtual/__init__.py before any of its modules is imported."""
+def activate() -> str:
+    """Put a current build ahead of the compiled packages' own folders; returns what will run, in
+    words. Called from emulator/__init__.py, before any module of those packages is imported."""
     directory = build_dir()
     why_not = check(directory)
     if why_not is not None:
         return f"interpreted: {why_not}"
-    package_path.insert(0, str(directory / PACKAGE))
+    for name in PACKAGES:
+        package = importlib.import_module(name)  # the package's __init__ only: a docstring
+        package.__path__.insert(0, str(directory.joinpath(*name.split("."))))
     if str(directory) not in sys.path:
         sys.path.append(str(directory))  # mypyc's shared runtime module sits at the build's root
     return f"compiled (mypyc, {directory})"
@@ -103,24 +111,25 @@ def build(directory: Path | None = None) -> Path:
     return directory
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m emulator.accel", description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=("build", "status"))
-    args = parser.parse_args(argv)
-    if args.command == "build":
-        start = time.perf_counter()
-        try:
-            directory = build()
-        except (ImportError, SystemExit, Exception) as exc:  # mypyc exits on a type error
-            print(f"accel: build failed ({type(exc).__name__}: {exc}); the interpreted engine runs",
-                  file=sys.stderr)
-            return 1
-        print(f"accel: compiled {len(COMPILED)} modules into {directory} in {time.perf_counter() - start:.0f} s")
+COMMANDS = ("accel",)
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("accel", help="build the compiled virtual engine, or say which one runs")
+    parser.add_argument("action", choices=("build", "status"))
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.action == "status":
+        why_not = check(build_dir())
+        print("compiled" if why_not is None else f"interpreted: {why_not}")
         return 0
-    why_not = check(build_dir())
-    print("compiled" if why_not is None else f"interpreted: {why_not}")
+    start = time.perf_counter()
+    try:
+        directory = build()
+    except (ImportError, SystemExit, Exception) as exc:  # mypyc exits on a type error
+        print(f"accel: build failed ({type(exc).__name__}: {exc}); the interpreted engine runs",
+              file=sys.stderr)
+        return 1
+    print(f"accel: compiled {len(COMPILED)} modules into {directory} in {time.perf_counter() - start:.0f} s")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -243,15 +243,16 @@ def _up_prefill(loads: Sequence[NodeLoad]) -> tuple[list[NodeLoad], list[NodeLoa
 
 def _least_loaded(up: list[NodeLoad]) -> NodeLoad:
     """min(up) by (queued tokens, queued requests, node id), the first on a full tie, as `min`
-    with that key; the loop compares ints and builds no key tuples (it runs per request)."""
+    with that key; the loop compares ints and builds no key tuples (it runs per request). `up` is
+    one cluster's prefill nodes, so their ids differ only in the index."""
     loads = iter(up)
     best = next(loads)
-    best_tokens, best_requests = best.queued_tokens, best.queued_requests
+    best_tokens, best_requests, best_index = best.queued_tokens, best.queued_requests, best.node.index
     for load in loads:
-        tokens, requests = load.queued_tokens, load.queued_requests
+        tokens, requests, index = load.queued_tokens, load.queued_requests, load.node.index
         if tokens < best_tokens or (tokens == best_tokens and (
-                requests < best_requests or (requests == best_requests and load.node < best.node))):
-            best, best_tokens, best_requests = load, tokens, requests
+                requests < best_requests or (requests == best_requests and index < best_index))):
+            best, best_tokens, best_requests, best_index = load, tokens, requests, index
     return best
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from emulator.control.estimators import (
@@ -272,9 +273,9 @@ class DualTimescaleScheduler:
         triggers = self._triggers()
         if not triggers and self._pending is None:
             return None
-        point = self._best_point()
+        new_t, point = self._best_threshold()
         self._searched, self._resplit, self._relengths = self.estimates, False, ""
-        old_t, new_t = self._t, point.t
+        old_t = self._t
         why = ", ".join(triggers)
         if abs(new_t - old_t) <= self._cfg.hysteresis * max(old_t, 1.0):
             self._pending = None
@@ -292,16 +293,19 @@ class DualTimescaleScheduler:
         self._pending = None
         self._t = new_t
         return ThresholdChange(now_s, old_t, new_t, f"{why}: t {old_t:.0f} -> {new_t:.0f} "
-                               f"({_describe(point)})")
+                               f"({_describe(point())})")
 
-    def _best_point(self) -> OperatingPoint:
-        """optimize_threshold at the current split. A re-plan searched every split moments ago
-        (the long-term loop runs first in the same tick, and its new length sample triggers this
-        search): while the estimates and the sample are those it used, its result is reused."""
+    def _best_threshold(self) -> tuple[float, Callable[[], OperatingPoint]]:
+        """optimize_threshold's t at the current split, and its whole operating point on demand
+        (only a change is described). A re-plan searched every split moments ago (the long-term
+        loop runs first in the same tick, and its new length sample triggers this search): while
+        the estimates and the sample are those it used, its result is reused."""
         n_p, searched = self.current_n_p, self._split_search
         if searched is not None and searched[0] == self.estimates and searched[1].inputs.lengths is self._lengths:
-            return searched[1].point(n_p)
-        return optimize_threshold(self.estimated_inputs(), n_p)
+            search = searched[1]
+            return search.best_t(n_p), lambda: search.point(n_p)
+        point = optimize_threshold(self.estimated_inputs(), n_p)
+        return point.t, lambda: point
 
     def _plan_split(self, now_s: float) -> None:
         """Set the target N_p from the arrival window; clear it when the split is fine."""

@@ -276,6 +276,10 @@ class SplitSearch:
         """Lambda_max of each split, as optimize_threshold(inputs, n_p).lambda_max."""
         return [float(self.lambda_max[row, k]) for row, k in enumerate(self.best)]
 
+    def best_t(self, n_p: int) -> float:
+        """optimize_threshold(inputs, n_p).t, without building the operating point."""
+        return float(self.side.t[self.best[self.n_p_values.index(n_p)]])
+
     def point(self, n_p: int) -> OperatingPoint:
         """optimize_threshold(inputs, n_p), the same floats, for one of the searched splits."""
         row = self.n_p_values.index(n_p)

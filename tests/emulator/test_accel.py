@@ -3,6 +3,7 @@ interpreter, and a compiled run writes exactly what an interpreted one does."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -18,14 +19,16 @@ ROOT = Path(__file__).resolve().parents[2]
 # One small scenario simulated in a fresh interpreter; prints which engine ran and every record.
 PROBE = """
 import json, sys
-import emulator.virtual as virtual
+import emulator
 from emulator.scenario import apply_overrides, load_scenario
 from emulator.virtual.engine import simulate
-scenario = apply_overrides(load_scenario("scenarios/paper-case-study.yaml"),
-                           ["duration_s=400", "workload.max_requests=600"])
-result = simulate(scenario)
-json.dump({"runs_as": virtual.RUNS_AS, "records": [repr(r) for r in result.records],
-           "samples": result.samples, "decisions": result.loops.decisions}, sys.stdout)
+out = {"runs_as": emulator.RUNS_AS}
+for path, overrides in (("scenarios/paper-case-study.yaml", ["duration_s=400", "workload.max_requests=600"]),
+                        ("scenarios/mooncake-replay.yaml", ["workload.trace.max_requests=300"])):
+    result = simulate(apply_overrides(load_scenario(path), overrides))
+    out[path] = {"records": [repr(r) for r in result.records], "samples": result.samples,
+                 "decisions": result.loops.decisions, "prefix_index": result.gateway.use_index}
+json.dump(out, sys.stdout)
 """
 
 
@@ -45,10 +48,12 @@ def test_a_current_build_is_put_ahead_of_the_sources(tmp_path: Path, monkeypatch
     _manifest(tmp_path)
     monkeypatch.setenv("PRFAAS_ACCEL_DIR", str(tmp_path))
     monkeypatch.setattr(sys, "path", list(sys.path))
-    package_path = ["emulator/virtual"]
+    for name in accel.PACKAGES:
+        monkeypatch.setattr(importlib.import_module(name), "__path__", ["sources"])
     assert accel.check(tmp_path) is None
-    assert accel.activate(package_path) == f"compiled (mypyc, {tmp_path})"
-    assert package_path == [str(tmp_path / accel.PACKAGE), "emulator/virtual"]
+    assert accel.activate() == f"compiled (mypyc, {tmp_path})"
+    for name in accel.PACKAGES:
+        assert importlib.import_module(name).__path__ == [str(tmp_path.joinpath(*name.split("."))), "sources"]
     assert str(tmp_path) in sys.path
 
 
@@ -62,9 +67,9 @@ def test_a_stale_or_foreign_build_is_refused_with_the_reason(
     why = accel.check(tmp_path)
     assert why is not None and words in why and "make accel" in why
     monkeypatch.setenv("PRFAAS_ACCEL_DIR", str(tmp_path))
-    package_path = ["emulator/virtual"]
-    assert accel.activate(package_path) == f"interpreted: {why}"
-    assert package_path == ["emulator/virtual"]
+    paths = {name: list(importlib.import_module(name).__path__) for name in accel.PACKAGES}
+    assert accel.activate() == f"interpreted: {why}"
+    assert paths == {name: list(importlib.import_module(name).__path__) for name in accel.PACKAGES}
 
 
 def test_no_build_and_the_off_switch_say_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -87,7 +92,8 @@ def test_the_compiled_engine_writes_what_the_interpreted_one_does(tmp_path: Path
     directory = accel.DEFAULT_DIR if accel.check(accel.DEFAULT_DIR) is None else accel.build(tmp_path / "accel")
     compiled = _probe({"PRFAAS_ACCEL_DIR": str(directory)})
     interpreted = _probe({"PRFAAS_ACCEL": "0"})
-    assert compiled["runs_as"].startswith("compiled") and interpreted["runs_as"].startswith("interpreted")
-    assert len(compiled["records"]) == 600
-    for key in ("records", "samples", "decisions"):
-        assert compiled[key] == interpreted[key], key
+    assert compiled.pop("runs_as").startswith("compiled") and interpreted.pop("runs_as").startswith("interpreted")
+    case, trace = compiled["scenarios/paper-case-study.yaml"], compiled["scenarios/mooncake-replay.yaml"]
+    assert len(case["records"]) == 600 and case["decisions"]  # the scheduler acted
+    assert len(trace["records"]) == 300 and trace["prefix_index"]  # prefix caching in play
+    assert compiled == interpreted

@@ -13,6 +13,7 @@ import pytest
 from emulator.control.profiles import LengthSamples, PiecewiseLinear
 from emulator.control.throughput_model import (
     ModelInputs,
+    SplitSearch,
     default_t_grid,
     optimize_threshold,
     split_capacities,
@@ -58,6 +59,10 @@ def test_split_capacities_are_optimize_thresholds_lambda_max(num_local: int) -> 
         LengthSamples.from_samples(np.exp(rng.normal(9.9, 1.0, 600))))
     splits = range(1, num_local)
     assert split_capacities(inputs, splits) == [optimize_threshold(inputs, n).lambda_max for n in splits]
+    search = SplitSearch.run(inputs, splits)
+    for n_p in splits:
+        assert search.point(n_p) == optimize_threshold(inputs, n_p)
+        assert search.best_t(n_p) == optimize_threshold(inputs, n_p).t
 
 
 def test_chain_hashes_is_stable_hash_chained() -> None:

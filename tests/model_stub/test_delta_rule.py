@@ -7,8 +7,7 @@ from collections.abc import Callable
 import pytest
 import torch
 import torch.nn.functional as F
-from hypothesis import example, given, settings
-from hypothesis import strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 from model_stub.config import get_preset
 from model_stub.delta_rule import (

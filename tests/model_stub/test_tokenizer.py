@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from model_stub import tokenizer
 from model_stub.config import BOS_ID, EOS_ID, PAD_ID, VOCAB_SIZE

@@ -61,3 +61,19 @@ def test_a_run_without_varied_lengths_cannot_be_calibrated(small: Callable[..., 
     run_virtual(small(workload={"input_len": {"kind": "fixed", "tokens": 4000}}), tmp_path)
     with pytest.raises(TelemetryError, match="distinct lengths; need at least 2"):
         profile_from_run(tmp_path, "fast", "slow")
+
+
+def test_the_calibrate_command_replays_a_run_and_prints_the_ttft_error(
+        small: Callable[..., Scenario], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from emulator.__main__ import main
+
+    scenario_path = tmp_path / "small.yaml"
+    scenario_path.write_text(yaml.safe_dump(small().model_dump(mode="json")))
+    original = run_virtual(small(), tmp_path / "run")
+    assert main(["calibrate", str(scenario_path), str(tmp_path / "run")]) == 0
+    printed = capsys.readouterr().out
+    replay = tmp_path / "run-calibrated"
+    assert (replay / "profile.yaml").exists() and (replay / "requests.parquet").exists()
+    assert f"virtual replay: {replay}" in printed and "TTFT mean (s)" in printed
+    summary = yaml.safe_load((replay / "summary.json").read_text())
+    assert summary["summary"]["ttft_mean_s"] == pytest.approx(original["summary"]["ttft_mean_s"], rel=0.02)
