@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
-import contextlib
 import logging
 import os
 import threading
@@ -87,8 +86,13 @@ class MqttFeed:
     def _main(self) -> None:
         asyncio.set_event_loop(self._loop)
         self._task = self._loop.create_task(self._run())
-        with contextlib.suppress(asyncio.CancelledError):
+        try:
             self._loop.run_until_complete(self._task)
+        except asyncio.CancelledError:
+            pass
+        except RuntimeError:  # a reconnect while the interpreter exits finds its executor shut down
+            if threading.main_thread().is_alive():
+                raise
         self._loop.close()
 
     async def _run(self) -> None:

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import logging
 import statistics
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from emulator.control.scheduler import RoleChange, ThresholdChange
 from emulator.control.types import RequestSpec, Role
@@ -36,9 +36,11 @@ DRAIN_S = 120.0  # after the last arrival, how long open requests may take befor
 
 class RunLoops:
     def __init__(self, scenario: Scenario, gateway: Gateway, topology: Topology, workers: WorkerProcesses,
-                 bus: TelemetryBus, requests: list[RequestSpec]) -> None:
+                 bus: TelemetryBus, requests: list[RequestSpec],
+                 announce: Callable[[str, str], Awaitable[None]]) -> None:
         self.scenario, self.gateway, self.topology, self.workers, self.bus = scenario, gateway, topology, workers, bus
         self.requests = requests
+        self.announce = announce  # publishes a status message (state, note)
         arrival = scenario.workload.arrival
         self.clock = WorkloadClock(arrival.rate_per_s if arrival is not None else None)
         self.knobs = Knobs(gateway.router, gateway.scheduler, self.clock, lambda: topology.spec,
@@ -128,6 +130,7 @@ class RunLoops:
                 what = f"refused {command.knob.value}: {err}"
             self._note(f"t={self.gateway.now():.1f}s control: {what}", self.knob_changes)
             await self._snapshot()  # publish the effect at once: knob-to-effect is measured on it
+            await self.announce("running", f"control: {what}")  # the status topic says what it took
 
     async def _metrics(self) -> None:
         while True:

@@ -138,7 +138,8 @@ class LiveSession:
             await self._wait_for_workers(stop)
             self.gateway.t0 = time.monotonic()
             await self._status("running")
-            loops = RunLoops(self.scenario, self.gateway, self.topology, self.workers, self.bus, requests)
+            loops = RunLoops(self.scenario, self.gateway, self.topology, self.workers, self.bus, requests,
+                             self._status)
             end_reason = await loops.run(stop, progress)
         except BaseException as err:
             end_reason = f"run failed: {err}"
@@ -210,7 +211,8 @@ class LiveSession:
         status = self.topology.status()
         await self.bus.publish_status(StatusMessage(
             run_id=self.run_id, t_s=max(self.gateway.now(), 0.0), state=state, engine="live",
-            link_backend=status["backend"], note=note or self.notes[0]))
+            link_backend=status["backend"], note=note or self.notes[0],
+            threshold_tokens=self.gateway.router.config.threshold_tokens))
 
     def _write_outputs(self) -> None:
         """DIR/outputs.jsonl: the generated tokens of every completed request, one JSON line each."""

@@ -98,12 +98,14 @@ class ErrorEvent(_Message):
 
 
 class StatusMessage(_Message):
-    """Where a run stands; `note` carries announced fallbacks (link backend, mqtt)."""
+    """Where a run stands; `note` carries announced fallbacks (link backend, mqtt) or, after a
+    control message, what it changed."""
 
     state: Literal["starting", "running", "draining", "finished", "failed"]
     engine: str
     link_backend: str | None = None
     note: str = ""
+    threshold_tokens: int | None = None  # the router's t when sent: a status follows every knob change
 
 
 EventMessage = Annotated[RequestEvent | ErrorEvent, Field(discriminator="event")]

@@ -2,9 +2,9 @@
 
 The dashboard is served as `make run` serves it (embedded broker, its defaults); the test starts
 the scenario from the page, waits for data in the TTFT and egress charts, moves the threshold
-slider, and checks on the run's own metrics topic (`threshold_tokens`) and in its summary.json
-(`meta.knob_changes`) that the emulator took the new threshold. (The status topic carries no
-threshold; metrics snapshots do.) Then it opens the Threshold explorer and reads the optimum.
+slider, and checks on the run's status topic (the status that follows every control message
+carries the router's `threshold_tokens`) and in its summary.json (`meta.knob_changes`) that the
+emulator took the new threshold. Then it opens the Threshold explorer and reads the optimum.
 
 Screenshots go to the test's tmp dir, and also to $PRFAAS_SCREENSHOTS (e.g. docs/img) when set:
 that is how the README's screenshots are made.
@@ -46,18 +46,18 @@ TRACE_POINTS_JS = """(name) => {
 }"""
 
 
-class MetricsWatch:
-    """Subscribes to one run's metrics topic in a thread; keeps every threshold_tokens it saw."""
+class StatusWatch:
+    """Subscribes to one run's status topic in a thread; keeps every threshold_tokens it saw."""
 
     def __init__(self, url: str, run_id: str) -> None:
-        self.address, self.topic = parse_broker_url(url), f"prfaas/{run_id}/metrics"
+        self.address, self.topic = parse_broker_url(url), f"prfaas/{run_id}/status"
         self.thresholds: list[int | None] = []
         self._loop = asyncio.new_event_loop()
         self._ready, self._stop = threading.Event(), None
         self._thread = threading.Thread(target=self._loop.run_until_complete, args=(self._run(),),
                                         daemon=True)
 
-    def __enter__(self) -> MetricsWatch:
+    def __enter__(self) -> StatusWatch:
         self._thread.start()
         assert self._ready.wait(10), f"could not subscribe to {self.topic}"
         return self
@@ -137,7 +137,7 @@ def test_live_page_drives_a_live_run(live_dashboard, tmp_path: Path) -> None:
             page.goto(f"{url}/Live")
             page.get_by_role("heading", name="Live control room").wait_for(timeout=30_000)
             broker, run_id = _start_quickstart(page)
-            with MetricsWatch(broker, run_id) as watch:
+            with StatusWatch(broker, run_id) as watch:
                 _wait_points(page, "TTFT P50", 1, timeout_s=60)
                 _wait_points(page, "egress", 3, timeout_s=30)
                 tokens = _move_threshold(page)

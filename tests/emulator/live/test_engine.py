@@ -85,14 +85,18 @@ def test_every_request_completes_with_the_reference_tokens_and_its_kv_crosses_th
     assert_nothing_left(doc)
 
 
-async def _operate(url: str, run_id: str, events: list[dict]) -> None:
+async def _operate(url: str, run_id: str, events: list[dict], statuses: list[dict]) -> None:
     """An operator: raise the threshold once requests flow, then send a malformed message."""
     address = parse_broker_url(url)
     async with aiomqtt.Client(address.host, address.port) as client:
         await client.subscribe(f"prfaas/{run_id}/events")
+        await client.subscribe(f"prfaas/{run_id}/status")
         sent = False
         async for message in client.messages:
             event = json.loads(message.payload)
+            if message.topic.matches(f"prfaas/{run_id}/status"):
+                statuses.append(event)
+                continue
             events.append(event)
             if not sent and event.get("event") == "completed":
                 await client.publish(f"prfaas/{run_id}/control/threshold", json.dumps({"v": 1, "tokens": 10**6}))
@@ -108,10 +112,10 @@ def test_control_messages_steer_the_next_requests_and_bad_ones_are_refused(
     sc = scenario(duration_s=6.0, workload={
         "arrival": {"kind": "poisson", "rate_per_s": 2.0}, "input_len": {"kind": "fixed", "tokens": 2048},
         "output_len": {"kind": "fixed", "tokens": 4}, "max_requests": 12})
-    run_id, events = new_run_id(), []
+    run_id, events, statuses = new_run_id(), [], []
 
     async def both() -> dict:
-        operator = asyncio.create_task(_operate(url, run_id, events))
+        operator = asyncio.create_task(_operate(url, run_id, events, statuses))
         try:
             return await run_live(sc, tmp_path / "run", broker_url=url, run_id=run_id)
         finally:
@@ -123,6 +127,9 @@ def test_control_messages_steer_the_next_requests_and_bad_ones_are_refused(
     errors = [e for e in events if e.get("event") == "error"]
     assert errors and "tokens" in errors[0]["error"]  # the malformed message was answered, not applied
     assert any("threshold -> 1000000" in line for line in doc["meta"]["knob_changes"])
+    # the status topic reports the change and the threshold the router now uses
+    taken = [s for s in statuses if s["note"] == "control: threshold -> 1000000 tokens"]
+    assert taken and taken[0]["state"] == "running" and taken[0]["threshold_tokens"] == 10**6
     # every request above 1024 tokens went remote until the change; the ones routed after it stay local
     routed = {e["request_id"]: e["t_s"] for e in events if e.get("event") == "routed"}
     changed_at = min(e["t_s"] for e in events if e.get("event") == "completed")
