@@ -126,14 +126,22 @@ def _threshold_side(inputs: ModelInputs, t: float | np.ndarray) -> _ThresholdSid
                           prfaas_limit, inputs.prefill_local_s(l_short))
 
 
-def _at_split(inputs: ModelInputs, side: _ThresholdSide, n_p: int) -> StageThroughputs:
-    """Eq. 3-6 at n_p local prefill instances, from the t-only half."""
+def _split_side(inputs: ModelInputs, side: _ThresholdSide,
+                n_p: int | np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(Theta_pd_p, Theta_pd_d, Theta_pd_p / (1 - p), Lambda_max) at n_p local prefill instances: a
+    number, or a column of them (one row per split, each row what the number would give)."""
     has_short = side.has_short
     theta_pd_p = np.where(has_short, n_p / side.local_s, 0.0)
-    theta_pd_d = (inputs.num_local - n_p) * inputs.decode_rate_per_instance
+    theta_pd_d = np.asarray((inputs.num_local - n_p) * inputs.decode_rate_per_instance)
     with np.errstate(divide="ignore", invalid="ignore"):
         pd_p_limit = np.where(has_short, theta_pd_p / np.where(has_short, side.head, 1.0), math.inf)
     lambda_max = np.minimum(np.minimum(side.prfaas_limit, pd_p_limit), theta_pd_d)
+    return theta_pd_p, theta_pd_d, pd_p_limit, lambda_max
+
+
+def _at_split(inputs: ModelInputs, side: _ThresholdSide, n_p: int) -> StageThroughputs:
+    """Eq. 3-6 at n_p local prefill instances, from the t-only half."""
+    theta_pd_p, theta_pd_d, pd_p_limit, lambda_max = _split_side(inputs, side, n_p)
     return StageThroughputs(side.t, side.p, side.l_long, side.l_short, side.compute, side.egress,
                             side.theta_prfaas, theta_pd_p, float(theta_pd_d), side.prfaas_limit,
                             pd_p_limit, lambda_max)
@@ -257,13 +265,8 @@ class SplitSearch:
             if not 0 <= n_p <= inputs.num_local:
                 raise ValueError(f"n_p={n_p}: must lie in 0..num_local={inputs.num_local}")
         side = _threshold_side(inputs, default_t_grid(inputs.lengths))
-        n_p = np.array(n_p_values, dtype=float)[:, None]  # (splits, 1): _at_split's ops, row-wise
-        has_short = side.has_short
-        theta_pd_p = np.where(has_short, n_p / side.local_s, 0.0)
-        theta_pd_d = (inputs.num_local - n_p) * inputs.decode_rate_per_instance
-        with np.errstate(divide="ignore", invalid="ignore"):
-            pd_p_limit = np.where(has_short, theta_pd_p / np.where(has_short, side.head, 1.0), math.inf)
-        lambda_max = np.minimum(np.minimum(side.prfaas_limit, pd_p_limit), theta_pd_d)
+        splits = np.array(n_p_values, dtype=float)[:, None]  # (splits, 1)
+        lambda_max = _split_side(inputs, side, splits)[3]  # (splits, t)
         # _best_index per row: the last t whose Lambda is within TIE_RTOL of the row's best
         near = lambda_max >= (lambda_max.max(axis=1) * (1 - TIE_RTOL))[:, None]
         if near.any(axis=1).all():
