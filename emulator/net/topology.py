@@ -18,6 +18,7 @@ from emulator.net import netns
 from emulator.net.backend import LinkBackend, LinkCounters, LinkEnds
 from emulator.net.ledger import Ledger, run_dir
 from emulator.net.names import ifname, netns_name, new_run_id
+from emulator.net.reaper import Reaper
 from emulator.net.select import BackendChoice, choose_backend
 from emulator.net.spec import LinkSpec
 
@@ -65,6 +66,7 @@ class Topology:
         self.choice: BackendChoice | None = None
         self.backend: LinkBackend | None = None
         self._ends: LinkEnds | None = None
+        self._reaper: Reaper | None = None
 
     def __enter__(self) -> Topology:
         return self.up()
@@ -87,6 +89,7 @@ class Topology:
         self.choice = choose_backend(self.requested)
         log.info("%s", self.choice.describe())
         ledger = Ledger.open(self.run_id)
+        self._reaper = Reaper(self.run_id)  # sweeps the run if this process dies before down()
         try:
             if self.uses_netns:
                 for dc in self.dcs:
@@ -103,6 +106,7 @@ class Topology:
             (run_dir(self.run_id) / "status.json").write_text(json.dumps(self.status(), indent=1))
         except BaseException:
             ledger.teardown()
+            self._release_reaper()
             raise
         return self
 
@@ -123,7 +127,14 @@ class Topology:
         if self.backend is not None:
             self.backend.close()
             self.backend = None
-        return Ledger.open(self.run_id).teardown()
+        removed = Ledger.open(self.run_id).teardown()
+        self._release_reaper()
+        return removed
+
+    def _release_reaper(self) -> None:
+        if self._reaper is not None:
+            self._reaper.release()
+            self._reaper = None
 
     def _require_up(self) -> tuple[LinkEnds, LinkBackend]:
         if self._ends is None or self.backend is None:
