@@ -35,9 +35,9 @@ from emulator.scenario import Scenario
 from emulator.telemetry.schemas import Knob
 
 MAX_SENT_SHOWN = 5
-TCP_NOTE = ("TCP connections per KV link are fixed when the workers start (4 each): the live engine "
-            "has no runtime knob for them and scenarios have no field for them yet, so they are not "
-            "offered here.")
+TCP_NOTE = ("TCP connections per KV link are set when a run starts (Advanced start options, or "
+            "transport.connections in the scenario): live workers open them at start and cannot change "
+            "them while running.")
 PHASE_NOTES = {
     "running": "Each change is published on its control topic; the answer shows above the charts.",
     "waiting": "Knobs wait for the run's first metrics snapshot.",

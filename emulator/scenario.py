@@ -30,6 +30,7 @@ from emulator.scenario_parts import (
     SchedulerSpec,
     Section,
     TimelineEvent,
+    TransportSpec,
 )
 from emulator.scenario_rules import static_problems
 from emulator.scenario_workload import WORKLOAD_HINTS, WorkloadSpec
@@ -52,6 +53,7 @@ class Scenario(Section):
     router: RouterSpec = RouterSpec()
     scheduler: SchedulerSpec = SchedulerSpec()
     prefix_cache: PrefixCacheSpec = PrefixCacheSpec()
+    transport: TransportSpec = TransportSpec()
     workload: WorkloadSpec
     timeline: tuple[TimelineEvent, ...] = ()
     expect: dict[Metric, Bounds] = {}

@@ -35,6 +35,7 @@ METRICS = (
 )
 Metric = Literal[METRICS]  # type: ignore[valid-type]
 ACTIONS = ("link", "set", "burst", "kill", "restart")
+MAX_CONNECTIONS = 64
 
 
 class ProfileSpec(Section):
@@ -132,6 +133,15 @@ class CacheCapacitySpec(Section):
     local: NonNegative = 131072.0
 
 
+class TransportSpec(Section):
+    """How KV caches cross the link: TCP connections per prefill -> decode target and their
+    congestion control. Live workers open them when they start; the virtual link caps a lossy
+    transfer at the Mathis goodput of that many connections."""
+
+    connections: Annotated[int, Field(strict=True, ge=1, le=MAX_CONNECTIONS)] = 4
+    congestion: Literal["cubic", "reno", "bbr"] = "cubic"
+
+
 class PrefixCacheSpec(Section):
     block_tokens: PositiveCount = 512  # the Mooncake trace's hash_ids cover 512-token blocks
     capacity_mib: CacheCapacitySpec = CacheCapacitySpec()
@@ -194,6 +204,8 @@ SECTION_HINTS = {
     "queue_depth_trigger": "use a whole number of queued requests, >= 1",
     "hysteresis": "use a fraction in [0, 1)",
     "block_tokens": "use a whole number of tokens per block, >= 1",
+    "connections": f"use a whole number of TCP connections per KV link, 1 to {MAX_CONNECTIONS}",
+    "congestion": "use cubic, reno or bbr",
     "capacity_mib.remote": "use a size in MiB >= 0",
     "capacity_mib.local": "use a size in MiB >= 0",
     "at_s": "use seconds >= 0 from the start of the run",

@@ -23,6 +23,7 @@ from app.runs_view import format_number
 from emulator.api import SCENARIOS_DIR, ScenarioInfo, list_scenarios, live_capability
 from emulator.errors import PrfaasError
 from emulator.scenario import Scenario, apply_overrides, load_scenario
+from emulator.scenario_parts import MAX_CONNECTIONS
 
 INTRO = """
 Start a scenario, then steer it while it runs: every knob is published on the run's MQTT control
@@ -83,6 +84,8 @@ def _on_scenario_change() -> None:
 def _start(path: Path) -> None:
     st.session_state["live_start_error"] = None
     overrides = []
+    if connections := st.session_state.get("live_connections") or 0:
+        overrides.append(f"transport.connections={int(connections)}")
     if (duration := st.session_state.get("live_duration") or 0) > 0:
         overrides.append(f"duration_s={duration:g}")
     for line in (st.session_state.get("live_overrides") or "").splitlines():
@@ -119,6 +122,10 @@ def _start_section() -> None:
     with st.expander("Advanced start options"):
         st.number_input("Duration (s), 0 = the scenario's own", min_value=0.0, value=0.0, step=5.0,
                         key="live_duration", help="overrides duration_s: arrivals stop then, the run drains")
+        st.number_input("TCP connections per KV link, 0 = the scenario's own", min_value=0,
+                        max_value=MAX_CONNECTIONS, value=0, step=1, key="live_connections",
+                        help="overrides transport.connections: live workers open this many when they "
+                             "start; a virtual run caps each lossy transfer at as many Mathis flows")
         st.text_area("More overrides", key="live_overrides", height=80, help=OVERRIDES_HELP)
     if error := st.session_state.get("live_start_error"):
         st.error(error)

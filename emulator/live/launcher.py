@@ -82,6 +82,7 @@ class WorkerProcesses:
             "--speed-factor", str(min(cluster.speed_factor, 1.0)),
             "--max-batch", str(clusters.local.decode_max_batch),
             "--prefix-capacity-mib", str(max(1, int(capacity / max(cluster.instances, 1)))),
+            "--connections", str(sc.transport.connections), "--congestion", sc.transport.congestion,
         ]
 
     def start(self, plan: WorkerPlan) -> subprocess.Popen:

@@ -233,6 +233,7 @@ class LiveSession:
             "engine": "live", "scenario": self.scenario.name, "run_id": self.run_id, "seed": self.scenario.seed,
             "link_backend": status["backend"], "link_backend_reason": status["reason"],
             "link_description": status["description"], "mqtt": self.bus.status_note,
+            "transport": self.scenario.transport.model_dump(),
             "model": f"{self.scenario.model.preset} ({self.scenario.model.preset_size})",
             "profile": self.plane.profile_source, "threshold_start": self.plane.threshold,
             "n_p_start": self.plane.n_p, "decisions": loops.decisions if loops is not None else [],

@@ -63,7 +63,7 @@ def simulate(scenario: Scenario, *, until: float | None = None, progress: Progre
     requests = build_requests(scenario) if requests is None else requests
     costs = CostModel.from_inputs(plane.inputs, plane.profile_source)
     sim = Simulator()
-    to_local, to_remote = link_states(scenario.link)
+    to_local, to_remote = link_states(scenario.link, scenario.transport.connections)
     local = scenario.clusters.local
     n_p = start_n_p(scenario, plane)
     gateway = Gateway(sim, plane, costs, FluidLink(sim, to_local), FluidLink(sim, to_remote),
@@ -146,6 +146,7 @@ def run_meta(scenario: Scenario, result: Simulation) -> dict[str, Any]:
         "scheduler": None if scheduler is None else {
             "short_term": scheduler.config.short_term_enabled, "long_term": scheduler.config.long_term_enabled},
         "link": {"bandwidth_mbit": link.bandwidth_mbit, "delay_ms": link.delay_ms, "loss_pct": link.loss_pct},
+        "transport": scenario.transport.model_dump(),
         "lambda_max_model": plane.plan.prfaas.lambda_max,
         "decisions": result.loops.decisions, "knob_changes": result.loops.knob_changes,
         "prefix_index": "used" if result.gateway.use_index else "skipped: no block is shared",

@@ -25,12 +25,13 @@ SAMPLE_PERIOD_S = 1.0
 Progress = Callable[[int, int, float], None]  # (requests ended, total, simulated seconds)
 
 
-def link_states(spec: Any) -> tuple[LinkState, LinkState]:
-    """(remote -> local, local -> remote) of a scenario LinkSpec; the RTT spans both delays."""
+def link_states(spec: Any, connections: int) -> tuple[LinkState, LinkState]:
+    """(remote -> local, local -> remote) of a scenario LinkSpec with `connections` TCP connections
+    per transfer (transport.connections); the RTT spans both delays."""
     to_local, to_remote = spec.to_local, spec.to_remote
     rtt_s = to_local.delay_s + to_remote.delay_s
-    return (LinkState(to_local.rate_bytes_per_s, to_local.delay_s, to_local.loss_pct / 100, rtt_s),
-            LinkState(to_remote.rate_bytes_per_s, to_remote.delay_s, to_remote.loss_pct / 100, rtt_s))
+    return (LinkState(to_local.rate_bytes_per_s, to_local.delay_s, to_local.loss_pct / 100, rtt_s, connections),
+            LinkState(to_remote.rate_bytes_per_s, to_remote.delay_s, to_remote.loss_pct / 100, rtt_s, connections))
 
 
 class Arrivals:
@@ -195,7 +196,7 @@ class RunLoops:
 
     def _set_link(self, changes: dict[str, Any]) -> str:
         spec = self.link_spec = type(self.link_spec).model_validate(self.link_spec.model_dump() | changes)
-        to_local, to_remote = link_states(spec)
+        to_local, to_remote = link_states(spec, self.scenario.transport.connections)
         self.gateway.link.set_state(to_local)
         self.gateway.reverse_link.set_state(to_remote)
         rate = "unshaped" if spec.bandwidth_mbit is None else f"{spec.bandwidth_mbit:g} Mbit/s"

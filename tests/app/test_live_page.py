@@ -178,6 +178,7 @@ def test_starts_a_virtual_run_and_shows_its_results(live_env: str, tmp_path: Pat
     app = _ok(AppTest.from_file(str(PAGE), default_timeout=30).run())
     app.radio(key="live_engine").set_value("virtual")
     app.number_input(key="live_duration").set_value(20.0)
+    app.number_input(key="live_connections").set_value(8)
     _ok(app.button(key="live_start").click().run())
     assert not app.error
     run_id = app.selectbox(key="live_watch").value
@@ -185,7 +186,8 @@ def test_starts_a_virtual_run_and_shows_its_results(live_env: str, tmp_path: Pat
     _until(app, lambda a: "Completed" in _metrics(a), timeout_s=60)
     runs = list((tmp_path / "runs").iterdir())
     assert len(runs) == 1 and runs[0].name.startswith("live-quickstart-") and runs[0].name.endswith(run_id)
-    assert (runs[0] / "summary.json").exists()
+    meta = json.loads((runs[0] / "summary.json").read_text())["meta"]
+    assert meta["transport"] == {"connections": 8, "congestion": "cubic"}  # the start option reached the run
     assert f"Recorded in `{runs[0]}`" in _texts(app)
 
 
