@@ -11,27 +11,24 @@ PIP := $(VENV)/bin/python -m pip --disable-pip-version-check
 # The repository root is the import root: `streamlit run app/Home.py` only adds app/ to sys.path.
 export PYTHONPATH := $(CURDIR)
 
-# The virtual engine's compiled build (emulator/accel.py): rebuilt when one of its sources changes.
-# A failed build (no C compiler) is reported and skipped: the interpreted engine runs the same code.
-ACCEL := build/accel/manifest.json
-ACCEL_SOURCES := $(wildcard emulator/virtual/*.py emulator/control/*.py) emulator/accel.py
+# The virtual engine's compiled build (emulator/accel.py): rebuilt when a compiled source changed
+# (its manifest knows which). A failed build (no C compiler) is reported and skipped: the
+# interpreted engine runs the same code.
 
 .PHONY: run test bench install install-dev accel
 
-run: $(VENV)/.installed $(ACCEL)
+run: $(VENV)/.installed accel
 	$(VENV)/bin/streamlit run app/Home.py --server.address 127.0.0.1 --server.port $(PORT) \
 		--browser.gatherUsageStats false --server.headless true
 
-test: $(VENV)/.installed-dev $(ACCEL)
+test: $(VENV)/.installed-dev accel
 	$(VENV)/bin/python -m pytest $(ARGS)
 
 bench: $(VENV)/.installed
 	$(VENV)/bin/python -m model_stub bench --quick
 
-accel: $(ACCEL)
-
-$(ACCEL): $(ACCEL_SOURCES) | $(VENV)/.installed
-	-$(VENV)/bin/python -m emulator accel build
+accel: $(VENV)/.installed
+	-$(VENV)/bin/python -m emulator accel ensure
 
 install: $(VENV)/.installed
 

@@ -16,7 +16,6 @@ Writes bench/results/dashboard_live.json.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import os
@@ -27,16 +26,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 from pathlib import Path
 
-import aiomqtt
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from emulator.telemetry.broker import parse_broker_url  # noqa: E402
+from emulator.telemetry.watch import TopicWatch  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "dashboard_live.json"
@@ -72,39 +68,6 @@ def sample_cpu(pid: int, seconds: float) -> list[float]:
         time.sleep(1.0)
         samples.append(100.0 * (cpu_seconds(pid) - cpu0) / (time.monotonic() - t0))
     return samples
-
-
-class MetricsLog:
-    """(wall time, t_s) of every snapshot on one run's metrics topic, from a thread of its own."""
-
-    def __init__(self, url: str, run_id: str) -> None:
-        self.address, self.topic = parse_broker_url(url), f"prfaas/{run_id}/metrics"
-        self.received: list[tuple[float, float]] = []
-        self._loop, self._ready, self._stop = asyncio.new_event_loop(), threading.Event(), None
-        self._thread = threading.Thread(target=self._loop.run_until_complete, args=(self._run(),), daemon=True)
-
-    def __enter__(self) -> MetricsLog:
-        self._thread.start()
-        if not self._ready.wait(10):
-            raise RuntimeError(f"could not subscribe to {self.topic}")
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(10)
-
-    async def _run(self) -> None:
-        self._stop = asyncio.Event()
-        async with aiomqtt.Client(self.address.host, self.address.port) as client:
-            await client.subscribe(self.topic)
-            reader = asyncio.create_task(self._read(client))
-            self._ready.set()
-            await self._stop.wait()
-            reader.cancel()
-
-    async def _read(self, client: aiomqtt.Client) -> None:
-        async for message in client.messages:
-            self.received.append((time.time(), float(json.loads(message.payload)["t_s"])))
 
 
 def delays(received: list[tuple[float, float]], seen: list[tuple[float, float]]) -> list[float]:
@@ -169,7 +132,7 @@ def measure(args: argparse.Namespace) -> dict:
             time.sleep(2.0)
             idle = sample_cpu(pid, args.idle_s)
             broker, run_id = start_run(page, args.duration_s)
-            with MetricsLog(broker, run_id) as log:
+            with TopicWatch(broker, f"prfaas/{run_id}/metrics") as watch:
                 page.get_by_text(re.compile(r"^Last snapshot: t = ")).wait_for(timeout=60_000)
                 time.sleep(args.warmup_s)
                 page.evaluate(OBSERVER_JS)
@@ -177,7 +140,8 @@ def measure(args: argparse.Namespace) -> dict:
                 busy = sample_cpu(pid, args.window_s)
                 time.sleep(1.5)  # let the last messages of the window reach the page
                 seen = page.evaluate("window.__seen")
-                received = [(w, t) for w, t in log.received if start <= w <= start + args.window_s]
+                received = [(m.at_s, float(m.payload["t_s"])) for m in watch.messages
+                            if start <= m.at_s <= start + args.window_s]
             stop = page.get_by_role("button", name="Stop", exact=True)
             if stop.is_enabled():
                 stop.click()

@@ -1,12 +1,13 @@
 """The optional compiled build of the virtual engine's hot path (its event loop and the control
 plane it calls per request), and the check that loads it only while it matches the sources.
 
-Everything is plain Python and runs as such. `python -m emulator accel build` (`make accel`, run by
-`make run` and `make test`) type-checks and compiles COMPILED with mypyc into build/accel/, with a
-manifest of the sources' hashes. Importing `emulator` then puts the build's folders ahead of the
-packages' own, but only while every hash still matches, so an edited source never runs as a stale
-binary. PRFAAS_ACCEL=0 forces the interpreted modules; PRFAAS_ACCEL_DIR points at another build.
-`python -m emulator accel status` says which one runs and why (so does `emulator.RUNS_AS`).
+Everything is plain Python and runs as such. `python -m emulator accel build` type-checks and
+compiles COMPILED with mypyc into build/accel/, with a manifest of the sources' hashes (`make run`
+and `make test` run `accel ensure`, which builds only when that build is missing or stale).
+Importing `emulator` then puts the build's folders ahead of the packages' own, but only while every
+hash still matches, so an edited source never runs as a stale binary. PRFAAS_ACCEL=0 forces the
+interpreted modules; PRFAAS_ACCEL_DIR points at another build. `python -m emulator accel status`
+says which one runs and why (so does `emulator.RUNS_AS`).
 """
 
 from __future__ import annotations
@@ -51,9 +52,14 @@ def _abi() -> str:
 
 
 def check(directory: Path) -> str | None:
-    """None when `directory` holds a build of the current sources for this interpreter, else why not."""
+    """None when the build in `directory` is to be used, else why not (the off switch included)."""
     if os.environ.get("PRFAAS_ACCEL") == "0":
         return "PRFAAS_ACCEL=0"
+    return build_problem(directory)
+
+
+def build_problem(directory: Path) -> str | None:
+    """None when `directory` holds a build of the current sources for this interpreter, else why not."""
     try:
         manifest = json.loads((directory / MANIFEST).read_text())
     except FileNotFoundError:
@@ -116,13 +122,17 @@ COMMANDS = ("accel",)
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("accel", help="build the compiled virtual engine, or say which one runs")
-    parser.add_argument("action", choices=("build", "status"))
+    parser.add_argument("action", choices=("build", "ensure", "status"),
+                        help="ensure builds only when the current build is missing or stale")
 
 
 def run(args: argparse.Namespace) -> int:
     if args.action == "status":
         why_not = check(build_dir())
         print("compiled" if why_not is None else f"interpreted: {why_not}")
+        return 0
+    if args.action == "ensure" and build_problem(build_dir()) is None:
+        print(f"accel: {build_dir()} is current")
         return 0
     start = time.perf_counter()
     try:

@@ -50,7 +50,7 @@ class Gateway:
         self.tail_fraction = costs.tail_fraction  # read per request: kept, not recomputed
         self.local_rate_bytes_per_s = costs.local_rate_bytes_per_s
         self.use_index = use_index  # False only when no lookup can hit (engine.needs_index)
-        self.fed: DualTimescaleScheduler | None = self.scheduler  # None while no loop runs
+        self.fed_scheduler: DualTimescaleScheduler | None = self.scheduler  # None while no loop runs
         self.remote = [self._prefill(NodeId(Cluster.REMOTE, Role.PREFILL, i)) for i in range(num_remote)]
         self.local: list[AnyNode] = [
             self._prefill(NodeId(Cluster.LOCAL, Role.PREFILL, i)) if i < n_p
@@ -95,8 +95,8 @@ class Gateway:
     def arrive(self, spec: RequestSpec) -> None:
         self.num_arrived += 1
         now = self.sim.now
-        if self.fed is not None:
-            self.fed.observe_arrival(now, spec.input_len)
+        if self.fed_scheduler is not None:
+            self.fed_scheduler.observe_arrival(now, spec.input_len)
         journey = Journey(spec, now)
         self.open[spec.id] = journey
         self.dispatch(journey)
@@ -149,8 +149,8 @@ class Gateway:
             full_blocks = min(spec.input_len // self.block_tokens, len(spec.block_hashes))
             if full_blocks:
                 self.index.insert(node.node, spec.block_hashes[:full_blocks], now)
-        if self.fed is not None:
-            self.fed.observe_prefill(node.cluster, journey.incremental_len, service_s, now)
+        if self.fed_scheduler is not None:
+            self.fed_scheduler.observe_prefill(node.cluster, journey.incremental_len, service_s, now)
         self.in_transit[spec.id] = journey
         if journey.transfer is not None:
             self.link.end_production(journey.transfer)

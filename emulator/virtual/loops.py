@@ -128,7 +128,7 @@ class RunLoops:
             "retrans_rate": state.loss, "rtt_ms": state.rtt_s * 1e3, "n_p": gateway.n_p,
             "decode_active": decode_active, "transfers_active": len(link.active),
         })
-        if gateway.fed is not None and dt > 0:
+        if gateway.fed_scheduler is not None and dt > 0:
             self._tick(now, sent / dt, utilization or 0.0, state.loss, remote, local, decode)
         if self.progress is not None:
             self.progress(completed + failed, len(self.arrivals.requests), now)
@@ -138,7 +138,7 @@ class RunLoops:
     def _tick(self, now: float, goodput: float, utilization: float, loss: float,
               remote: int, local: int, decode: int) -> None:
         """One interval's observations, then whatever loop is due (as the live gateway's loop)."""
-        scheduler = self.gateway.fed
+        scheduler = self.gateway.fed_scheduler
         assert scheduler is not None  # the sampler ticks only a scheduler it feeds
         scheduler.observe_link(now, goodput, utilization, loss, 1.0)  # fluid link: no standing queue
         scheduler.observe_queues(now, remote, local, decode)
@@ -186,7 +186,7 @@ class RunLoops:
             loop = path.split(".")[1]
             scheduler.set_enabled(**{loop: bool(value)})
             cfg = scheduler.config
-            gateway.fed = scheduler if cfg.short_term_enabled or cfg.long_term_enabled else None
+            gateway.fed_scheduler = scheduler if cfg.short_term_enabled or cfg.long_term_enabled else None
             return f"scheduler {loop} -> {'on' if value else 'off'}"
         if path == "workload.arrival.rate_per_s":
             return self.arrivals.set_rate(float(value))

@@ -38,14 +38,7 @@ class Journey:
         self.arrival_s = arrival_s  # at the gateway: the workload's time played at the knob's rate
         self.attempts = 0
         self.is_done = False
-        # reset(), spelled out: one Journey per request, and a method call per field adds up
-        self.route = self.prefill_node = self.decode_node = None
-        self.cached_len = 0
-        self.incremental_len = spec.input_len
-        self.prefill_start_s = self.prefill_end_s = self.transfer_start_s = None
-        self.transfer_end_s = self.first_token_s = None
-        self.kv_bytes = None
-        self.transfer = None
+        self.reset()
 
     def reset(self) -> None:
         """Forget what the previous attempt reached (arrival and attempts stay)."""

@@ -3,21 +3,16 @@ MQTT broker with a probe client that plays a running run for the Live page."""
 
 from __future__ import annotations
 
-import asyncio
-import json
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import aiomqtt
 import pytest
-from pydantic import BaseModel
 
 from app.mqtt_feed import BROKER_ENV
 from app.run_registry import RUNS_DIR_ENV
 from emulator.net.names import new_run_id
-from emulator.telemetry.broker import EmbeddedBroker, parse_broker_url
+from emulator.telemetry.broker import EmbeddedBroker
 from emulator.telemetry.recorder import RunRecorder
 from emulator.telemetry.records import RequestRecord
 from emulator.telemetry.schemas import (
@@ -28,6 +23,7 @@ from emulator.telemetry.schemas import (
     control_topic,
     topic,
 )
+from emulator.telemetry.watch import TopicWatch
 
 APP = Path(__file__).resolve().parents[2] / "app"
 PAGES = APP / "pages"
@@ -117,78 +113,18 @@ def live_env(mqtt_broker: EmbeddedBroker, tmp_path: Path, monkeypatch: pytest.Mo
     return mqtt_broker.url
 
 
-class MqttProbe:
-    """A second MQTT client in its own thread: records what arrives on `filters`, publishes."""
-
-    def __init__(self, url: str, *filters: str) -> None:
-        self.address = parse_broker_url(url)
-        self.filters = filters
-        self.messages: list[tuple[str, dict]] = []
-        self._cond = threading.Condition()
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._client: aiomqtt.Client | None = None
-        self._stop: asyncio.Event | None = None
-        self._thread = threading.Thread(target=self._loop.run_until_complete, args=(self._run(),),
-                                        daemon=True)
-
-    def __enter__(self) -> MqttProbe:
-        self._thread.start()
-        assert self._ready.wait(10), "probe did not connect"
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(10)
-
-    async def _run(self) -> None:
-        self._stop = asyncio.Event()
-        async with aiomqtt.Client(self.address.host, self.address.port) as client:
-            for name in self.filters:
-                await client.subscribe(name)
-            self._client = client
-            reader = asyncio.create_task(self._read(client))
-            self._ready.set()
-            await self._stop.wait()
-            reader.cancel()
-
-    async def _read(self, client: aiomqtt.Client) -> None:
-        async for message in client.messages:
-            with self._cond:
-                self.messages.append((str(message.topic), json.loads(message.payload)))
-                self._cond.notify_all()
-
-    def publish(self, topic: str, model_or_payload: BaseModel | dict) -> None:
-        data = (model_or_payload.model_dump_json() if isinstance(model_or_payload, BaseModel)
-                else json.dumps(model_or_payload))
-        assert self._client is not None
-        asyncio.run_coroutine_threadsafe(self._client.publish(topic, data.encode()), self._loop).result(5)
-
-    def wait_for(self, topic: str, timeout_s: float = 10.0) -> dict:
-        """The first payload received on `topic` (waiting for it)."""
-        with self._cond:
-            found = self._cond.wait_for(lambda: [p for t, p in self.messages if t == topic], timeout_s)
-            assert found, f"nothing on {topic} within {timeout_s} s; got {self.messages}"
-            return found[0]
-
-    def on(self, topic: str) -> list[dict]:
-        with self._cond:
-            return [p for t, p in self.messages if t == topic]
-
-
 @pytest.fixture
-def probe(live_env: str) -> Iterator[MqttProbe]:
+def probe(live_env: str) -> Iterator[TopicWatch]:
     """Subscribed to every control topic, as a run's gateway would be."""
-    with MqttProbe(live_env, "prfaas/+/control/#") as mqtt_probe:
-        yield mqtt_probe
+    with TopicWatch(live_env, "prfaas/+/control/#") as watch:
+        yield watch
 
 
 @dataclass
 class FakeRun:
     """Plays a running live run's gateway on the bus: status, snapshots, events and refusals."""
 
-    probe: MqttProbe
+    probe: TopicWatch
     run_id: str
 
     def status(self, state: str = "running") -> None:
@@ -215,9 +151,9 @@ class FakeRun:
 
     def control(self, knob: str, timeout_s: float = 10.0) -> dict:
         """The first control message the page sent for `knob`."""
-        return self.probe.wait_for(control_topic(self.run_id, knob), timeout_s)
+        return self.probe.wait_for(control_topic(self.run_id, knob), timeout_s=timeout_s)
 
 
 @pytest.fixture
-def fake_run(probe: MqttProbe) -> FakeRun:
+def fake_run(probe: TopicWatch) -> FakeRun:
     return FakeRun(probe, new_run_id())

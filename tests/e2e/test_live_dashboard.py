@@ -12,19 +12,16 @@ that is how the README's screenshots are made.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
 import shutil
-import threading
 import time
 from pathlib import Path
 
-import aiomqtt
 import pytest
 
-from emulator.telemetry.broker import parse_broker_url
+from emulator.telemetry.watch import TopicWatch
 from tests.e2e.browser import BROWSER_MARKS, CHROMIUM, CHROMIUM_ARGS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,46 +41,6 @@ TRACE_POINTS_JS = """(name) => {
   }
   return 0;
 }"""
-
-
-class StatusWatch:
-    """Subscribes to one run's status topic in a thread; keeps every threshold_tokens it saw."""
-
-    def __init__(self, url: str, run_id: str) -> None:
-        self.address, self.topic = parse_broker_url(url), f"prfaas/{run_id}/status"
-        self.thresholds: list[int | None] = []
-        self._loop = asyncio.new_event_loop()
-        self._ready, self._stop = threading.Event(), None
-        self._thread = threading.Thread(target=self._loop.run_until_complete, args=(self._run(),),
-                                        daemon=True)
-
-    def __enter__(self) -> StatusWatch:
-        self._thread.start()
-        assert self._ready.wait(10), f"could not subscribe to {self.topic}"
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(10)
-
-    async def _run(self) -> None:
-        self._stop = asyncio.Event()
-        async with aiomqtt.Client(self.address.host, self.address.port) as client:
-            await client.subscribe(self.topic)
-            reader = asyncio.create_task(self._read(client))
-            self._ready.set()
-            await self._stop.wait()
-            reader.cancel()
-
-    async def _read(self, client: aiomqtt.Client) -> None:
-        async for message in client.messages:
-            self.thresholds.append(json.loads(message.payload).get("threshold_tokens"))
-
-    def wait_threshold(self, tokens: int, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while tokens not in self.thresholds:
-            assert time.monotonic() < deadline, f"the run never reported {tokens}: {self.thresholds[-10:]}"
-            time.sleep(0.1)
 
 
 def _shoot(page, tmp_path: Path, name: str) -> Path:
@@ -137,12 +94,14 @@ def test_live_page_drives_a_live_run(live_dashboard, tmp_path: Path) -> None:
             page.goto(f"{url}/Live")
             page.get_by_role("heading", name="Live control room").wait_for(timeout=30_000)
             broker, run_id = _start_quickstart(page)
-            with StatusWatch(broker, run_id) as watch:
+            status = f"prfaas/{run_id}/status"
+            with TopicWatch(broker, status) as watch:
                 _wait_points(page, "TTFT P50", 1, timeout_s=60)
                 _wait_points(page, "egress", 3, timeout_s=30)
                 tokens = _move_threshold(page)
                 assert tokens < 2048, "the slider did not move"
-                watch.wait_threshold(tokens, timeout_s=15)  # the emulator's own report
+                # the emulator's own report: the status that follows the control message
+                watch.wait_for(status, lambda payload: payload.get("threshold_tokens") == tokens, timeout_s=15)
             page.get_by_text(re.compile(f"threshold (->|→) {tokens} tokens: applied")).wait_for(timeout=15_000)
             if os.environ.get(SCREENSHOTS_ENV):  # the README's picture: let the run show more
                 page.wait_for_function("document.body.innerText.includes('draining')", timeout=60_000)
