@@ -8,7 +8,7 @@ import signal
 import sys
 import threading
 
-from emulator.net.ledger import Ledger, known_run_ids, run_dir, sweep
+from emulator.net.ledger import Ledger, known_run_ids, live_runs, run_dir, sweep
 from emulator.net.names import PREFIX
 from emulator.net.netns import list_netns
 from emulator.net.spec import parse_link_spec
@@ -26,8 +26,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     up.add_argument("--mtu", type=int, default=9000)
     for flag in SHAPE_FLAGS:
         up.add_argument("--" + flag.replace("_", "-"), dest=flag, type=float, default=None)
-    down = actions.add_parser("down", help="remove a run's namespaces, links and relays (all runs by default)")
+    down = actions.add_parser("down", help="remove what runs whose process has ended left behind: namespaces, "
+                                           "links, relays (all such runs by default)")
     down.add_argument("--run-id", default=None)
+    down.add_argument("--force", action="store_true",
+                      help="also remove runs whose process still runs (their runs fail)")
     actions.add_parser("status", help="list this project's runs, namespaces and backends")
 
 
@@ -35,10 +38,21 @@ def run(args: argparse.Namespace) -> int:
     if args.net_command == "up":
         return _up(args)
     if args.net_command == "down":
-        removed = sweep(args.run_id)
-        print(json.dumps({"removed": removed}))
-        return 0
+        return _down(args.run_id, args.force)
     print(json.dumps(status(), indent=1))
+    return 0
+
+
+def _down(run_id: str | None, force: bool) -> int:
+    live = live_runs(run_id)
+    for rid, pid in live.items():
+        if force:
+            print(f"warning: run {rid} is live (pid {pid}); --force removes it, and the run fails",
+                  file=sys.stderr)
+        else:
+            print(f"run {rid} is live (pid {pid}): left alone; stop it, or use --force", file=sys.stderr)
+    removed = sweep(run_id, force=force)
+    print(json.dumps({"removed": removed, "kept": [] if force else sorted(live)}))
     return 0
 
 
@@ -51,7 +65,7 @@ def _up(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with Topology(spec, backend=args.backend, run_id=args.run_id, mtu=args.mtu) as topo:
         print(json.dumps(topo.status()), flush=True)
-        print(f"link up (run {topo.run_id}); Ctrl-C or `net down --run-id {topo.run_id}` to remove it",
+        print(f"link up (run {topo.run_id}); Ctrl-C or SIGTERM removes it",
               file=sys.stderr, flush=True)
         try:
             while not stop.wait(0.5):

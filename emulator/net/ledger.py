@@ -11,10 +11,12 @@ import logging
 import os
 import shutil
 import signal
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from emulator.errors import TopologyError
 from emulator.net import netns
 from emulator.net.names import PREFIX, check_run_id, run_id_of
 
@@ -22,28 +24,50 @@ log = logging.getLogger(__name__)
 
 
 def state_root() -> Path:
-    """Where run directories live: $PRFAAS_STATE_DIR, else /run/prfaas as root, else a temp dir."""
+    """Where run directories live: $PRFAAS_STATE_DIR, else /run/prfaas as root, else a temp dir.
+
+    Teardown kills the pids a ledger names, so the folder must be ours alone: it is created 0700,
+    and one that another user owns or others can write is refused (a planted /tmp/prfaas-<uid>).
+    """
     if env := os.environ.get("PRFAAS_STATE_DIR"):
-        return Path(env)
-    return Path("/run/prfaas") if os.geteuid() == 0 else Path(f"/tmp/prfaas-{os.geteuid()}")
+        root = Path(env)
+    else:
+        root = Path("/run/prfaas") if os.geteuid() == 0 else Path(f"/tmp/prfaas-{os.geteuid()}")
+    _make_private_dir(root)
+    return root
+
+
+def _make_private_dir(path: Path) -> None:
+    fix = "remove it or set PRFAAS_STATE_DIR to a folder of your own"
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        info = path.lstat()
+    except OSError as err:
+        raise TopologyError(f"state dir {path}: cannot create it ({err.strerror}); {fix}") from None
+    if not stat.S_ISDIR(info.st_mode):
+        raise TopologyError(f"state dir {path}: not a folder (a link or a file); {fix}")
+    if info.st_uid != os.geteuid():
+        raise TopologyError(f"state dir {path}: owned by uid {info.st_uid}, not by you (uid {os.geteuid()}); {fix}")
+    if info.st_mode & 0o022:
+        raise TopologyError(f"state dir {path}: writable by others; chmod 700 it, or {fix}")
 
 
 def run_dir(run_id: str) -> Path:
     path = state_root() / check_run_id(run_id)
-    path.mkdir(parents=True, exist_ok=True)
+    _make_private_dir(path)
     return path
 
 
 def process_start_time(pid: int) -> int | None:
-    """The kernel's start time of `pid` (clock ticks since boot), None if it is gone.
+    """The kernel's start time of `pid` (clock ticks since boot), None if it is gone or a zombie.
 
     Recorded with each pid so teardown never kills an unrelated process that reused the number.
     """
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return None
-    return int(stat.rsplit(")", 1)[1].split()[19])
+    return None if fields[0] == "Z" else int(fields[19])
 
 
 def _stop_process(pid: int, start_time: int | None, grace_s: float = 3.0) -> bool:
@@ -74,8 +98,22 @@ class Ledger:
     def path(self) -> Path:
         return run_dir(self.run_id) / "ledger.json"
 
+    def owner_pid(self) -> int | None:
+        """The pid of the process that owns this run while it still runs, else None.
+
+        The owner is whoever recorded first (the run's own process: `Topology.up`); `sweep` leaves
+        a run alone while its owner lives, so `net down` never destroys another user's live run.
+        """
+        owner = next((e for e in self.entries if e["kind"] == "owner"), None)
+        if owner is None or process_start_time(int(owner["pid"])) != owner["start_time"]:
+            return None
+        return int(owner["pid"])
+
     def record(self, kind: str, **fields: object) -> None:
         """Append one created object and persist at once, so a crash right after still finds it."""
+        if not self.entries:
+            pid = os.getpid()
+            self.entries.append({"kind": "owner", "pid": pid, "start_time": process_start_time(pid)})
         if kind == "pid":
             fields["start_time"] = process_start_time(int(fields["pid"]))  # type: ignore[arg-type]
         self.entries.append({"kind": kind, **fields})
@@ -98,6 +136,8 @@ class Ledger:
 
 
 def _undo(entry: dict) -> bool:
+    if entry["kind"] == "owner":  # the run's own process: never killed by its teardown
+        return False
     if entry["kind"] == "pid":
         return _stop_process(int(entry["pid"]), entry.get("start_time"))
     if entry["kind"] == "netns":
@@ -113,11 +153,24 @@ def known_run_ids() -> list[str]:
     return sorted(dirs | {r for r in spaces if r})
 
 
-def sweep(run_id: str | None = None) -> list[str]:
-    """Tear down one run, or every run of this project: ledgers first, then leftovers by prefix."""
+def live_runs(run_id: str | None = None) -> dict[str, int]:
+    """Run id -> owner pid of the runs (one, or all) whose owner process still runs."""
+    owners = {rid: Ledger.open(rid).owner_pid() for rid in ([run_id] if run_id else known_run_ids())}
+    return {rid: pid for rid, pid in owners.items() if pid is not None}
+
+
+def sweep(run_id: str | None = None, force: bool = False) -> list[str]:
+    """Tear down one run, or every run of this project: ledgers first, then leftovers by prefix.
+
+    A run whose owner process still runs is left alone unless `force`; returns what was removed.
+    """
     removed = []
     for rid in [run_id] if run_id else known_run_ids():
-        removed += Ledger.open(rid).teardown()
+        ledger = Ledger.open(rid)
+        if not force and (pid := ledger.owner_pid()) is not None:
+            log.info("run %s: its owner (pid %d) is running; left alone", rid, pid)
+            continue
+        removed += ledger.teardown()
         for name in netns.list_netns(f"{PREFIX}-{rid}-"):
             if netns.remove_netns(name):
                 removed.append(f"netns {name}")

@@ -58,7 +58,7 @@ def main(argv: list[str]) -> int:
     if not (ledger.state_root() / run_id / "ledger.json").exists():
         return 0  # torn down in order
     log.warning("run %s: its process ended without tearing down; sweeping", run_id)
-    for item in ledger.sweep(run_id):
+    for item in ledger.sweep(run_id, force=True):  # EOF on the pipe: its owner is gone
         log.warning("run %s: removed %s", run_id, item)
     return 0
 

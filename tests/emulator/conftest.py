@@ -22,7 +22,7 @@ def run_id():
     """A fresh run id; whatever the test leaves under it (namespaces, relays) is swept afterwards."""
     rid = new_run_id()
     yield rid
-    sweep(rid)
+    sweep(rid, force=True)
 
 
 MOSQUITTO = shutil.which("mosquitto") or shutil.which("mosquitto", path="/usr/sbin:/usr/bin")

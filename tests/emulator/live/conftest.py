@@ -152,4 +152,4 @@ def topology():
         yield topo.up()
     finally:
         topo.down()
-        sweep(run_id)
+        sweep(run_id, force=True)

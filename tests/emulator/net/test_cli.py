@@ -59,3 +59,24 @@ def test_up_status_down_leave_nothing_behind(run_id):
     finally:
         if up.poll() is None:
             up.kill()
+
+
+@needs_root
+def test_down_leaves_a_live_run_alone_unless_forced(run_id):
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    up = subprocess.Popen([sys.executable, "-m", "emulator", "net", "up", "--run-id", run_id, "--backend", "tun"],
+                          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert json.loads(up.stdout.readline())["run_id"] == run_id
+        down = emulator("net", "down")
+        assert down.returncode == 0 and run_id in json.loads(down.stdout)["kept"]
+        assert f"run {run_id} is live (pid {up.pid}): left alone; stop it, or use --force" in down.stderr
+        assert f"prf-{run_id}-remote" in list_netns(f"prf-{run_id}") and up.poll() is None
+
+        forced = emulator("net", "down", "--run-id", run_id, "--force")
+        assert forced.returncode == 0 and f"netns prf-{run_id}-remote" in json.loads(forced.stdout)["removed"]
+        assert f"warning: run {run_id} is live (pid {up.pid})" in forced.stderr
+        assert not list_netns(f"prf-{run_id}")
+    finally:
+        up.terminate()
+        up.wait(timeout=20)

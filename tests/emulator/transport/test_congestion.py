@@ -204,7 +204,7 @@ def lossy_link() -> Iterator[Topology]:
         yield topo.up()
     finally:
         topo.down()
-        sweep(run_id)
+        sweep(run_id, force=True)
 
 
 def _monitored_stream(topo: Topology, seconds: float) -> list[CongestionSignal]:
