@@ -2,13 +2,14 @@
 
 Telemetry must never stop a run: an unreachable or lost broker is announced once per outage, the
 bus keeps reconnecting in the background, and publishes meanwhile are dropped (counted, not
-raised). What the gateway does with a command, and what it records on disk, live elsewhere.
+raised). No control message can raise out of the bus, and a bus task that ends for any other reason
+is restarted and counted as an outage. What the gateway does with a command, and what it records on
+disk, live elsewhere.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -23,6 +24,7 @@ from emulator.telemetry.broker import BrokerAddress, parse_broker_url
 from emulator.telemetry.schemas import (
     ControlCommand,
     ErrorEvent,
+    Knob,
     MetricsSnapshot,
     RequestEvent,
     StatusMessage,
@@ -35,6 +37,7 @@ from emulator.telemetry.schemas import (
 log = logging.getLogger(__name__)
 
 MAX_PENDING_COMMANDS = 1024
+MAX_SHOWN_TOPIC_CHARS = 200
 _CLOSED = object()  # ends commands() when the bus closes
 
 
@@ -64,6 +67,8 @@ class TelemetryBus:
         self.num_dropped = 0
         self.num_outages = 0
         self.num_attempts = 0
+        self.num_restarts = 0  # times the bus task ended by itself and was started again
+        self.num_handler_bugs = 0  # control messages whose handling raised something unexpected
         self._listen_control = listen_control
         self._connect_timeout_s = connect_timeout_s
         self._backoff_s = backoff_s
@@ -76,6 +81,7 @@ class TelemetryBus:
         self._first_attempt = asyncio.Event()
         self._commands: asyncio.Queue[object] = asyncio.Queue(MAX_PENDING_COMMANDS)
         self._task: asyncio.Task[None] | None = None
+        self._is_closing = False
         self._note_at_close: str | None = None  # the note keeps telling how the run went
 
     @property
@@ -90,8 +96,10 @@ class TelemetryBus:
         if self.address is None:
             return "mqtt: off (no broker given), recorded locally only"
         if self.connected:
-            lost = (f" (lost it {self.num_outages}x; {self.num_dropped} messages dropped)"
-                    if self.num_outages else "")
+            troubles = [f"lost it {self.num_outages}x"] if self.num_outages else []
+            if self.num_restarts:
+                troubles.append(f"its task failed and was restarted {self.num_restarts}x")
+            lost = f" ({'; '.join(troubles)}; {self.num_dropped} messages dropped)" if troubles else ""
             return f"mqtt: connected to {self.url}{lost}"
         return f"mqtt: unreachable ({self._reason or 'not connected yet'}), recorded locally only"
 
@@ -100,7 +108,8 @@ class TelemetryBus:
         if self.address is None:
             log.info("mqtt: no broker given; the run records locally only")
             return self
-        self._task = asyncio.create_task(self._run(self.address), name=f"mqtt-{self.run_id}")
+        self._is_closing = False
+        self._start_task(self.address, delay_s=0.0)
         try:
             await asyncio.wait_for(self._first_attempt.wait(), self._connect_timeout_s + 1.0)
         except TimeoutError:
@@ -117,10 +126,12 @@ class TelemetryBus:
             for _ in range(2):
                 await asyncio.sleep(0)
             self._note_at_close = self.status_note
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+            self._is_closing = True
+            task, self._task = self._task, None
+            task.cancel()
+            await asyncio.wait([task])  # never raises: a task that failed was already recorded
+            if not task.cancelled():
+                task.exception()
         self._client, self.connected = None, False
         while self._commands.full():
             self._commands.get_nowait()
@@ -156,8 +167,31 @@ class TelemetryBus:
             assert isinstance(item, ControlCommand)
             yield item
 
-    async def _run(self, address: BrokerAddress) -> None:
+    def _start_task(self, address: BrokerAddress, delay_s: float) -> None:
+        self._task = asyncio.create_task(self._run(address, delay_s), name=f"mqtt-{self.run_id}")
+        self._task.add_done_callback(self._on_task_done)
+
+    def _on_task_done(self, task: asyncio.Task[None]) -> None:
+        """The task only ends on close; anything else ending it is an outage: record, restart."""
+        if self._is_closing or task is not self._task or self.address is None:
+            return
+        if task.cancelled() and task.cancelling():  # asked to stop from outside (a closing loop)
+            self._on_lost("bus task cancelled")
+            return
+        error = None if task.cancelled() else task.exception()
+        reason = "cancelled" if error is None else _describe(error)
+        if self.num_restarts == 0:
+            log.error("mqtt: the bus task ended (%s); restarting it", reason, exc_info=error)
+        else:
+            log.warning("mqtt: the bus task ended again (%s); restarting it", reason)
+        self.num_restarts += 1
+        self._on_lost(f"bus task failed: {reason}")
+        delay_s = min(self._backoff_s[0] * 2 ** (self.num_restarts - 1), self._backoff_s[1])
+        self._start_task(self.address, delay_s)
+
+    async def _run(self, address: BrokerAddress, first_delay_s: float) -> None:
         """Connect, listen, and on any loss wait (doubling up to the cap) and connect again."""
+        await asyncio.sleep(first_delay_s)
         delay_s = self._backoff_s[0]
         while True:
             self.num_attempts += 1
@@ -206,12 +240,24 @@ class TelemetryBus:
         self._first_attempt.set()
 
     async def _handle(self, topic_name: str, payload: object) -> None:
-        """Validate one control message; a bad one becomes an ErrorEvent and changes nothing."""
-        raw = payload if isinstance(payload, bytes | bytearray) else str(payload or "").encode()
+        """Validate one control message; a bad one becomes an ErrorEvent and changes nothing.
+
+        Nothing raises out of here: a refusal is answered, and so is a bug (logged once with its
+        traceback), since an exception would end the listening task with it."""
         try:
-            command = parse_control(knob_of(self.run_id, topic_name), bytes(raw), self._link_base())
+            command = self._parse(topic_name, payload)
         except TelemetryError as err:
             await self._refuse(topic_name, str(err))
+            return
+        except Exception as err:  # noqa: BLE001 - see the docstring
+            self.num_handler_bugs += 1
+            if self.num_handler_bugs == 1:
+                log.error("mqtt: checking a message on %s failed; later failures are logged at "
+                          "debug level", topic_name, exc_info=err)
+            else:
+                log.debug("mqtt: checking a message on %s failed: %s", topic_name, _describe(err))
+            await self._refuse(topic_name, f"control: the run failed to check this message "
+                                           f"({_describe(err)}); nothing changed; report the bug")
             return
         try:
             self._commands.put_nowait(command)
@@ -219,7 +265,26 @@ class TelemetryBus:
             await self._refuse(topic_name, f"control: {MAX_PENDING_COMMANDS} commands are waiting "
                                            "unread; slow down and send it again")
 
+    def _parse(self, topic_name: str, payload: object) -> ControlCommand:
+        raw = payload if isinstance(payload, bytes | bytearray) else str(payload or "").encode()
+        knob = knob_of(self.run_id, topic_name)
+        link_base = self._link_base() if knob == Knob.LINK.value else None
+        return parse_control(knob, bytes(raw), link_base)
+
     async def _refuse(self, topic_name: str, error: str) -> None:
+        if len(topic_name) > MAX_SHOWN_TOPIC_CHARS:  # a topic may be 64 KiB; the answer stays short
+            topic_name = topic_name[:MAX_SHOWN_TOPIC_CHARS - 3] + "..."
         log.info("mqtt: refused %s: %s", topic_name, error)
-        await self.publish_event(ErrorEvent(run_id=self.run_id, t_s=max(self._clock(), 0.0),
-                                            topic=topic_name, error=error))
+        try:
+            event = ErrorEvent(run_id=self.run_id, t_s=max(self._clock(), 0.0), topic=topic_name,
+                               error=error)
+            await self.publish_event(event)
+        except Exception as err:  # noqa: BLE001 - an answer that cannot be sent is only dropped
+            self.num_dropped += 1
+            log.debug("mqtt: could not answer %s: %s", topic_name, _describe(err))
+
+
+def _describe(error: BaseException) -> str:
+    """`Type: first line of the message`, short enough for one log or status line."""
+    text = str(error).splitlines()[0][:120] if str(error) else ""
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__

@@ -2,12 +2,14 @@
 
 Outgoing messages (metrics, events, status, errors) and incoming control knobs live here; how they
 travel (the bus) and what the gateway does with a knob do not. Every control payload is checked
-against a size cap, JSON, its schema and, for links, a full `LinkSpec`, before anyone acts on it.
+against a size cap, a depth cap, JSON, its schema (every number bounded by emulator.limits or the
+LinkSpec's own bounds) and, for links, a full `LinkSpec`, before anyone acts on it.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated, Any, Literal
@@ -15,13 +17,21 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from emulator.errors import LinkSpecError, TelemetryError
-from emulator.net.spec import LinkSpec, parse_link_spec
+from emulator.limits import MAX_CONTROL_BYTES, MAX_NESTING, MAX_RATE_PER_S, MAX_TOKENS
+from emulator.net.spec import (
+    MAX_BANDWIDTH_MBIT,
+    MAX_DELAY_MS,
+    LinkSpec,
+    format_validation_error,
+    parse_link_spec,
+)
+from emulator.telemetry.bounded_json import loads_bounded
 
 SCHEMA_VERSION = 1
 TOPIC_ROOT = "prfaas"
 KINDS = ("metrics", "events", "status")
-MAX_CONTROL_BYTES = 64 * 1024
-MAX_ARRIVAL_RATE_PER_S = 1e6
+MAX_SHOWN_PROBLEMS = 3  # an error line names at most this many problems, then counts the rest
+MAX_SHOWN_CHARS = 60  # a value or name from outside is clipped to this in an error line
 
 # --- outgoing messages -------------------------------------------------------------------------
 
@@ -171,11 +181,11 @@ class Knob(StrEnum):
 class _Control(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
-    v: Literal[1] = 1
+    v: Literal[1]
 
 
 class ThresholdControl(_Control):
-    tokens: int = Field(ge=0)
+    tokens: int = Field(ge=0, le=MAX_TOKENS)
 
 
 class PolicyControl(_Control):
@@ -200,10 +210,10 @@ class SchedulerControl(_Control):
 class LinkControl(_Control):
     """Only the fields present in the payload change; `bandwidth_mbit: null` means unshaped."""
 
-    bandwidth_mbit: float | None = None
-    delay_ms: float = 0.0
-    jitter_ms: float = 0.0
-    loss_pct: float = 0.0
+    bandwidth_mbit: float | None = Field(default=None, gt=0, le=MAX_BANDWIDTH_MBIT)
+    delay_ms: float = Field(default=0.0, ge=0, le=MAX_DELAY_MS)
+    jitter_ms: float = Field(default=0.0, ge=0, le=MAX_DELAY_MS)
+    loss_pct: float = Field(default=0.0, ge=0, le=100)
 
     @model_validator(mode="after")
     def _something_to_change(self) -> LinkControl:
@@ -213,7 +223,7 @@ class LinkControl(_Control):
 
 
 class ArrivalRateControl(_Control):
-    rate_per_s: float = Field(gt=0, le=MAX_ARRIVAL_RATE_PER_S)
+    rate_per_s: float = Field(gt=0, le=MAX_RATE_PER_S)
 
 
 class EmptyControl(_Control):
@@ -262,42 +272,48 @@ _MODELS: dict[Knob, type[_Control]] = {
 }
 
 _HINTS = {
-    Knob.THRESHOLD: 'send {"v": 1, "tokens": N} with N a whole number >= 0',
+    Knob.THRESHOLD: f'send {{"v": 1, "tokens": N}} with N a whole number in [0, {MAX_TOKENS}]',
     Knob.POLICY: 'send {"v": 1, "policy": "prfaas" | "local-only" | "all-remote"}',
     Knob.CACHE_AFFINITY: 'send {"v": 1, "enabled": true | false}',
     Knob.SCHEDULER: 'send {"v": 1, "short_term": true | false, "long_term": true | false}',
-    Knob.LINK: 'send {"v": 1} with any of bandwidth_mbit (> 0 or null), delay_ms, jitter_ms, '
-               "loss_pct (numbers >= 0)",
-    Knob.ARRIVAL_RATE: f'send {{"v": 1, "rate_per_s": R}} with 0 < R <= {MAX_ARRIVAL_RATE_PER_S:g}',
+    Knob.LINK: f'send {{"v": 1}} with any of bandwidth_mbit (in (0, {MAX_BANDWIDTH_MBIT:g}] or '
+               f"null), delay_ms and jitter_ms (in [0, {MAX_DELAY_MS:g}]), loss_pct (in [0, 100])",
+    Knob.ARRIVAL_RATE: f'send {{"v": 1, "rate_per_s": R}} with 0 < R <= {MAX_RATE_PER_S:g}',
     Knob.PAUSE: 'send {"v": 1}',
     Knob.RESUME: 'send {"v": 1}',
 }
+
+_LINK_HINTS = {"jitter_ms": f"use 0 for no jitter, at most {MAX_DELAY_MS:g}",
+               "v": f"use {SCHEMA_VERSION}"}
 
 
 def parse_control(knob: str, payload: bytes, link_base: LinkSpec | None = None) -> ControlCommand:
     """Validate one control message; TelemetryError carries one line naming field, value and fix.
 
-    A link change is checked by merging it onto `link_base` (default: an unshaped LinkSpec).
+    Size and depth are checked before decoding, `v` is required, and every number is bounded, so
+    nothing else can leave this function. A link change is checked by merging it onto `link_base`
+    (default: an unshaped LinkSpec).
     """
     try:
         known = Knob(knob)
     except ValueError:
-        raise TelemetryError(f"control: knob {knob!r} is unknown; use one of "
+        raise TelemetryError(f"control: knob {_clip(repr(knob))} is unknown; use one of "
                              f"{', '.join(k.value for k in Knob)}") from None
     where, hint = f"control/{known.value}", _HINTS[known]
-    if len(payload) > MAX_CONTROL_BYTES:
-        raise TelemetryError(f"{where}: payload of {len(payload)} bytes is over the "
-                             f"{MAX_CONTROL_BYTES}-byte limit; {hint}")
-    try:
-        data = json.loads(payload)
-    except ValueError as err:
-        raise TelemetryError(f"{where}: payload is not JSON ({err}); {hint}") from None
+    data = loads_bounded(payload, where, max_bytes=MAX_CONTROL_BYTES, max_depth=MAX_NESTING,
+                         fix=hint)
     if not isinstance(data, dict):
         raise TelemetryError(f"{where}: payload is a JSON {type(data).__name__}, "
                              f"not an object; {hint}")
+    if "v" not in data:
+        raise TelemetryError(f'{where}: v: missing; add "v": {SCHEMA_VERSION}')
     try:
         model = _MODELS[known].model_validate(data)
     except ValidationError as err:
+        if known is Knob.LINK:  # worded as the link's own errors, each fix naming its bounds
+            lines = format_validation_error(err, where, model=LinkControl,
+                                            hints=_LINK_HINTS).splitlines()
+            raise TelemetryError("; ".join(lines[:MAX_SHOWN_PROBLEMS])) from None
         raise TelemetryError(f"{where}: {_one_line(err)}; {hint}") from None
     command = ControlCommand(known, _value_of(model))
     if isinstance(command.value, LinkChange):
@@ -324,10 +340,12 @@ def _value_of(model: _Control) -> ControlValue:
 
 
 def _one_line(err: ValidationError) -> str:
-    """Each problem as `field = value: what is wrong`, joined with '; '."""
+    """Each problem as `field = value: what is wrong`, joined with '; '; values and names from
+    outside are clipped and at most MAX_SHOWN_PROBLEMS are named, so the line stays short."""
     parts = []
-    for e in err.errors():
-        field = ".".join(str(p) for p in e["loc"]) or "payload"
+    errors = err.errors(include_url=False)
+    for e in errors[:MAX_SHOWN_PROBLEMS]:
+        field = _clip(".".join(str(p) for p in e["loc"])) or "payload"
         if e["type"] == "extra_forbidden":
             parts.append(f"{field} is not a known field; remove it")
         elif e["type"] == "missing":
@@ -335,6 +353,22 @@ def _one_line(err: ValidationError) -> str:
         elif not e["loc"]:
             parts.append(f"payload {e['msg'].removeprefix('Value error, ')}")
         else:
-            parts.append(f"{field} = {json.dumps(e.get('input'), default=str)} is invalid "
-                         f"({e['msg'].lower()})")
+            parts.append(f"{field} = {_clip(_shown(e.get('input')))} is invalid "
+                         f"({_clip(e['msg'].lower(), 2 * MAX_SHOWN_CHARS)})")
+    if len(errors) > MAX_SHOWN_PROBLEMS:
+        parts.append(f"and {len(errors) - MAX_SHOWN_PROBLEMS} more problems")
     return "; ".join(parts)
+
+
+def _shown(value: object) -> str:
+    """A refused value as JSON; a huge int is summarised, never converted to 4,000 digits."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**18:
+        return f"<a number of about {int(value.bit_length() * math.log10(2)) + 1} digits>"
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return json.dumps(value, default=str)
+
+
+def _clip(text: str, limit: int = MAX_SHOWN_CHARS) -> str:
+    text = text if text.isprintable() else repr(text)[1:-1]
+    return text if len(text) <= limit else text[: limit - 3] + "..."
