@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from emulator.errors import PrfaasError
 from emulator.limits import MAX_CONTROL_BYTES, MAX_RATE_PER_S, MAX_TOKENS
 from emulator.net.spec import MAX_BANDWIDTH_MBIT, MAX_DELAY_MS
-from emulator.telemetry.schemas import ControlCommand, Knob, LinkChange, parse_control
+from emulator.telemetry.schemas import ControlCommand, Knob, LinkChange, parse_control, parse_message
 
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 MEMORY_BUDGET_BYTES = 1 << 20  # what one parse may allocate, for any input up to the size cap
@@ -137,3 +137,15 @@ def test_inputs_over_the_cap_are_refused_before_decoding() -> None:
 @given(KNOB_NAMES, st.binary(max_size=MAX_CONTROL_BYTES))
 def test_random_input_stays_in_the_memory_budget(knob: str, payload: bytes) -> None:
     assert peak_bytes_of(knob, payload) < MEMORY_BUDGET_BYTES
+
+
+@FUZZ
+@given(st.sampled_from(["metrics", "events", "status"]),
+       st.one_of(st.binary(max_size=2048), JSON_VALUES.map(lambda v: json.dumps(v).encode()),
+                 st.integers(1, 5000).map(lambda n: b'{"v": 1, "roles": ' + b"[" * n + b"]" * n + b"}")))
+def test_received_telemetry_only_raises_our_error(kind: str, payload: bytes) -> None:
+    """The dashboard's side: metrics, events and status from the broker are checked the same way."""
+    try:
+        parse_message(kind, payload)
+    except PrfaasError as err:
+        assert "\n" not in str(err)
