@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from emulator.control.types import Cluster, NodeId, Role
+from emulator.live.auth import WorkerGate
 from emulator.net.ledger import Ledger
 from emulator.net.topology import LOCAL, REMOTE, Topology
 from emulator.scenario import Scenario
@@ -68,6 +69,7 @@ class WorkerProcesses:
         self.log_dir, self.ledger = log_dir, ledger
         self.plans: dict[str, WorkerPlan] = {}
         self.procs: dict[str, subprocess.Popen] = {}
+        self.gate = WorkerGate()  # this run's secret: only workers started here can say hello
 
     def command(self, plan: WorkerPlan) -> list[str]:
         sc, clusters = self.scenario, self.scenario.clusters
@@ -87,7 +89,8 @@ class WorkerProcesses:
 
     def start(self, plan: WorkerPlan) -> subprocess.Popen:
         self.plans[plan.spawn_name] = plan
-        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"}
+        # the secret rides in the environment, never argv (`ps` shows argv to every user)
+        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1", **self.gate.env()}
         log_path = self.log_dir / f"{plan.spawn_name}.log"
         with open(log_path, "ab") as log_file:
             proc = subprocess.Popen(self.command(plan), cwd=REPO_ROOT, env=env, stdout=log_file,

@@ -23,6 +23,8 @@ VERSION = 1
 MAX_LINE_BYTES = 1 << 20
 STREAM_LIMIT = MAX_LINE_BYTES + 1  # asyncio StreamReader `limit=` for a control connection
 MAX_RID = (1 << 63) - 1  # the KV transport carries request ids as u64
+MAX_NODE_CHARS = 64  # a node id or device name (they end up in log lines)
+HEX_256 = r"^[0-9a-f]{64}$"  # 32 bytes as lowercase hex: a nonce or an HMAC-SHA256
 
 Rid = Annotated[int, Field(ge=0, le=MAX_RID)]
 Time = Annotated[float, Field(ge=0)]
@@ -38,13 +40,16 @@ class _Msg(BaseModel):
 
 
 class Hello(_Msg):
+    """The first line a worker sends, answering the gateway's `challenge` (see live/auth.py)."""
+
     op: Literal["hello"] = "hello"
-    node: str = Field(min_length=1)
-    roles: list[Role] = Field(min_length=1)
+    node: str = Field(min_length=1, max_length=MAX_NODE_CHARS)
+    roles: list[Role] = Field(min_length=1, max_length=2)
     kv_port: Annotated[int, Field(ge=1, le=65535)] | None
     pid: int
-    device: str
+    device: str = Field(max_length=MAX_NODE_CHARS)
     threads: Annotated[int, Field(ge=1)]
+    proof: str = Field(pattern=HEX_256)  # HMAC-SHA256(run secret, nonce || node), hex
 
 
 class PrefillStarted(_Msg):
@@ -120,6 +125,13 @@ class RoleSet(_Msg):
 # gateway -> worker
 
 
+class Challenge(_Msg):
+    """The first line on every control connection: the nonce the worker's hello must answer."""
+
+    op: Literal["challenge"] = "challenge"
+    nonce: str = Field(pattern=HEX_256)
+
+
 class Prefill(_Msg):
     """Prefill `prompt` (base64 of the byte tokens) and ship its KV to `kv_target`.
 
@@ -182,12 +194,12 @@ class Shutdown(_Msg):
 
 Message = (
     Hello | PrefillStarted | PrefillDone | TransferDone | FirstToken | Completed | Failed | Stats
-    | RoleSet | Prefill | Decode | SetRole | Cancel | Shutdown
+    | RoleSet | Challenge | Prefill | Decode | SetRole | Cancel | Shutdown
 )
 OP_TO_MODEL: dict[str, type[_Msg]] = {
     m.model_fields["op"].default: m
     for m in (Hello, PrefillStarted, PrefillDone, TransferDone, FirstToken, Completed, Failed,
-              Stats, RoleSet, Prefill, Decode, SetRole, Cancel, Shutdown)
+              Stats, RoleSet, Challenge, Prefill, Decode, SetRole, Cancel, Shutdown)
 }
 
 
@@ -230,6 +242,8 @@ def decode(line: bytes) -> Message:
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise WorkerError(f"line: {_clip(line)} is not JSON ({err}); send one JSON object "
                           "per line") from None
+    except RecursionError:
+        raise WorkerError("line: nested too deeply to parse; send a flat JSON object") from None
     if not isinstance(obj, dict):
         raise WorkerError(f"line: a JSON {type(obj).__name__} is not an object; send one JSON "
                           "object per line")
@@ -282,6 +296,31 @@ async def read_message(reader: asyncio.StreamReader) -> Message | None:
         raise WorkerError(f"line: {skipped} bytes exceeds MAX_LINE_BYTES ({MAX_LINE_BYTES}); "
                           "send shorter messages") from None
     return decode(line)
+
+
+async def read_line(reader: asyncio.StreamReader, max_bytes: int) -> bytes:
+    """One line of at most `max_bytes`, before anything is parsed (a hello from an unknown peer);
+    WorkerError when it is longer or the peer closes first."""
+    try:
+        line = await reader.readuntil(b"\n")
+    except asyncio.IncompleteReadError as err:
+        raise WorkerError(f"line: connection closed after {len(err.partial)} bytes; "
+                          "send one JSON line") from None
+    except asyncio.LimitOverrunError:
+        line = b"x" * (max_bytes + 1)
+    if len(line) - 1 > max_bytes:
+        raise WorkerError(f"line: over {max_bytes} bytes; a hello is shorter")
+    return line
+
+
+def claimed_node(line: bytes) -> str:
+    """The node a (possibly invalid) hello line names, clipped and printable, for a log line."""
+    try:
+        obj = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        return ""
+    node = obj.get("node") if isinstance(obj, dict) else None
+    return _clip(node, MAX_NODE_CHARS + 2) if isinstance(node, str) else ""
 
 
 async def _skip_line(reader: asyncio.StreamReader) -> int:

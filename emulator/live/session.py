@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -168,16 +169,15 @@ class LiveSession:
                 await asyncio.wait_for(self.gateway.changed.wait(), 1.0)
 
     async def _serve_worker(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """One worker's control connection: hello, then messages until it closes."""
+        """One worker's control connection: a proven hello, then messages until it closes.
+
+        A refused connection never touches a node: only an admitted one is ever a node's writer."""
         self._conn_tasks.add(asyncio.current_task())
         node: NodeState | None = None
         try:
-            hello = await p.read_message(reader)
-            node = self.nodes.get(hello.node) if isinstance(hello, p.Hello) else None
+            node = await self._admit(reader, writer)
             if node is None:
-                log.warning("refusing a control connection that said %r", hello)
                 return
-            node.writer, node.kv_port, node.pid, node.is_up = writer, hello.kv_port, hello.pid, True
             if node.role.value != node.spawn_name.split("-")[1]:  # restarted after a role flip
                 await node.send(p.SetRole(role=node.role.value))
             self.gateway.changed.set()
@@ -193,6 +193,30 @@ class LiveSession:
                 await self.gateway.node_lost(node, "its process ended or its connection closed")
             writer.close()
             self._conn_tasks.discard(asyncio.current_task())
+
+    async def _admit(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> NodeState | None:
+        """The node this connection proves to be, now connected; None (logged once) when refused:
+        no free handshake slot, no valid proof, an id this run did not start, or a node whose
+        connection is still open (a restarted worker comes after its old connection closed)."""
+        gate = self.workers.gate if self.workers is not None else None
+        if gate is None or not gate.try_begin():
+            return None
+        try:
+            admission = await gate.handshake(reader, writer)
+        finally:
+            gate.end()
+        hello, node = admission.hello, None
+        if hello is not None:
+            node = self.nodes.get(hello.node)
+            if node is None or node.spawn_name != hello.node:
+                node, admission = None, dataclasses.replace(admission, reason="not a node of this run")
+            elif node.writer is not None and not node.writer.is_closing():
+                node, admission = None, dataclasses.replace(admission, reason="already connected")
+        if node is None:
+            gate.refuse(admission.claimed, admission.reason)
+            return None
+        node.writer, node.kv_port, node.pid, node.is_up = writer, hello.kv_port, hello.pid, True
+        return node
 
     async def _shutdown(self, server: asyncio.Server) -> None:
         await self._status("draining")

@@ -1,6 +1,7 @@
 """A live worker process: `python -m emulator.live.worker --node remote-prefill-0 --gateway ...`.
 
-It loads the model once, says hello to the gateway over TCP on the host, and serves its commands
+It loads the model once, says hello to the gateway over TCP on the host (answering its challenge
+with the run's secret, which arrives in $PRFAAS_WORKER_SECRET, never argv), and serves its commands
 on one asyncio loop; torch runs on one thread and only KV sockets live in the datacenter's
 namespace. It exits 0 on SIGTERM, `shutdown` or a lost gateway, 2 on bad arguments.
 """
@@ -22,6 +23,8 @@ import torch
 from emulator.control.types import Cluster, NodeId, Role
 from emulator.errors import PrfaasError, WorkerError
 from emulator.live import protocol as p
+from emulator.live.auth import make_proof, take_secret
+from emulator.limits import HANDSHAKE_TIMEOUT_S
 from emulator.live.compute import ComputeThread
 from emulator.live.decode_engine import DecodeEngine
 from emulator.live.kv_links import KvLinks
@@ -94,8 +97,9 @@ def load_model(preset: str, size: str, seed: int, device: str) -> HybridModel:
 
 class Worker:
     def __init__(self, args: argparse.Namespace, node: NodeId, compute: ComputeThread,
-                 model: HybridModel) -> None:
+                 model: HybridModel, secret: str) -> None:
         self.args, self.node, self.compute, self.model = args, node, compute, model
+        self._secret = secret
         self.netns = args.netns or None
         self.is_local = node.cluster is Cluster.LOCAL
         self.role: Role = node.role
@@ -129,9 +133,11 @@ class Worker:
             kv_port = listener.getsockname()[1]
             await self.decode.start(listener)
         reader, writer = await asyncio.open_connection(*gateway, limit=p.STREAM_LIMIT)
+        nonce = await self._read_challenge(reader)
         roles = ["prefill", "decode"] if self.is_local else ["prefill"]
         self.emit(p.Hello(node=str(self.node), roles=roles, kv_port=kv_port, pid=os.getpid(),
-                          device=str(self.model.device), threads=self.compute.num_threads))
+                          device=str(self.model.device), threads=self.compute.num_threads,
+                          proof=make_proof(self._secret, nonce, str(self.node))))
         tasks = [asyncio.create_task(c) for c in (
             self._write_loop(writer), self._read_loop(reader), self._stats_loop(),
             self.prefill.run(), *((self.decode.run(), self.decode.watch()) if self.decode else ()))]
@@ -139,6 +145,18 @@ class Worker:
             task.add_done_callback(self._on_service_done)
         await self._stop.wait()
         await self._shutdown(tasks, writer)
+
+    async def _read_challenge(self, reader: asyncio.StreamReader) -> str:
+        """The gateway's nonce, which the hello must answer; WorkerError if it sends anything else."""
+        try:
+            msg = await asyncio.wait_for(p.read_message(reader), HANDSHAKE_TIMEOUT_S)
+        except TimeoutError:
+            raise WorkerError(f"--gateway: no challenge within {HANDSHAKE_TIMEOUT_S:g} s; is it "
+                              "this run's gateway?") from None
+        if not isinstance(msg, p.Challenge):
+            raise WorkerError(f"--gateway: sent {msg.op if msg else 'nothing'} before a challenge; "
+                              "is it this run's gateway?")
+        return msg.nonce
 
     def _on_service_done(self, task: asyncio.Task) -> None:
         """A service loop that ends on its own (not cancelled) leaves the worker unable to serve."""
@@ -234,11 +252,11 @@ class Worker:
             await writer.wait_closed()
 
 
-async def run(args: argparse.Namespace, node: NodeId, gateway: tuple[str, int]) -> None:
+async def run(args: argparse.Namespace, node: NodeId, gateway: tuple[str, int], secret: str) -> None:
     compute = ComputeThread(args.threads)
     try:
         model = await compute.call(load_model, args.preset, args.size, args.seed, args.device)
-        await Worker(args, node, compute, model).serve(gateway)
+        await Worker(args, node, compute, model, secret).serve(gateway)
     finally:
         compute.shutdown()
 
@@ -249,7 +267,8 @@ def main(argv: list[str] | None = None) -> int:
                         format=f"%(asctime)s {args.node} %(levelname)s %(name)s: %(message)s")
     try:
         node, gateway = check_args(args)
-        asyncio.run(run(args, node, gateway))
+        secret = take_secret()  # out of os.environ before any child process could inherit it
+        asyncio.run(run(args, node, gateway, secret))
     except (PrfaasError, OSError) as err:
         print(f"error: {args.node}: {err}", file=sys.stderr)
         return 2

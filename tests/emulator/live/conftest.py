@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from emulator.live import auth
 from emulator.live import protocol as p
 from emulator.net.ledger import sweep
 from emulator.net.names import new_run_id
@@ -21,6 +22,7 @@ from model_stub import HybridModel, get_preset
 REPO_ROOT = Path(__file__).resolve().parents[3]
 PRESET, SIZE, SEED = "kimi-linear-mini", "tiny", 1234
 WAIT_S = 30.0
+SECRET = auth.new_secret()  # what the launcher would hand every worker of a run
 
 
 class ControlServer:
@@ -41,8 +43,11 @@ class ControlServer:
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._handlers.add(asyncio.current_task())
+        nonce = auth.new_nonce()
+        await p.write_message(writer, p.Challenge(nonce=nonce))
         hello = await p.read_message(reader)
         node = hello.node
+        assert auth.check_proof(SECRET, nonce, node, hello.proof), f"{node}: wrong proof"
         self.writers[node] = writer
         try:
             msg = hello
@@ -118,7 +123,8 @@ def spawn(tmp_path):
                    "--gateway", f"127.0.0.1:{port}", "--netns", netns, "--kv-addr", kv_addr,
                    "--preset", PRESET, "--size", SIZE, "--seed", str(SEED), "--device", "cpu",
                    "--threads", "1", "--connections", "2", *flags]
-        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"}
+        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1",
+               auth.SECRET_ENV: SECRET}
         with open(log_path, "wb") as log_file:
             proc = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=log_file,
                                     stderr=subprocess.STDOUT)

@@ -19,9 +19,10 @@ PREFILL = dict(rid=7, prompt=PROMPT, decode_node="local-decode-0", kv_target=("1
 
 ONE_OF_EACH = [
     p.Hello(node="remote-prefill-0", roles=["prefill"], kv_port=None, pid=42, device="cpu",
-            threads=1),
+            threads=1, proof="0f" * 32),
     p.Hello(node="local-decode-1", roles=["prefill", "decode"], kv_port=4000, pid=43,
-            device="cuda:0", threads=2),
+            device="cuda:0", threads=2, proof="a1" * 32),
+    p.Challenge(nonce="5e" * 32),
     p.PrefillStarted(rid=1, t=12.5),
     p.PrefillDone(rid=1, t_start=12.5, t_end=12.75, cached_len=512, kv_bytes=166152,
                   first_token=30, held_s=0.1),
