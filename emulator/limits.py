@@ -39,3 +39,32 @@ MAX_CONTROL_BYTES = 4_096  # one MQTT control message
 HANDSHAKE_TIMEOUT_S = 5.0
 MAX_HELLO_BYTES = 4_096
 MAX_PENDING_HANDSHAKES = 16
+
+# Scenario files (emulator/scenario.py and its parts). YAML is composed into at most
+# MAX_YAML_NODES nodes (aliases counted once per use), which keeps parsing a file under the size
+# cap below ~20 MiB and 1 s; an integer literal has at most MAX_INT_DIGITS digits.
+MAX_YAML_NODES = 10_000
+MAX_INT_DIGITS = 30
+MAX_TEXT_CHARS = 4_096  # a description
+MAX_TIMELINE_EVENTS = 1_000  # each event revalidates the scenario once
+MAX_RATE_CHANGES = 1_000
+MAX_PROFILE_POINTS = 64  # entries of a profile table
+MAX_DEVICES = 16  # devices a profile names
+MAX_KV_MIB = float(1 << 20)  # KV cache of one request: 1 TiB
+MAX_STEP_S = 3_600.0  # one prefill, or one decode step (the profile's decode_step_ms / 1000)
+MIN_INTERVAL_S = 0.1  # the scheduler's loops: fewer than 10 decisions per (simulated) second
+MIN_SPEED_FACTOR = 1 / MAX_SPEED_FACTOR
+MAX_CV = 100.0  # gamma arrivals' coefficient of variation
+MAX_LOG_MU = 100.0  # log-normal lengths: |mu| and sigma, as emulator/workload/lengths.py checks
+MAX_LOG_SIGMA = 20.0
+MAX_TRACE_SCALE = 1e6  # trace time_scale and length_scale lie in [1 / this, this]
+MAX_PREFIXES = 1_000_000  # synthetic shared prefixes
+MAX_SHARED_BLOCKS = 100_000
+MAX_EXPECT = 1e18  # |min| and |max| of an `expect:` bound (kv_bytes_total of 2 M requests fits)
+
+# Live runs on this machine: at most LIVE_WORKERS_PER_CORE workers per core, and each worker
+# (a torch process with its model) reserves LIVE_WORKER_BYTES of the machine's memory, of which
+# LIVE_MEMORY_SHARE may be used.
+LIVE_WORKERS_PER_CORE = 4
+LIVE_WORKER_BYTES = 1 << 30
+LIVE_MEMORY_SHARE = 0.75

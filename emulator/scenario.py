@@ -6,34 +6,38 @@ engines convert these models into control-plane values; nothing here runs a scen
 from __future__ import annotations
 
 import copy
+import os
+import stat
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, ValidationInfo, model_validator
 
 from emulator.errors import ScenarioError
+from emulator.limits import MAX_NESTING, MAX_SCENARIO_BYTES, MAX_TEXT_CHARS, MAX_TIMELINE_EVENTS
 from emulator.net.spec import LinkSpec, format_validation_error, lines_error
 from emulator.scenario_overrides import PathError, check_override_path, parse_override, set_path
 from emulator.scenario_parts import (
     SECTION_HINTS,
     Bounds,
     ClustersSpec,
-    Count,
+    Duration,
     Metric,
     ModelSpec,
     Name,
-    Positive,
     PrefixCacheSpec,
     RouterSpec,
     SchedulerSpec,
     Section,
+    Seed,
     TimelineEvent,
     TransportSpec,
 )
 from emulator.scenario_rules import static_problems
 from emulator.scenario_workload import WORKLOAD_HINTS, WorkloadSpec
+from emulator.scenario_yaml import LimitError, describe_yaml_error, load_yaml
 
 HINTS = {**SECTION_HINTS, **WORKLOAD_HINTS}
 
@@ -43,10 +47,10 @@ class Scenario(Section):
     scheduled, what arrives, what changes when, and what the summary must show."""
 
     name: Name
-    description: str = ""
+    description: Annotated[str, Field(max_length=MAX_TEXT_CHARS)] = ""
     engine: Literal["live", "virtual"]
-    seed: Count = 0
-    duration_s: Positive  # arrivals stop here; the run then drains
+    seed: Seed = 0
+    duration_s: Duration  # arrivals stop here; the run then drains
     model: ModelSpec
     clusters: ClustersSpec
     link: LinkSpec = Field(default_factory=LinkSpec)
@@ -55,54 +59,87 @@ class Scenario(Section):
     prefix_cache: PrefixCacheSpec = PrefixCacheSpec()
     transport: TransportSpec = TransportSpec()
     workload: WorkloadSpec
-    timeline: tuple[TimelineEvent, ...] = ()
+    timeline: tuple[TimelineEvent, ...] = Field(default=(), max_length=MAX_TIMELINE_EVENTS)
     expect: dict[Metric, Bounds] = {}
 
     @model_validator(mode="after")
-    def _sections_agree(self) -> Scenario:
+    def _sections_agree(self, info: ValidationInfo) -> Scenario:
         """Cross-section rules; once they hold, replay the timeline's changes and check each."""
-        problems = static_problems(self) or _timeline_change_problems(self)
+        problems = static_problems(self) or _timeline_change_problems(self, info.context)
         if problems:
             raise lines_error(problems)
         return self
 
 
 def load_scenario(path: str | Path) -> Scenario:
-    """Read and validate a scenario file; relative paths inside it start at its directory."""
+    """Read and validate a scenario file; relative paths inside it start at its directory, and the
+    files it names may also lie in that directory (the user named this file)."""
     path = Path(path)
+    text = _read_text(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ScenarioError(f"{path}: file not found; check the path") from None
-    except UnicodeDecodeError:
-        raise ScenarioError(f"{path}: not UTF-8 text; save the file as UTF-8") from None
-    except OSError as err:
-        raise ScenarioError(f"{path}: cannot read it ({err.strerror}); check the path") from None
-    try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
-    except yaml.MarkedYAMLError as err:
-        raise ScenarioError(_yaml_line(path, err)) from None
+        data = load_yaml(text)
     except yaml.YAMLError as err:
-        raise ScenarioError(f"{path}: YAML error ({_one_line(str(err))}); fix the syntax") from None
+        line, problem = describe_yaml_error(err)
+        where = f"{path}:{line}" if line else str(path)
+        if isinstance(err, LimitError):  # the problem already says how to fix it
+            raise ScenarioError(f"{where}: {problem}") from None
+        raise ScenarioError(f"{where}: YAML syntax error ({problem}); fix the syntax on that line") from None
     if not isinstance(data, dict):
         raise ScenarioError(
             f"{path}: the top level is {type(data).__name__}, not a mapping; "
             "start the file with `name: ...`"
         )
-    return parse_scenario(data, path.resolve().parent)
+    base_dir = path.resolve().parent
+    return parse_scenario(data, base_dir, trusted_dir=base_dir)
 
 
-def parse_scenario(data: dict, base_dir: Path) -> Scenario:
-    """Validate a scenario document; relative file paths in it resolve against `base_dir`."""
+def _read_text(path: Path) -> str:
+    """A regular file of at most MAX_SCENARIO_BYTES, checked before reading: a device (/dev/zero)
+    or a FIFO is refused rather than read forever or waited on, and a huge file never loaded."""
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        raise ScenarioError(f"{path}: file not found; check the path") from None
+    except (OSError, ValueError) as err:
+        reason = getattr(err, "strerror", None) or "invalid name"
+        raise ScenarioError(f"{path}: cannot read it ({reason}); check the path") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise ScenarioError(f"{path}: not a regular file; name a scenario YAML file")
+    if info.st_size > MAX_SCENARIO_BYTES:
+        raise ScenarioError(f"{path}: larger than {MAX_SCENARIO_BYTES:,} bytes; a scenario is a few "
+                            "KiB, point workload.trace at large data instead")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # never blocks, even if swapped for a FIFO
+        with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                raise ScenarioError(f"{path}: not a regular file; name a scenario YAML file")
+            raw = handle.read(MAX_SCENARIO_BYTES + 1)
+    except OSError as err:
+        raise ScenarioError(f"{path}: cannot read it ({err.strerror}); check the path") from None
+    if len(raw) > MAX_SCENARIO_BYTES:
+        raise ScenarioError(f"{path}: larger than {MAX_SCENARIO_BYTES:,} bytes; a scenario is a few KiB")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ScenarioError(f"{path}: not UTF-8 text; save the file as UTF-8") from None
+
+
+def parse_scenario(data: dict, base_dir: Path, trusted_dir: Path | None = None) -> Scenario:
+    """Validate a scenario document; relative file paths in it resolve against `base_dir`. Files it
+    names must lie under shared_data.readable_roots(), or under `trusted_dir` when given (the
+    directory of a scenario file the user named)."""
     if not isinstance(data, dict):
         raise ScenarioError(
             f"scenario: the document is {type(data).__name__}, not a mapping; "
             "use name: ..., engine: ..."
         )
+    context = {"base_dir": Path(base_dir).resolve(), "trusted_dir": trusted_dir}
     try:
-        return Scenario.model_validate(data, context={"base_dir": Path(base_dir).resolve()})
+        return Scenario.model_validate(data, context=context)
     except ValidationError as err:
         raise ScenarioError(_format(err)) from None
+    except RecursionError:  # a document built in Python (not YAML, which is depth-capped)
+        raise ScenarioError(f"scenario: nested deeper than {MAX_NESTING} levels; flatten it") from None
 
 
 def apply_overrides(scenario: Scenario, items: Iterable[str]) -> Scenario:
@@ -129,7 +166,7 @@ def _format(err: ValidationError, where: str = "") -> str:
     return format_validation_error(err, where, model=Scenario, hints=HINTS)
 
 
-def _timeline_change_problems(s: Scenario) -> list[str]:
+def _timeline_change_problems(s: Scenario, context: dict | None) -> list[str]:
     """Apply each `link:` and `set:` event in order to the document and revalidate it, so a change
     obeys the same rules as the file (a threshold below 0 or a link at NaN Mbit/s is refused)."""
     doc = s.model_dump(mode="json", exclude={"timeline", "expect"})
@@ -150,35 +187,9 @@ def _timeline_change_problems(s: Scenario) -> list[str]:
         else:
             continue
         try:
-            Scenario.model_validate(trial)
+            Scenario.model_validate(trial, context=context)
         except ValidationError as err:
             problems += _format(err, where).splitlines()
             continue
         doc = trial
     return problems
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a key given twice in one mapping (plain YAML keeps the last)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
-        seen: set[str] = set()
-        for key_node, _ in node.value:
-            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
-                if key_node.value in seen:
-                    problem = f"duplicate key {key_node.value!r}; keep one"
-                    mark = key_node.start_mark
-                    raise yaml.constructor.ConstructorError(None, None, problem, mark)
-                seen.add(key_node.value)
-        return super().construct_mapping(node, deep=deep)
-
-
-def _yaml_line(path: Path, err: yaml.MarkedYAMLError) -> str:
-    mark = err.problem_mark or err.context_mark
-    where = f"{path}:{mark.line + 1}" if mark else str(path)
-    what = " ".join(p for p in (err.context, err.problem) if p)
-    return f"{where}: YAML syntax error ({_one_line(what)}); fix the syntax on that line"
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from emulator.scenario import apply_overrides, load_scenario, scenario_json_schema
+from emulator.scenario_rules import scenario_warnings
 
 COMMANDS = ("validate", "optimize", "schema")
 
@@ -33,11 +35,16 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(scenario_json_schema(), indent=2))
         return 0
     scenario = apply_overrides(load_scenario(args.scenario), args.overrides)
-    if args.command == "optimize":
+    warnings = [f"warning: {line}" for line in scenario_warnings(scenario)]
+    if args.command == "optimize":  # stdout is one JSON object: warnings go to stderr
+        for line in warnings:
+            print(line, file=sys.stderr)
         from emulator.analytic import optimize_scenario
 
         print(json.dumps(optimize_scenario(scenario), indent=1))
         return 0
     events = len(scenario.timeline)
+    for line in warnings:
+        print(line)
     print(f"ok: {scenario.name} ({scenario.engine}, {events} timeline events)")
     return 0

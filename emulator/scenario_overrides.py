@@ -11,6 +11,8 @@ import yaml
 from pydantic import BaseModel
 
 from emulator.errors import ScenarioError
+from emulator.limits import MAX_SCENARIO_BYTES
+from emulator.scenario_yaml import LimitError, describe_yaml_error, load_yaml
 
 # Knob path -> what turning it does. Values are validated by the same rules as the file's fields.
 KNOBS: dict[str, str] = {
@@ -60,11 +62,20 @@ def parse_override(item: str) -> tuple[str, Any]:
     path, sep, text = item.partition("=")
     path = path.strip()
     if not sep or not path:
-        raise ScenarioError(f"--set {item}: not path=value; write e.g. router.policy=local-only")
+        raise ScenarioError(f"--set {_clip(item)}: not path=value; write e.g. router.policy=local-only")
+    if len(text) > MAX_SCENARIO_BYTES:
+        raise ScenarioError(f"--set {_clip(path)}: a value of more than {MAX_SCENARIO_BYTES:,} "
+                            "characters; put it in the scenario file")
     try:
-        return path, yaml.safe_load(text)
+        return path, load_yaml(text)
+    except LimitError as err:
+        raise ScenarioError(f"--set {_clip(path)}: {describe_yaml_error(err)[1]}") from None
     except yaml.YAMLError:
-        raise ScenarioError(f"--set {path}: {text!r} is not a YAML value; quote it") from None
+        raise ScenarioError(f"--set {_clip(path)}: {_clip(text)!r} is not a YAML value; quote it") from None
+
+
+def _clip(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def check_override_path(scenario: BaseModel, dotted: str) -> None:

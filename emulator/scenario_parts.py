@@ -10,6 +10,24 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from emulator.control.types import NodeId, PrefixRule, RoutePolicy
+from emulator.limits import (
+    MAX_CACHE_MIB,
+    MAX_DECODE_BATCH,
+    MAX_DEVICES,
+    MAX_DURATION_S,
+    MAX_EXPECT,
+    MAX_INSTANCES,
+    MAX_INTERVAL_S,
+    MAX_KV_MIB,
+    MAX_PROFILE_POINTS,
+    MAX_REQUESTS,
+    MAX_SEED,
+    MAX_SPEED_FACTOR,
+    MAX_STEP_S,
+    MAX_TOKENS,
+    MIN_INTERVAL_S,
+    MIN_SPEED_FACTOR,
+)
 from model_stub.config import PRESET_NAMES, SIZES
 
 
@@ -20,6 +38,7 @@ class Section(BaseModel):
 
 
 # Strict numbers: YAML's `yes` or "8" is not a count; ints are accepted where floats are expected.
+# Every number is bounded (emulator/limits.py), so a run inside the bounds finishes on this machine.
 Count = Annotated[int, Field(strict=True, ge=0)]
 PositiveCount = Annotated[int, Field(strict=True, ge=1)]
 Positive = Annotated[float, Field(strict=True, gt=0)]
@@ -28,6 +47,17 @@ Fraction = Annotated[float, Field(strict=True, ge=0, le=1)]
 Number = Annotated[float, Field(strict=True)]
 Flag = Annotated[bool, Field(strict=True)]
 Name = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]*$", max_length=64)]
+Seed = Annotated[int, Field(strict=True, ge=0, le=MAX_SEED)]
+Duration = Annotated[float, Field(strict=True, gt=0, le=MAX_DURATION_S)]
+Moment = Annotated[float, Field(strict=True, ge=0, le=MAX_DURATION_S)]  # seconds from the start
+Tokens = Annotated[int, Field(strict=True, ge=1, le=MAX_TOKENS)]
+Requests = Annotated[int, Field(strict=True, ge=1, le=MAX_REQUESTS)]
+Instances = Annotated[int, Field(strict=True, ge=0, le=MAX_INSTANCES)]
+Interval = Annotated[float, Field(strict=True, ge=MIN_INTERVAL_S, le=MAX_INTERVAL_S)]
+Speed = Annotated[float, Field(strict=True, ge=MIN_SPEED_FACTOR, le=MAX_SPEED_FACTOR)]
+Step = Annotated[float, Field(strict=True, gt=0, le=MAX_STEP_S)]
+Expected = Annotated[float, Field(strict=True, ge=-MAX_EXPECT, le=MAX_EXPECT)]
+CacheMib = Annotated[float, Field(strict=True, ge=0, le=MAX_CACHE_MIB)]
 
 METRICS = (
     "completed_fraction", "failed_count", "ttft_mean_s", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s",
@@ -42,10 +72,12 @@ class ProfileSpec(Section):
     """A real model measured on real hardware: tables over input length, interpolated linearly."""
 
     name: Name
-    lengths_tokens: tuple[PositiveCount, ...] = Field(min_length=2)
-    kv_mib: tuple[Positive, ...]
-    prefill_s: dict[Name, tuple[Positive, ...]]
-    decode_step_ms: dict[Name, Positive] = {}
+    lengths_tokens: tuple[Tokens, ...] = Field(min_length=2, max_length=MAX_PROFILE_POINTS)
+    kv_mib: tuple[Annotated[float, Field(strict=True, gt=0, le=MAX_KV_MIB)], ...] = Field(
+        max_length=MAX_PROFILE_POINTS)
+    prefill_s: dict[Name, tuple[Step, ...]] = Field(max_length=MAX_DEVICES)
+    decode_step_ms: dict[Name, Annotated[float, Field(strict=True, gt=0, le=MAX_STEP_S * 1000)]] = Field(
+        default={}, max_length=MAX_DEVICES)
 
 
 class ModelSpec(Section):
@@ -63,25 +95,25 @@ class ModelSpec(Section):
 class RemoteClusterSpec(Section):
     """The PrfaaS prefill cluster."""
 
-    instances: Count
+    instances: Instances
     device: Name
-    speed_factor: Positive = 1.0
+    speed_factor: Speed = 1.0
 
 
 class LocalClusterSpec(Section):
     """The PD cluster; `prefill_instances=None` lets the optimizer choose N_p (the rest decode)."""
 
-    instances: PositiveCount
+    instances: Annotated[int, Field(strict=True, ge=1, le=MAX_INSTANCES)]
     device: Name
-    speed_factor: Positive = 1.0
-    prefill_instances: Count | None = None
-    decode_max_batch: PositiveCount = 20  # BS_max of the paper's case study
+    speed_factor: Speed = 1.0
+    prefill_instances: Instances | None = None
+    decode_max_batch: Annotated[int, Field(strict=True, ge=1, le=MAX_DECODE_BATCH)] = 20  # BS_max of the paper's case study
 
 
 class ClustersSpec(Section):
     remote: RemoteClusterSpec
     local: LocalClusterSpec
-    baseline_instances: PositiveCount | None = None
+    baseline_instances: Annotated[int, Field(strict=True, ge=1, le=2 * MAX_INSTANCES)] | None = None
 
     @property
     def baseline_num_instances(self) -> int:
@@ -93,7 +125,7 @@ class ClustersSpec(Section):
 
 class RouterSpec(Section):
     policy: RoutePolicy = RoutePolicy.PRFAAS
-    threshold_tokens: Count | Literal["auto"] = "auto"
+    threshold_tokens: Annotated[int, Field(strict=True, ge=0, le=MAX_TOKENS)] | Literal["auto"] = "auto"
     prefix_rule: PrefixRule = PrefixRule.BANDWIDTH_SCARCE
     cache_affinity: Flag = True
 
@@ -101,18 +133,18 @@ class RouterSpec(Section):
     @classmethod
     def _whole_tokens_or_auto(cls, value: Any) -> Any:
         """One clear error instead of one per union member (int, 'auto')."""
-        if value == "auto" or (type(value) is int and value >= 0):
+        if value == "auto" or (type(value) is int and 0 <= value <= MAX_TOKENS):
             return value
-        raise ValueError("not a whole number of tokens >= 0 nor auto")
+        raise ValueError(f"not a whole number of tokens in 0..{MAX_TOKENS} nor auto")
 
 
 class ShortTermSpec(Section):
     """Re-search the threshold when egress or a queue nears its trigger (seconds scale)."""
 
     enabled: Flag = True
-    interval_s: Positive = 5.0
+    interval_s: Interval = 5.0
     egress_util_trigger: Annotated[float, Field(strict=True, gt=0, le=1)] = 0.9
-    queue_depth_trigger: PositiveCount = 16
+    queue_depth_trigger: Requests = 16
     hysteresis: Annotated[float, Field(strict=True, ge=0, lt=1)] = 0.1
 
 
@@ -120,7 +152,7 @@ class LongTermSpec(Section):
     """Recompute the local prefill/decode split from observed traffic (minutes scale)."""
 
     enabled: Flag = True
-    interval_s: Positive = 120.0
+    interval_s: Interval = 120.0
 
 
 class SchedulerSpec(Section):
@@ -129,8 +161,8 @@ class SchedulerSpec(Section):
 
 
 class CacheCapacitySpec(Section):
-    remote: NonNegative = 65536.0
-    local: NonNegative = 131072.0
+    remote: CacheMib = 65536.0
+    local: CacheMib = 131072.0
 
 
 class TransportSpec(Section):
@@ -143,24 +175,24 @@ class TransportSpec(Section):
 
 
 class PrefixCacheSpec(Section):
-    block_tokens: PositiveCount = 512  # the Mooncake trace's hash_ids cover 512-token blocks
+    block_tokens: Tokens = 512  # the Mooncake trace's hash_ids cover 512-token blocks
     capacity_mib: CacheCapacitySpec = CacheCapacitySpec()
 
 
 class BurstSpec(Section):
-    requests: PositiveCount
-    over_s: NonNegative = 0.0
+    requests: Requests
+    over_s: Moment = 0.0
 
 
 class TimelineEvent(Section):
     """At `at_s`, exactly one action: change the link, set knobs, add a burst, kill or restart."""
 
-    at_s: NonNegative
+    at_s: Moment
     link: dict[str, Any] | None = None  # partial LinkSpec fields, merged onto the link so far
     set: dict[str, Any] | None = None  # knob path (scenario_overrides.KNOBS) -> value
     burst: BurstSpec | None = None
-    kill: str | None = None  # a NodeId, e.g. local-prefill-0
-    restart: str | None = None
+    kill: Annotated[str, Field(max_length=64)] | None = None  # a NodeId, e.g. local-prefill-0
+    restart: Annotated[str, Field(max_length=64)] | None = None
 
     @property
     def action(self) -> str:
@@ -174,41 +206,51 @@ class TimelineEvent(Section):
 
 
 class Bounds(Section):
-    min: Number | None = None
-    max: Number | None = None
+    min: Expected | None = None
+    max: Expected | None = None
 
 
 SECTION_HINTS = {
     "name": "use lowercase letters, digits and dashes, starting with a letter or digit",
+    "description": "use at most 4,096 characters",
     "engine": "use live or virtual",
-    "seed": "use a whole number >= 0",
-    "duration_s": "use a positive number of seconds",
+    "seed": f"use a whole number from 0 to {MAX_SEED:,}",
+    "duration_s": f"use a positive number of seconds, at most {MAX_DURATION_S:,.0f} (30 days)",
     "model.preset": f"use one of {', '.join(PRESET_NAMES)}",
     "model.size": f"use one of {', '.join(SIZES)}",
-    "lengths_tokens": "use at least 2 whole token counts, strictly increasing",
-    "kv_mib": "use one positive size in MiB per length",
-    "prefill_s": "give each device a list of positive seconds, one per length",
-    "decode_step_ms": "give each decode device a positive step time in ms",
-    "instances": "use a whole number of instances",
+    "lengths_tokens": (f"use 2 to {MAX_PROFILE_POINTS} whole token counts, strictly increasing, "
+                       f"each at most {MAX_TOKENS:,}"),
+    "kv_mib": f"use one positive size in MiB per length, at most {MAX_KV_MIB:,.0f}",
+    "prefill_s": (f"give at most {MAX_DEVICES} devices a list of positive seconds, one per length, "
+                  f"each at most {MAX_STEP_S:,.0f}"),
+    "decode_step_ms": (f"give each decode device a positive step time in ms, "
+                       f"at most {MAX_STEP_S * 1000:,.0f}"),
+    "instances": f"use a whole number of instances, at most {MAX_INSTANCES:,}",
     "device": "name a device of model.profile (e.g. h200, h20), lowercase",
-    "speed_factor": "use a positive multiplier, 1.0 for the profiled speed",
+    "speed_factor": (f"use a multiplier from {MIN_SPEED_FACTOR:g} to {MAX_SPEED_FACTOR:,.0f}, "
+                     "1.0 for the profiled speed"),
     "prefill_instances": "use a whole number below clusters.local.instances, or null (optimizer)",
-    "decode_max_batch": "use a whole number of requests per decode instance, >= 1",
-    "baseline_instances": "use a whole number >= 1, or drop it for remote + local instances",
+    "decode_max_batch": f"use a whole number of requests per decode instance, 1 to {MAX_DECODE_BATCH:,}",
+    "baseline_instances": (f"use a whole number from 1 to {2 * MAX_INSTANCES:,}, or drop it for "
+                           "remote + local instances"),
     "policy": "use prfaas, local-only or all-remote",
-    "threshold_tokens": "use a whole number of tokens >= 0, or auto",
+    "threshold_tokens": f"use a whole number of tokens >= 0, at most {MAX_TOKENS:,}, or auto",
     "prefix_rule": "use bandwidth-scarce or bandwidth-abundant",
     "enabled": "use true or false",
-    "interval_s": "use a positive number of seconds",
+    "interval_s": f"use seconds from {MIN_INTERVAL_S:g} to {MAX_INTERVAL_S:,.0f} (at most a day)",
     "egress_util_trigger": "use a utilisation in (0, 1]",
-    "queue_depth_trigger": "use a whole number of queued requests, >= 1",
+    "queue_depth_trigger": f"use a whole number of queued requests, 1 to {MAX_REQUESTS:,}",
     "hysteresis": "use a fraction in [0, 1)",
-    "block_tokens": "use a whole number of tokens per block, >= 1",
+    "block_tokens": f"use a whole number of tokens per block, 1 to {MAX_TOKENS:,}",
     "connections": f"use a whole number of TCP connections per KV link, 1 to {MAX_CONNECTIONS}",
     "congestion": "use cubic, reno or bbr",
-    "capacity_mib.remote": "use a size in MiB >= 0",
-    "capacity_mib.local": "use a size in MiB >= 0",
-    "at_s": "use seconds >= 0 from the start of the run",
-    "requests": "use a whole number of requests, >= 1",
-    "over_s": "use seconds >= 0 (0 = all at once)",
+    "capacity_mib.remote": f"use a size in MiB >= 0, at most {MAX_CACHE_MIB:,.0f}",
+    "capacity_mib.local": f"use a size in MiB >= 0, at most {MAX_CACHE_MIB:,.0f}",
+    "at_s": f"use seconds >= 0 from the start of the run, at most {MAX_DURATION_S:,.0f}",
+    "requests": f"use a whole number of requests, 1 to {MAX_REQUESTS:,}",
+    "over_s": f"use seconds >= 0 (0 = all at once), at most {MAX_DURATION_S:,.0f}",
+    "kill": "name a node, e.g. local-prefill-0",
+    "restart": "name a node, e.g. local-prefill-0",
+    "min": f"use a number from {-MAX_EXPECT:g} to {MAX_EXPECT:g} (at most {MAX_EXPECT:g})",
+    "max": f"use a number from {-MAX_EXPECT:g} to {MAX_EXPECT:g} (at most {MAX_EXPECT:g})",
 }

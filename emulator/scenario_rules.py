@@ -10,10 +10,11 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from emulator.control.types import Cluster, NodeId, Role, RoutePolicy
+from emulator.limits import MAX_OUTPUT_TOKENS
 from emulator.net.spec import LinkSpec
 from emulator.scenario_overrides import KNOBS
 from emulator.scenario_parts import ACTIONS, ClustersSpec
-from emulator.scenario_workload import LognormalLength, UniformLength
+from emulator.scenario_workload import FixedLength, LengthDist, LognormalLength, UniformLength
 
 if TYPE_CHECKING:
     from emulator.scenario import Scenario
@@ -100,6 +101,11 @@ def _workload_problems(s: Scenario) -> Iterator[str]:
             yield f"workload.{key}.min: {dist.min} is above max ({dist.max}); swap them"
         if isinstance(dist, LognormalLength) and dist.min >= dist.max:
             yield f"workload.{key}.min: {dist.min} is not below max ({dist.max}); lower min"
+    longest_output = longest_length(w.output_len)
+    if longest_output is not None and longest_output > MAX_OUTPUT_TOKENS:
+        field = "tokens" if isinstance(w.output_len, FixedLength) else "max"
+        yield (f"workload.output_len.{field}: {longest_output} is above {MAX_OUTPUT_TOKENS:,} "
+               "output tokens; use at most that")
     for i, change in enumerate(w.rate_changes):
         where = f"workload.rate_changes.{i}.at_s"
         if i and change.at_s <= w.rate_changes[i - 1].at_s:
@@ -197,3 +203,28 @@ def _expect_problems(s: Scenario) -> Iterator[str]:
             yield f"expect.{metric}: no bounds; give min and/or max"
         elif bounds.min is not None and bounds.max is not None and bounds.min > bounds.max:
             yield f"expect.{metric}.min: {bounds.min:g} is above max ({bounds.max:g}); swap them"
+
+
+def longest_length(dist: LengthDist | None) -> int | None:
+    """The longest length a generated distribution can draw; None where it is not known without
+    reading a file (empirical lengths, traces)."""
+    if isinstance(dist, FixedLength):
+        return dist.tokens
+    if isinstance(dist, UniformLength | LognormalLength):
+        return dist.max
+    return None
+
+
+def scenario_warnings(s: Scenario) -> list[str]:
+    """Valid but probably unintended settings, one `path: what; fix` line each (validate prints
+    them). A fixed threshold above every input the workload can draw routes nothing remote: legal
+    (a what-if, and tests use it), but a local-only policy says so plainly."""
+    longest = longest_length(s.workload.input_len)
+    if longest is None or s.router.policy is not RoutePolicy.PRFAAS:
+        return []
+    thresholds = [("router.threshold_tokens", s.router.threshold_tokens)]
+    thresholds += [(f"timeline.{i}.set.router.threshold_tokens", e.set["router.threshold_tokens"])
+                   for i, e in enumerate(s.timeline) if e.set and "router.threshold_tokens" in e.set]
+    return [f"{where}: {value} is above the longest input the workload can produce ({longest}); "
+            "nothing goes remote, lower it or use router.policy: local-only"
+            for where, value in thresholds if isinstance(value, int) and value > longest]

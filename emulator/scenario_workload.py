@@ -13,25 +13,48 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, ValidationInfo
 from pydantic_core import PydanticCustomError
 
-from emulator.scenario_parts import NonNegative, Number, Positive, PositiveCount, Section
-from emulator.shared_data import relocate
+from emulator.limits import (
+    MAX_CV,
+    MAX_DURATION_S,
+    MAX_LOG_MU,
+    MAX_LOG_SIGMA,
+    MAX_PREFIXES,
+    MAX_RATE_CHANGES,
+    MAX_RATE_PER_S,
+    MAX_REQUESTS,
+    MAX_SHARED_BLOCKS,
+    MAX_TOKENS,
+    MAX_TRACE_SCALE,
+)
+from emulator.net.spec import FIELD_ERROR
+from emulator.scenario_parts import Moment, Requests, Section, Tokens
+from emulator.shared_data import DATA_DIRS_ENV, may_read, relocate, shared_dir
+
+Rate = Annotated[float, Field(strict=True, gt=0, le=MAX_RATE_PER_S)]
+Period = Annotated[float, Field(strict=True, gt=0, le=MAX_DURATION_S)]
+Scale = Annotated[float, Field(strict=True, ge=1 / MAX_TRACE_SCALE, le=MAX_TRACE_SCALE)]
 
 
 def _resolve_file(value: Path, info: ValidationInfo) -> Path:
-    """Anchor a relative path at the scenario file's directory and require the file to exist, so a
-    typo fails at `validate`, not minutes into a run."""
-    base = Path((info.context or {}).get("base_dir") or Path.cwd())
+    """Anchor a relative path at the scenario file's directory, keep it inside the folders a
+    scenario may read (shared_data.may_read), and require a regular file, so a typo fails at
+    `validate`, not minutes into a run. Nothing of the file is read here."""
+    context = info.context or {}
+    base = Path(context.get("base_dir") or Path.cwd())
     path = Path(os.path.normpath(base / value))
     try:
         is_file = path.is_file()
     except (OSError, ValueError):  # a name too long, an embedded NUL byte
         is_file = False
-    if not is_file:
-        moved = relocate(path)
-        if moved is not None:
-            return moved
+    found = path if is_file else relocate(path)
+    if not may_read(found or path, context.get("trusted_dir")):
+        raise PydanticCustomError(FIELD_ERROR, "{text}", {"text": (
+            f"{path} is outside the folders scenario files may read from (the repository, "
+            f"{shared_dir() / 'traces'}, the scenario file's folder, {DATA_DIRS_ENV}); move the file "
+            f"into one of them or add its folder to {DATA_DIRS_ENV}")})
+    if found is None:
         raise PydanticCustomError("file_not_found", "no file at {path}", {"path": str(path)})
-    return path
+    return found
 
 
 InputFile = Annotated[Path, AfterValidator(_resolve_file)]
@@ -39,24 +62,24 @@ InputFile = Annotated[Path, AfterValidator(_resolve_file)]
 
 class PoissonArrival(Section):
     kind: Literal["poisson"]
-    rate_per_s: Positive
+    rate_per_s: Rate
 
 
 class GammaArrival(Section):
     """Bursty arrivals: gamma inter-arrival times, coefficient of variation `cv` (1: Poisson)."""
 
     kind: Literal["gamma"]
-    rate_per_s: Positive
-    cv: Positive
+    rate_per_s: Rate
+    cv: Annotated[float, Field(strict=True, gt=0, le=MAX_CV)]
 
 
 class OnOffArrival(Section):
     """Poisson at `rate_per_s` for `on_s`, then silent for `off_s`, repeated."""
 
     kind: Literal["on-off"]
-    rate_per_s: Positive
-    on_s: Positive
-    off_s: NonNegative
+    rate_per_s: Rate
+    on_s: Period
+    off_s: Moment
 
 
 Arrival = Annotated[PoissonArrival | GammaArrival | OnOffArrival, Field(discriminator="kind")]
@@ -64,23 +87,23 @@ Arrival = Annotated[PoissonArrival | GammaArrival | OnOffArrival, Field(discrimi
 
 class FixedLength(Section):
     kind: Literal["fixed"]
-    tokens: PositiveCount
+    tokens: Tokens
 
 
 class UniformLength(Section):
     kind: Literal["uniform"]
-    min: PositiveCount
-    max: PositiveCount
+    min: Tokens
+    max: Tokens
 
 
 class LognormalLength(Section):
     """The paper's input lengths: exp(N(mu, sigma^2)) truncated to [min, max] tokens."""
 
     kind: Literal["lognormal"]
-    mu: Number
-    sigma: Positive
-    min: PositiveCount
-    max: PositiveCount
+    mu: Annotated[float, Field(strict=True, ge=-MAX_LOG_MU, le=MAX_LOG_MU)]
+    sigma: Annotated[float, Field(strict=True, gt=0, le=MAX_LOG_SIGMA)]
+    min: Tokens
+    max: Tokens
 
 
 class EmpiricalLength(Section):
@@ -98,35 +121,35 @@ LengthDist = Annotated[
 class RateChange(Section):
     """From `at_s` on, arrivals run at `rate_per_s` (piecewise-constant rate)."""
 
-    at_s: NonNegative
-    rate_per_s: Positive
+    at_s: Moment
+    rate_per_s: Rate
 
 
 class PrefixSharingSpec(Section):
     """Synthetic shared prefixes: each request starts with one of `num_prefixes` prefixes."""
 
-    num_prefixes: PositiveCount
-    shared_blocks: PositiveCount
+    num_prefixes: Annotated[int, Field(strict=True, ge=1, le=MAX_PREFIXES)]
+    shared_blocks: Annotated[int, Field(strict=True, ge=1, le=MAX_SHARED_BLOCKS)]
 
 
 class TraceSpec(Section):
     format: Literal["mooncake", "azure"]
     path: InputFile
-    time_scale: Positive = 1.0
-    length_scale: Positive = 1.0
-    max_requests: PositiveCount | None = None
+    time_scale: Scale = 1.0
+    length_scale: Scale = 1.0
+    max_requests: Requests | None = None
 
 
 class WorkloadSpec(Section):
     """Either generated (arrival + input_len + output_len) or a trace replay, never both."""
 
     arrival: Arrival | None = None
-    rate_changes: tuple[RateChange, ...] = ()
+    rate_changes: tuple[RateChange, ...] = Field(default=(), max_length=MAX_RATE_CHANGES)
     input_len: LengthDist | None = None
     output_len: LengthDist | None = None
     prefix_sharing: PrefixSharingSpec | None = None
     trace: TraceSpec | None = None
-    max_requests: PositiveCount = 10_000
+    max_requests: Requests = 10_000
 
     @property
     def is_trace(self) -> bool:
@@ -140,25 +163,31 @@ _LENGTH_KINDS = (
 _ARRIVAL_KINDS = (
     "use kind: poisson (rate_per_s), gamma (rate_per_s, cv) or on-off (rate_per_s, on_s, off_s)"
 )
+_TOKENS = f"use a whole number of tokens from 1 to {MAX_TOKENS:,}"
+_SECONDS = f"at most {MAX_DURATION_S:,.0f}"
 WORKLOAD_HINTS: dict[str, str] = {
     "arrival": _ARRIVAL_KINDS,
     "input_len": _LENGTH_KINDS,
     "output_len": _LENGTH_KINDS,
-    "rate_per_s": "use a positive rate in requests per second",
-    "cv": "use a positive coefficient of variation (1 = Poisson)",
-    "on_s": "use a positive number of seconds",
-    "off_s": "use seconds >= 0",
-    "tokens": "use a whole number of tokens, >= 1",
-    "input_len.min": "use a whole number of tokens, >= 1",
-    "input_len.max": "use a whole number of tokens, >= 1",
-    "output_len.min": "use a whole number of tokens, >= 1",
-    "output_len.max": "use a whole number of tokens, >= 1",
-    "sigma": "use a positive number",
+    "rate_per_s": f"use a positive rate in requests per second, at most {MAX_RATE_PER_S:,.0f}",
+    "cv": f"use a positive coefficient of variation (1 = Poisson), at most {MAX_CV:g}",
+    "on_s": f"use a positive number of seconds, {_SECONDS}",
+    "off_s": f"use seconds >= 0, {_SECONDS}",
+    "rate_changes": f"give at most {MAX_RATE_CHANGES:,} changes",
+    "tokens": _TOKENS,
+    "input_len.min": _TOKENS,
+    "input_len.max": _TOKENS,
+    "output_len.min": _TOKENS,
+    "output_len.max": _TOKENS,
+    "mu": f"use a number from {-MAX_LOG_MU:g} to {MAX_LOG_MU:g}",
+    "sigma": f"use a positive number, at most {MAX_LOG_SIGMA:g}",
     "path": "check the path; a relative path starts at the scenario file's directory",
     "format": "use mooncake or azure",
-    "time_scale": "use a positive factor; trace timestamps are multiplied by it",
-    "length_scale": "use a positive factor; trace lengths are multiplied by it",
-    "max_requests": "use a whole number of requests, >= 1",
-    "num_prefixes": "use a whole number, >= 1",
-    "shared_blocks": "use a whole number of blocks, >= 1",
+    "time_scale": (f"use a factor from {1 / MAX_TRACE_SCALE:g} to {MAX_TRACE_SCALE:g}; "
+                   "trace timestamps are multiplied by it"),
+    "length_scale": (f"use a factor from {1 / MAX_TRACE_SCALE:g} to {MAX_TRACE_SCALE:g}; "
+                     "trace lengths are multiplied by it"),
+    "max_requests": f"use a whole number of requests, 1 to {MAX_REQUESTS:,}",
+    "num_prefixes": f"use a whole number, 1 to {MAX_PREFIXES:,}",
+    "shared_blocks": f"use a whole number of blocks, 1 to {MAX_SHARED_BLOCKS:,}",
 }

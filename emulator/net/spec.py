@@ -78,7 +78,7 @@ def parse_link_spec(data: dict, where: str = "link") -> LinkSpec:
 FIELD_HINTS = {
     "bandwidth_mbit": f"use a rate in (0, {MAX_BANDWIDTH_MBIT:g}] Mbit/s, or null for an unshaped link",
     "delay_ms": f"use 0 for no added delay, at most {MAX_DELAY_MS:g}",
-    "jitter_ms": "use 0 for no jitter",
+    "jitter_ms": f"use 0 for no jitter, at most {MAX_DELAY_MS:g}",
     "loss_pct": "use a percentage in [0, 100]",
     "loss_correlation_pct": "use a percentage in [0, 100]",
     "queue_packets": f"use a whole number of packets in [1, {MAX_QUEUE_PACKETS}]",
@@ -110,6 +110,8 @@ def format_validation_error(
 def _line(e: Any, where: str, model: type[BaseModel], field_hints: Mapping[str, str]) -> str:
     doc_path, _ = _walk(model, e["loc"])
     path = ".".join(p for p in (where, *map(_show, doc_path)) if p) or model.__name__
+    if e["type"] == FIELD_ERROR:  # a field validator wrote its own `problem; fix`, case kept
+        return f"{path}: {e['msg']}"
     hint = _hint(field_hints, [str(p) for p in doc_path])
     if e["type"] == "extra_forbidden":
         _, container = _walk(model, e["loc"][:-1])
@@ -129,6 +131,7 @@ def _line(e: Any, where: str, model: type[BaseModel], field_hints: Mapping[str, 
 
 
 LINES_ERROR = "prfaas_lines"
+FIELD_ERROR = "prfaas_field"  # PydanticCustomError(FIELD_ERROR, "{text}", {"text": "problem; fix"})
 
 
 def lines_error(lines: list[str]) -> PydanticCustomError:

@@ -14,9 +14,8 @@ from statistics import NormalDist
 import numpy as np
 
 from emulator.errors import ScenarioError
+from emulator.limits import MAX_TOKENS
 from emulator.workload.lines import MAX_LINES, read_lines
-
-MAX_TOKENS = 1 << 31  # a length bound far above any context window, so sums stay exact
 
 
 def _check_tokens(field: str, value: object) -> int:
@@ -157,16 +156,11 @@ class EmpiricalLength:
             text = text.strip()
             if not text:
                 continue
-            try:
-                value = int(text)
-            except ValueError:
+            value = _line_tokens(text)
+            if value is None:  # the line is not quoted: the file may be anything a path names
                 raise ScenarioError(
-                    f"lengths {path} line {lineno}: {text[:40]!r} is not a whole number; "
+                    f"lengths {path} line {lineno}: not a whole number of tokens in 1..{MAX_TOKENS}; "
                     "write one integer per line"
-                ) from None
-            if not 1 <= value <= MAX_TOKENS:
-                raise ScenarioError(
-                    f"lengths {path} line {lineno}: {value} is outside 1..{MAX_TOKENS}"
                 )
             values.append(value)
         if not values:
@@ -179,6 +173,15 @@ class EmpiricalLength:
 
     def mean(self) -> float:
         return float(np.mean(np.asarray(self.values, dtype=np.float64)))
+
+
+def _line_tokens(text: str) -> int | None:
+    """A line's whole number of tokens in 1..MAX_TOKENS, or None (long digit strings are refused
+    before int() sees them)."""
+    if not (text.isascii() and text.isdigit() and len(text) <= len(str(MAX_TOKENS))):
+        return None
+    value = int(text)
+    return value if 1 <= value <= MAX_TOKENS else None
 
 
 LengthDist = FixedLength | UniformLength | LogNormalLength | EmpiricalLength

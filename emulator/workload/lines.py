@@ -1,11 +1,14 @@
 """Bounded reading of line-oriented input files (traces, empirical length lists).
 
-Holds only the guard rails: a cap on line length and on line count, and one-line errors that name
-the file and line. Parsing the lines is left to the readers.
+Holds only the guard rails: regular files only (a FIFO would block, a device never end), a cap on
+line length and on line count, and one-line errors that name the file and line but never quote
+them (the file may be anything a path can name). Parsing the lines is left to the readers.
 """
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,11 +26,15 @@ def read_lines(
     A file is opened lazily, so a reader that stops early (a request cap) never reads the rest.
     """
     try:
-        handle = open(path, encoding="utf-8", newline="")  # closed by the with below
-    except OSError as exc:
-        reason = exc.strerror or type(exc).__name__
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens at once, then is refused
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "strerror", None) or type(exc).__name__
         raise ScenarioError(f"{what} {path}: cannot open ({reason}); check the path") from None
-    with handle:
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ScenarioError(f"{what} {path}: not a regular file; name a text file")
+    os.set_blocking(fd, True)
+    with open(fd, encoding="utf-8", newline="") as handle:
         lineno = 0
         while True:
             lineno += 1

@@ -1,6 +1,7 @@
 """Trace readers: Mooncake JSONL and Azure LLM inference CSV, turned into RequestSpecs.
 
-Every row is validated (a bad row names file, line and field); lines and rows are capped. Arrival
+Every row is validated (a bad row names file, line and field, never its content); lines, rows and
+numbers are capped (emulator/limits.py). Arrival
 times are relative to the first row and multiplied by time_scale: 0.5 replays twice as fast, 2.0
 half as fast. Lengths are multiplied by length_scale, rounded, and kept >= 1.
 """
@@ -18,7 +19,7 @@ from typing import Literal
 
 from emulator.control.types import RequestSpec
 from emulator.errors import ScenarioError
-from emulator.workload.lengths import MAX_TOKENS
+from emulator.limits import MAX_OUTPUT_TOKENS, MAX_TOKENS
 from emulator.workload.lines import read_lines
 from emulator.workload.tokens import HASH_MASK, chain_hashes, text_hash
 
@@ -73,18 +74,16 @@ class _Row:
 
 
 def _whole(value: object, where: str, field: str, low: int = 0, high: int = MAX_TOKENS) -> int:
-    """A JSON/CSV value as an int, rejecting bools, fractions and text with a one-line reason."""
-    if isinstance(value, float) and value.is_integer():
+    """A JSON/CSV value as an int in low..high, rejecting bools, fractions and text with a one-line
+    reason that does not quote the value."""
+    if isinstance(value, float) and value.is_integer() and abs(value) <= high:
         value = int(value)
     if isinstance(value, str):
-        try:
-            value = int(value.strip())
-        except ValueError:
-            pass
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ScenarioError(f"{where}: {field}: {value!r} is not a whole number; use an integer")
-    if not low <= value <= high:
-        raise ScenarioError(f"{where}: {field}: {value} is outside {low}..{high}")
+        text = value.strip()
+        digits = text.isascii() and text.isdigit() and len(text) <= len(str(high))
+        value = int(text) if digits else None
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ScenarioError(f"{where}: {field}: not a whole number in {low}..{high}; fix the row")
     return value
 
 
@@ -164,7 +163,8 @@ def _replay(spec: TraceSpec, prefix: str, rows: Iterator[tuple[str, _Row]]) -> l
 
 def _scaled(tokens: int, scale: float, where: str, field: str) -> int:
     scaled = max(1, math.floor(tokens * scale + 0.5))
-    return _whole(scaled, where, f"{field} x length_scale", 1)
+    high = MAX_OUTPUT_TOKENS if field.startswith("output") else MAX_TOKENS
+    return _whole(scaled, where, f"{field} x length_scale", 1, high)
 
 
 def _mooncake_row(text: str, where: str) -> _Row:
@@ -178,17 +178,16 @@ def _mooncake_row(text: str, where: str) -> _Row:
         raise ScenarioError(f"{where}: a JSON {kind}, not an object; write one object per line")
     stamp_ms = row.get("timestamp")
     if isinstance(stamp_ms, bool) or not isinstance(stamp_ms, int | float):
-        raise ScenarioError(f"{where}: timestamp: {stamp_ms!r} is not a number of milliseconds")
-    if not (math.isfinite(stamp_ms) and 0 <= stamp_ms <= MAX_STAMP_MS):
-        raise ScenarioError(f"{where}: timestamp: {stamp_ms!r} is outside 0..{MAX_STAMP_MS} ms")
+        raise ScenarioError(f"{where}: timestamp: not a number of milliseconds; fix the row")
+    if not (0 <= stamp_ms <= MAX_STAMP_MS and math.isfinite(stamp_ms)):
+        raise ScenarioError(f"{where}: timestamp: outside 0..{MAX_STAMP_MS} ms; fix the row")
     hash_ids = row.get("hash_ids")
     if not isinstance(hash_ids, list):
-        shown = str(hash_ids)[:40]
-        raise ScenarioError(f"{where}: hash_ids: {shown!r} is not a list of block ids")
+        raise ScenarioError(f"{where}: hash_ids: not a list of block ids; fix the row")
     return _Row(
         stamp_ps=round(stamp_ms * 10**9),
         input_tokens=_whole(row.get("input_length"), where, "input_length"),
-        output_tokens=_whole(row.get("output_length"), where, "output_length"),
+        output_tokens=_whole(row.get("output_length"), where, "output_length", 0, MAX_OUTPUT_TOKENS),
         hash_ids=tuple(_whole(h, where, "hash_ids", 0, HASH_MASK) for h in hash_ids),
     )
 
@@ -218,7 +217,7 @@ class _AzureParser:
         return _Row(
             stamp_ps=_azure_time_ps(row["TIMESTAMP"], where),
             input_tokens=_whole(row["ContextTokens"], where, "ContextTokens"),
-            output_tokens=_whole(row["GeneratedTokens"], where, "GeneratedTokens"),
+            output_tokens=_whole(row["GeneratedTokens"], where, "GeneratedTokens", 0, MAX_OUTPUT_TOKENS),
             hash_ids=None,
         )
 
@@ -232,7 +231,7 @@ def _azure_time_ps(text: str, where: str) -> int:
             raise ValueError
     except ValueError:
         raise ScenarioError(
-            f"{where}: TIMESTAMP: {text[:40]!r} is not a time; use YYYY-MM-DD HH:MM:SS[.fraction]"
+            f"{where}: TIMESTAMP: not a time; use YYYY-MM-DD HH:MM:SS[.fraction]"
         ) from None
     seconds = (stamp - datetime(1970, 1, 1)) // timedelta(seconds=1)
     return seconds * PS_PER_S + int(fraction.ljust(12, "0") or 0)

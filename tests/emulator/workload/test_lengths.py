@@ -87,9 +87,9 @@ def test_empirical_from_a_file(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("100\n2.5\n", "line 2: '2.5' is not a whole number"),
+        ("100\n2.5\n", "line 2: not a whole number of tokens"),
         ("100\n\nabc\n", "line 3"),
-        ("100\n0\n", "line 2: 0 is outside"),
+        ("100\n0\n", "line 2: not a whole number of tokens in 1..1048576"),
         ("\n\n", "no lengths"),
     ],
 )
