@@ -6,6 +6,7 @@ A run started here is an ordinary CLI run, so whatever the dashboard can do a sc
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -76,15 +77,19 @@ class RunHandle:
         except OSError:
             return ""
 
-    def stop(self, grace_s: float = 30.0) -> int:
-        """Ctrl-C, as a terminal would: open requests end failed, everything is torn down."""
+    def stop(self, grace_s: float = 15.0, hurry_s: float = 5.0) -> int:
+        """Ctrl-C, as a terminal would: open requests end failed, the record is written, everything is
+        torn down (within about 10 s: each teardown step has a budget). Should it take longer than
+        `grace_s`, a second SIGINT hurries the teardown; only after `hurry_s` more is it killed."""
+        for sig, wait_s in ((signal.SIGINT, grace_s), (signal.SIGINT, hurry_s)):
+            if not self.is_running:
+                break
+            self.process.send_signal(sig)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(wait_s)
         if self.is_running:
-            self.process.send_signal(signal.SIGINT)
-            try:
-                self.process.wait(grace_s)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
+            self.process.kill()
+            self.process.wait(5)
         return self.process.returncode
 
 

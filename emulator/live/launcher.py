@@ -8,10 +8,12 @@ datacenter's namespace (the worker does that), and their control connection reac
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -119,15 +121,34 @@ class WorkerProcesses:
         """Workers that are gone, with their exit codes."""
         return {name: proc.returncode for name, proc in self.procs.items() if proc.poll() is not None}
 
-    def stop_all(self, grace_s: float = 10.0) -> None:
-        """Terminate every worker (they fail what they hold and exit 0), then kill stragglers."""
+    def alive(self) -> list[str]:
+        """Workers whose process has not exited (each call reaps those that have)."""
+        return [name for name, proc in self.procs.items() if proc.poll() is None]
+
+    def terminate_all(self) -> None:
+        """SIGTERM to every running worker: it fails what it holds and exits 0."""
         for proc in self.procs.values():
             if proc.poll() is None:
                 proc.terminate()
+
+    def kill_all(self) -> list[str]:
+        """SIGKILL to every worker still running; returns their names (for the teardown's record)."""
+        killed = []
         for name, proc in self.procs.items():
-            try:
-                proc.wait(grace_s)
-            except subprocess.TimeoutExpired:
-                log.warning("worker %s ignored SIGTERM for %g s; killing it", name, grace_s)
+            if proc.poll() is None:
+                log.warning("worker %s (pid %d) did not exit after SIGTERM; killing it", name, proc.pid)
                 proc.kill()
-                proc.wait(5)
+                killed.append(f"worker {name} (pid {proc.pid})")
+        return killed
+
+    def stop_all(self, grace_s: float = 10.0) -> list[str]:
+        """Terminate every worker, wait at most `grace_s` in all, kill stragglers; returns those killed."""
+        self.terminate_all()
+        deadline = time.monotonic() + grace_s
+        while self.alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        killed = self.kill_all()
+        for proc in self.procs.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(1.0)
+        return killed

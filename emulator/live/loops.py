@@ -20,6 +20,7 @@ from emulator.live.gateway import Gateway
 from emulator.live.knobs import Knobs
 from emulator.live.launcher import WorkerProcesses
 from emulator.live.pacing import WorkloadClock
+from emulator.live.teardown import BUDGET_S, Step, in_thread, settle
 from emulator.net.backend import TO_LOCAL
 from emulator.net.spec import LinkSpec, parse_link_spec
 from emulator.net.topology import Topology
@@ -46,23 +47,35 @@ class RunLoops:
         self.knobs = Knobs(gateway.router, gateway.scheduler, self.clock, lambda: topology.spec,
                            topology.update, self.set_prefill_instances)
         self.egress = EgressRateEstimator()
-        self.snapshots: list[MetricsSnapshot] = []
+        self.snapshots: list[MetricsSnapshot] = []  # the recorded timeseries: one per METRICS_PERIOD_S
+        self.latest: MetricsSnapshot | None = None  # what was last published (knobs publish at once)
+        self.link_bytes_to_local: int | None = None  # as of the last snapshot: the record needs no relay
         self.decisions: list[str] = []
         self.knob_changes: list[str] = []
         self.duration_s = 0.0
         self._arrivals_done = asyncio.Event()
+        self._ended = asyncio.Event()  # every loop checks it: a swallowed cancellation cannot keep one going
+        self._tasks: list[asyncio.Task] = []
 
     async def run(self, stop: asyncio.Event, progress: Callable[[int, int, float], None] | None) -> str:
-        tasks = [asyncio.create_task(coro) for coro in (
+        """Run until the scenario ends or `stop` is set; the caller then calls `stop_loops`."""
+        self._tasks = [asyncio.create_task(coro, name=f"loop-{coro.__name__.strip('_')}") for coro in (
             self._drive(), self._timeline(), self._metrics(), self._schedule(), self._commands())]
-        try:
-            return await self._wait_for_end(stop, progress, tasks)
-        finally:
-            self.duration_s = self.gateway.now()
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            await self._snapshot()
+        return await self._wait_for_end(stop, progress, self._tasks)
+
+    async def stop_loops(self) -> list[str]:
+        """End arrivals and every loop, then record a last snapshot; returns the loops that did not end.
+
+        Cancelling once is not enough: on CPython 3.11 a cancellation that lands as a publish
+        completes is swallowed inside `asyncio.wait_for` (gh-86296), and a loop that only ends by
+        cancellation then runs, and publishes, forever. So the loops also watch `_ended`, and
+        `settle` cancels again until each has ended."""
+        self.duration_s = self.gateway.now()
+        self._ended.set()
+        self.clock.pause()  # no arrival is admitted from here on
+        stuck = await settle(self._tasks, BUDGET_S[Step.LOOPS])
+        await self._snapshot(record=True)
+        return [task.get_name() for task in stuck]
 
     async def _wait_for_end(self, stop: asyncio.Event, progress, tasks: list[asyncio.Task]) -> str:
         total, gateway = len(self.requests), self.gateway
@@ -90,6 +103,8 @@ class RunLoops:
         try:
             for spec in self.requests:
                 await self.clock.wait_until(spec.arrival_s)
+                if self._ended.is_set():
+                    return
                 await self.gateway.admit(spec)
         finally:
             self._arrivals_done.set()
@@ -99,6 +114,8 @@ class RunLoops:
         link = self.topology.spec
         for event in self.scenario.timeline:
             await asyncio.sleep(max(0.0, event.at_s - self.gateway.now()))
+            if self._ended.is_set():
+                return
             try:
                 if event.link is not None:
                     link = parse_link_spec(link.model_dump() | event.link)
@@ -116,7 +133,7 @@ class RunLoops:
             except PrfaasError as err:
                 what = f"refused: {err}"
             self._note(f"t={self.gateway.now():.1f}s timeline: {what}", self.knob_changes)
-            await self._snapshot()
+            await self._snapshot(record=False)
 
     def _spawn_name(self, name: str) -> str:
         node = self.gateway.nodes.get(name)
@@ -124,22 +141,30 @@ class RunLoops:
 
     async def _commands(self) -> None:
         async for command in self.bus.commands():
+            if self._ended.is_set():
+                return
             try:
                 what = await self.knobs.apply_command(command)
             except PrfaasError as err:
                 what = f"refused {command.knob.value}: {err}"
             self._note(f"t={self.gateway.now():.1f}s control: {what}", self.knob_changes)
-            await self._snapshot()  # publish the effect at once: knob-to-effect is measured on it
+            # publish the effect at once (knob-to-effect is measured on it); the recorded timeseries
+            # keeps its METRICS_PERIOD_S cadence, so a flood of commands cannot grow it
+            await self._snapshot(record=False)
             await self.announce("running", f"control: {what}")  # the status topic says what it took
 
     async def _metrics(self) -> None:
-        while True:
-            await self._snapshot()
+        while not self._ended.is_set():
+            await self._snapshot(record=True)
             await asyncio.sleep(METRICS_PERIOD_S)
 
-    async def _snapshot(self) -> None:
+    async def _snapshot(self, record: bool) -> None:
+        """Publish a snapshot now; keep it in the recorded timeseries when `record`."""
+        # the relay answers over a socket: never wait for it on the loop's thread
+        counters = (await in_thread(self.topology.counters)).directions.get(TO_LOCAL)
         now, gateway, spec = self.gateway.now(), self.gateway, self.topology.spec
-        counters = self.topology.counters().directions.get(TO_LOCAL)
+        if counters is not None:
+            self.link_bytes_to_local = counters.bytes
         egress = self.egress.update(max(now, 0.0), counters.bytes if counters else 0)
         retrans, rtt = self._link_view()
         depths = gateway.nodes.queue_depths()
@@ -151,7 +176,9 @@ class RunLoops:
             retrans_rate=retrans, rtt_ms=rtt, threshold_tokens=gateway.router.config.threshold_tokens,
             roles=gateway.nodes.roles(), link=_link_fields(spec),
         )
-        self.snapshots.append(snapshot)
+        self.latest = snapshot
+        if record:
+            self.snapshots.append(snapshot)
         await self.bus.publish_metrics(snapshot)
 
     def _link_view(self) -> tuple[float | None, float | None]:
@@ -166,14 +193,14 @@ class RunLoops:
         scheduler = self.gateway.scheduler
         if scheduler is None:
             return
-        while True:
+        while not self._ended.is_set():
             await asyncio.sleep(SCHEDULER_PERIOD_S)
             self._observe(scheduler)
             for decision in scheduler.tick(self.gateway.now()):
                 await self._apply(decision)
 
     def _observe(self, scheduler) -> None:
-        now, snapshot = self.gateway.now(), self.snapshots[-1] if self.snapshots else None
+        now, snapshot = self.gateway.now(), self.latest
         if snapshot is None:
             return
         links = [n.stats.link for n in self.gateway.nodes if n.stats and n.stats.link and n.cluster.value == "remote"]

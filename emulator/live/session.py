@@ -27,6 +27,7 @@ from emulator.live.gateway import Gateway, GatewaySettings
 from emulator.live.launcher import WorkerProcesses, plan_workers, speed_notes
 from emulator.live.loops import RunLoops
 from emulator.live.nodes import NodeState, NodeTable
+from emulator.live.teardown import BUDGET_S, Step, Teardown, in_thread, settle
 from emulator.net.backend import TO_LOCAL
 from emulator.net.ledger import Ledger
 from emulator.net.names import check_run_id, new_run_id
@@ -42,6 +43,7 @@ from emulator.workload.build import build_requests
 log = logging.getLogger(__name__)
 Progress = Callable[[int, int, float], None]  # (requests ended, total, seconds since start)
 STARTUP_TIMEOUT_S = 120.0
+WORKER_KILL_MARGIN_S = 0.5  # of the workers' step budget: left for SIGKILL and reaping
 
 
 async def run_live(scenario: Scenario, out_dir: Path, broker_url: str | None = None,
@@ -49,7 +51,10 @@ async def run_live(scenario: Scenario, out_dir: Path, broker_url: str | None = N
                    link_backend: str = "auto", run_id: str | None = None) -> dict[str, Any]:
     """Run `scenario` on real processes and a real link; returns the summary.json document.
 
-    `run_id` names the namespaces and MQTT topics (default: a fresh one)."""
+    `run_id` names the namespaces and MQTT topics (default: a fresh one). However the run ends, the
+    teardown (emulator/live/teardown.py) runs in order with a budget per step; the record is written
+    once as soon as every request has ended, before anything that can hang, and again, complete,
+    after the link is gone."""
     if scenario.model.preset is None:
         raise PrfaasError("model.preset: the live engine runs a model_stub preset; set model.preset")
     try:
@@ -60,25 +65,67 @@ async def run_live(scenario: Scenario, out_dir: Path, broker_url: str | None = N
     plane = make_control_plane(scenario)
     topology = Topology(scenario.link, backend=link_backend, run_id=run_id)
     broker: EmbeddedBroker | None = None
-    with _stop_on_signals() as stop:  # Ctrl-C ends the run and its record, never a step of it
+    bus: TelemetryBus | None = None
+    session: LiveSession | None = None
+    teardown = Teardown()
+    error: BaseException | None = None
+    with _stop_on_signals(teardown.hurry) as stop:  # a signal ends the run and its record, never a step
         try:
             await asyncio.to_thread(topology.up)
             if broker_url is None and embedded_broker:
                 broker = await asyncio.to_thread(EmbeddedBroker().start)
                 Ledger.open(run_id).record("pid", pid=broker.pid, name="mqtt-broker")
                 broker_url = broker.url
-            async with TelemetryBus(broker_url, run_id, link_base=lambda: topology.spec) as bus:
-                session = LiveSession(scenario, run_id, topology, plane, bus, out_dir)
-                return await session.run(requests, progress, stop)
-        finally:
-            if broker is not None:
-                await asyncio.to_thread(broker.stop)
-            await asyncio.to_thread(topology.down)
+            bus = await TelemetryBus(broker_url, run_id, link_base=lambda: topology.spec).__aenter__()
+            session = LiveSession(scenario, run_id, topology, plane, bus, out_dir, teardown)
+            await session.run(requests, progress, stop)
+        except BaseException as err:  # the teardown below runs first; then it is raised
+            error = err
+        await _release(teardown, topology, bus, broker)
+        doc = await session.write_record(complete=True) if session is not None and session.loops else None
+    if error is not None:
+        raise error
+    assert doc is not None, "a run without an error has run its loops"
+    return doc
+
+
+async def _release(teardown: Teardown, topology: Topology, bus: TelemetryBus | None,
+                   broker: EmbeddedBroker | None) -> None:
+    """The teardown's shared-infrastructure steps: telemetry, broker, link, stray tasks."""
+    if bus is not None:
+        await teardown.step(Step.TELEMETRY, bus.__aexit__(None, None, None))
+    if broker is not None:
+        pid = broker.pid
+        await teardown.step(Step.BROKER, in_thread(broker.stop), kill=lambda: _kill_pid(pid, "mqtt broker"))
+    relay_pid = getattr(topology.backend, "pid", None)
+    await teardown.step(Step.LINK, in_thread(topology.down),
+                        kill=lambda: _kill_pid(relay_pid, "link relay") if relay_pid else [])
+    strays = asyncio.all_tasks() - {asyncio.current_task()}
+    if strays:
+        await teardown.step(Step.STRAYS, _end_strays(strays, teardown))
+
+
+async def _end_strays(tasks: set[asyncio.Task], teardown: Teardown) -> None:
+    """Tasks a part left running (a telemetry client, a worker connection): `asyncio.run` would
+    otherwise wait for them, with one cancellation, at exit."""
+    abandoned = await settle(tasks, BUDGET_S[Step.STRAYS])
+    teardown.add_killed([f"task {t.get_name()} (abandoned)" for t in abandoned])
+
+
+def _kill_pid(pid: int | None, what: str) -> list[str]:
+    if pid is None:
+        return []
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+        return [f"{what} (pid {pid})"]
+    return []
 
 
 @contextlib.contextmanager
-def _stop_on_signals():
-    """SIGINT and SIGTERM set an event the run loops watch, until the run is recorded.
+def _stop_on_signals(hurry: asyncio.Event):
+    """The first SIGINT or SIGTERM sets the event the run loops watch; a second one sets `hurry`,
+    which cuts the teardown's remaining budgets. The handlers stay until the record is complete,
+    so no signal can interrupt the teardown itself.
 
     Plain `signal.signal` handlers, not the loop's `add_signal_handler`: pyroute2 forks helper
     processes (namespaces, netem changes) that inherit asyncio's signal wake-up fd, so a helper's
@@ -87,9 +134,19 @@ def _stop_on_signals():
     stop, loop = asyncio.Event(), asyncio.get_running_loop()
     pid = os.getpid()
 
+    def on_signal(signum: int) -> None:
+        if not stop.is_set():
+            log.info("%s: stopping the run (teardown in order; a second signal hurries it)",
+                     signal.Signals(signum).name)
+            stop.set()
+        elif not hurry.is_set():
+            log.warning("%s again: hurrying the teardown; parts that do not answer at once are killed",
+                        signal.Signals(signum).name)
+            hurry.set()
+
     def handle(signum: int, frame: object) -> None:
         if os.getpid() == pid:  # a forked helper runs this too, on its own copy
-            loop.call_soon_threadsafe(stop.set)
+            loop.call_soon_threadsafe(on_signal, signum)
 
     previous = {}
     if threading.current_thread() is threading.main_thread():
@@ -103,8 +160,11 @@ def _stop_on_signals():
 
 class LiveSession:
     def __init__(self, scenario: Scenario, run_id: str, topology: Topology, plane: ControlPlane, bus: TelemetryBus,
-                 out_dir: Path) -> None:
+                 out_dir: Path, teardown: Teardown | None = None) -> None:
         self.scenario, self.run_id, self.topology, self.plane, self.bus = scenario, run_id, topology, plane, bus
+        self.teardown = teardown or Teardown()
+        self.loops: RunLoops | None = None
+        self.link_bytes_to_local: int | None = None
         self.out_dir = Path(out_dir)
         self.plans = plan_workers(scenario, plane.n_p)
         self.nodes = NodeTable([NodeState(w.cluster, w.index, w.role, w.spawn_name) for w in self.plans])
@@ -116,6 +176,7 @@ class LiveSession:
         self.workers: WorkerProcesses | None = None
         self._conn_tasks: set[asyncio.Task] = set()
         self.end_reason = ""
+        self.doc: dict[str, Any] = {}
         status = topology.status()
         self.notes = [f"link backend: {status['backend']} ({status['reason']})", *speed_notes(scenario)]
         for note in self.notes:
@@ -127,11 +188,13 @@ class LiveSession:
             return self.topology.target(LOCAL, port)
         return self.topology.address(LOCAL), port
 
-    async def run(self, requests, progress: Progress | None, stop: asyncio.Event) -> dict[str, Any]:
+    async def run(self, requests, progress: Progress | None, stop: asyncio.Event) -> None:
+        """Start the workers, run the loops, then the run's own teardown steps (the caller releases
+        telemetry, the broker and the link, then calls `write_record(complete=True)`)."""
         server = await asyncio.start_server(self._serve_worker, "127.0.0.1", 0, limit=p.STREAM_LIMIT)
         port = server.sockets[0].getsockname()[1]
         self.workers = WorkerProcesses(self.scenario, self.topology, port, self.log_dir, Ledger.open(self.run_id))
-        end_reason, loops = "run ended", None
+        end_reason, error = "run ended", None
         try:
             await self._status("starting", "; ".join(self.notes))
             for plan in self.plans:
@@ -139,22 +202,41 @@ class LiveSession:
             await self._wait_for_workers(stop)
             self.gateway.t0 = time.monotonic()
             await self._status("running")
-            loops = RunLoops(self.scenario, self.gateway, self.topology, self.workers, self.bus, requests,
-                             self._status)
-            end_reason = await loops.run(stop, progress)
-        except BaseException as err:
-            end_reason = f"run failed: {err}"
-            await self._status("failed", end_reason)
-            raise
-        finally:
-            await self.gateway.fail_open(end_reason)  # also marks the gateway as stopping
-            await self._shutdown(server)
-        self.end_reason = end_reason
-        doc = await asyncio.to_thread(self._record, loops)
-        failed = doc["summary"].get("failed_count") or 0
-        completed = doc["summary"].get("completed", 0)
-        await self._status("finished", f"{completed} completed, {failed} failed; {end_reason}")
-        return doc
+            self.loops = RunLoops(self.scenario, self.gateway, self.topology, self.workers, self.bus, requests,
+                                  self._status)
+            end_reason = await self.loops.run(stop, progress)
+        except BaseException as err:  # raised again once the teardown has run
+            end_reason, error = f"run failed: {err}", err
+        await self._tear_down(server, end_reason, error)
+        if error is not None:
+            raise error
+
+    async def _tear_down(self, server: asyncio.Server, end_reason: str, error: BaseException | None) -> None:
+        """Stop arrivals, fail what is open, write the record, stop workers and their connections."""
+        t, self.end_reason = self.teardown, end_reason
+        if self.loops is not None:
+            stuck = await t.step(Step.LOOPS, self.loops.stop_loops())
+            t.add_killed([f"loop {name} (abandoned)" for name in stuck or []])
+        await t.step(Step.STATUS, self._status("failed" if error else "draining", end_reason))
+        await t.step(Step.FAIL_OPEN, self.gateway.fail_open(end_reason))  # also marks the gateway stopping
+        self._fail_rest(end_reason)
+        if self.loops is not None:  # before anything that can hang: workers, the broker, the link
+            await self.write_record(complete=False)
+        await t.step(Step.WORKERS, self._stop_workers(), kill=self.workers.kill_all)
+        await t.step(Step.CONNECTIONS, self._close_connections(server))
+        counters = await t.step(Step.LINK_COUNTERS, in_thread(self.topology.counters))
+        if counters is not None and (crossed := counters.directions.get(TO_LOCAL)) is not None:
+            self.link_bytes_to_local = crossed.bytes
+        if self.loops is not None and error is None:
+            summary = self.doc["summary"] if self.doc else {}
+            note = f"{summary.get('completed', 0)} completed, {summary.get('failed_count') or 0} failed; {end_reason}"
+            await t.step(Step.STATUS, self._status("finished", note))
+
+    def _fail_rest(self, reason: str) -> None:
+        """End, without any I/O, whatever `fail_open` did not reach within its budget."""
+        for state in self.gateway.tracker.open:
+            if self.gateway.tracker.finish(state, self.gateway.now(), fail_reason=reason) is not None:
+                self.gateway.counters.on_failed()
 
     async def _wait_for_workers(self, stop: asyncio.Event) -> None:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
@@ -218,17 +300,28 @@ class LiveSession:
         node.writer, node.kv_port, node.pid, node.is_up = writer, hello.kv_port, hello.pid, True
         return node
 
-    async def _shutdown(self, server: asyncio.Server) -> None:
-        await self._status("draining")
+    async def _stop_workers(self) -> None:
+        """Shutdown over each control connection (never waiting on one that does not read), SIGTERM,
+        then SIGKILL for whoever has not exited when the step's budget is nearly spent."""
         for node in self.nodes:
-            if node.is_up:
-                await node.send(p.Shutdown())
-        if self.workers is not None:
-            await asyncio.to_thread(self.workers.stop_all)
+            if node.is_up and node.writer is not None and not node.writer.is_closing():
+                with contextlib.suppress(ConnectionError, OSError):
+                    node.writer.write(p.encode(p.Shutdown()))
+        if self.workers is None:
+            return
+        self.workers.terminate_all()
+        deadline = time.monotonic() + BUDGET_S[Step.WORKERS] - WORKER_KILL_MARGIN_S
+        while self.workers.alive() and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        self.teardown.add_killed(self.workers.kill_all())
+        deadline = time.monotonic() + WORKER_KILL_MARGIN_S
+        while self.workers.alive() and time.monotonic() < deadline:  # reap the killed
+            await asyncio.sleep(0.02)
+
+    async def _close_connections(self, server: asyncio.Server) -> None:
         server.close()
-        for task in list(self._conn_tasks):
-            task.cancel()
-        await asyncio.gather(*self._conn_tasks, return_exceptions=True)
+        abandoned = await settle(list(self._conn_tasks), BUDGET_S[Step.CONNECTIONS] / 2)
+        self.teardown.add_killed([f"task {t.get_name()} (abandoned)" for t in abandoned])
 
     async def _status(self, state: str, note: str = "") -> None:
         log.info("run %s: %s", self.run_id, state)
@@ -238,36 +331,46 @@ class LiveSession:
             link_backend=status["backend"], note=note or self.notes[0],
             threshold_tokens=self.gateway.router.config.threshold_tokens))
 
-    def _write_outputs(self) -> None:
-        """DIR/outputs.jsonl: the generated tokens of every completed request, one JSON line each."""
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        lines = [json.dumps({"id": s.spec.id, "tokens": s.tokens}) for s in self.gateway.tracker.by_id.values()
-                 if s.record is not None and s.record.status == "completed"]
-        (self.out_dir / "outputs.jsonl").write_text("".join(line + "\n" for line in lines))
-
-    def _record(self, loops: RunLoops | None) -> dict[str, Any]:
+    async def write_record(self, complete: bool) -> dict[str, Any]:
+        """Write the run's directory; first right after every request has ended (`complete=False`),
+        then again after the teardown, with its steps. Each write replaces the files whole."""
         recorder = RunRecorder(self.out_dir)
         for record in self.gateway.tracker.records:
             recorder.add_request(record)
-        for snapshot in loops.snapshots if loops is not None else []:
+        for snapshot in list(self.loops.snapshots if self.loops is not None else []):
             recorder.add_snapshot(snapshot)
-        status = self.topology.status()
-        crossed = self.topology.counters().directions.get(TO_LOCAL)
-        meta = {
+        outputs = [json.dumps({"id": s.spec.id, "tokens": s.tokens}) + "\n" for s in self.gateway.tracker.by_id.values()
+                   if s.record is not None and s.record.status == "completed"]
+        meta = self._meta(complete)
+
+        def write() -> dict[str, Any]:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            (self.out_dir / "outputs.jsonl").write_text("".join(outputs))
+            return recorder.finish(meta, expect={k.value if hasattr(k, "value") else k: v.model_dump(exclude_none=True)
+                                                 for k, v in self.scenario.expect.items()},
+                                   duration_s=self.loops.duration_s if self.loops is not None else None)
+
+        doc = await self.teardown.step(Step.RECORD, in_thread(write))
+        self.doc = doc or self.doc
+        return self.doc
+
+    def _meta(self, complete: bool) -> dict[str, Any]:
+        status, loops = self.topology.status(), self.loops
+        link_bytes = self.link_bytes_to_local if self.link_bytes_to_local is not None else (
+            loops.link_bytes_to_local if loops is not None else None)
+        return {
             "engine": "live", "scenario": self.scenario.name, "run_id": self.run_id, "seed": self.scenario.seed,
             "link_backend": status["backend"], "link_backend_reason": status["reason"],
             "link_description": status["description"], "mqtt": self.bus.status_note,
             "transport": self.scenario.transport.model_dump(),
             "model": f"{self.scenario.model.preset} ({self.scenario.model.preset_size})",
             "profile": self.plane.profile_source, "threshold_start": self.plane.threshold,
-            "n_p_start": self.plane.n_p, "decisions": loops.decisions if loops is not None else [],
-            "knob_changes": loops.knob_changes if loops is not None else [], "notes": self.notes,
+            "n_p_start": self.plane.n_p, "decisions": list(loops.decisions) if loops is not None else [],
+            "knob_changes": list(loops.knob_changes) if loops is not None else [], "notes": self.notes,
             "end_reason": self.end_reason,
             "worker_logs": str(self.log_dir),
             "worker_pids": {name: proc.pid for name, proc in self.workers.procs.items()} if self.workers else {},
-            "link_bytes_to_local": crossed.bytes if crossed else None,
+            "link_bytes_to_local": link_bytes,
+            "record": "complete" if complete else "written before the teardown; not rewritten after it",
+            "teardown": self.teardown.as_list(), "teardown_killed": self.teardown.killed(),
         }
-        self._write_outputs()
-        return recorder.finish(meta, expect={k.value if hasattr(k, "value") else k: v.model_dump(exclude_none=True)
-                                             for k, v in self.scenario.expect.items()},
-                               duration_s=loops.duration_s if loops is not None else None)

@@ -35,6 +35,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 EXIT_STARTUP_FAILED = 2
 MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes with the terminating NUL
 _PR_SET_TIMERSLACK = 29
+STOP_REQUEST_TIMEOUT_S = 1.0
 
 
 def default_run_dir(run_id: str) -> Path:
@@ -94,11 +95,16 @@ class RelayProcess:
     def stop(self, timeout_s: float = 3.0) -> None:
         """Ask the relay to stop, then SIGTERM, then SIGKILL; idempotent, tolerates a dead relay."""
         if self._is_ready and self._proc.poll() is None:
+            # A client of its own with a short timeout: a relay too busy to answer at once is
+            # signalled instead, and the run's teardown never waits out the 5 s request timeout.
+            client = ControlClient(self.control_path, timeout_s=min(STOP_REQUEST_TIMEOUT_S, timeout_s))
             try:
-                self.client.request("stop")
+                client.request("stop")
                 self._wait(timeout_s)
             except TopologyError as err:
                 log.debug("relay %s: stop request failed (%s); signalling", self.name, err)
+            finally:
+                client.close()
         self._is_ready = False
         self.client.close()
         for sig in (signal.SIGTERM, signal.SIGKILL):

@@ -7,8 +7,10 @@ numbers come from `records.py`; the charts from `report.py`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+import math
 import os
 import uuid
 from collections.abc import Callable, Mapping
@@ -30,6 +32,8 @@ log = logging.getLogger(__name__)
 RUN_KIND = "prfaas-run"
 SUMMARY_VERSION = 1
 FILES = ("requests.parquet", "timeseries.parquet", "summary.json", "report.html")
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+_OPTIONAL_FIELDS = frozenset(f.name for f in dataclasses.fields(RequestRecord) if f.default is None)
 
 _FLOAT, _INT, _STR = pa.float64(), pa.int64(), pa.string()
 REQUEST_SCHEMA = pa.schema([
@@ -57,6 +61,7 @@ class RunRecorder:
         self.out_dir = Path(out_dir)
         self._records: list[RequestRecord] = []
         self._samples: list[dict[str, float | None]] = []
+        self._notes: list[str] = []  # values left out of the record, one line each
 
     @property
     def num_requests(self) -> int:
@@ -67,14 +72,31 @@ class RunRecorder:
 
     def add_sample(self, t_s: float, **columns: float | int | None) -> None:
         """One timeseries row; every value is a number or None (stored as float64, NaN)."""
-        row: dict[str, float | None] = {"t_s": float(t_s)}
+        row: dict[str, float | None] = {"t_s": self._float("timeseries", "t_s", t_s)}
         for name, value in columns.items():
             is_number = isinstance(value, int | float) and not isinstance(value, bool)
             if value is not None and not is_number:
                 raise TelemetryError(f"timeseries: {name} = {value!r} is not a number; "
                                      "record numbers or None only")
-            row[name] = None if value is None else float(value)
+            row[name] = None if value is None else self._float("timeseries", name, value)
         self._samples.append(row)
+
+    def _float(self, where: str, name: str, value: float | int) -> float | None:
+        """`value` as a finite float, or None (noted once per field) when it has none: one absurd
+        value must not cost the run its record."""
+        try:
+            number = float(value)
+        except OverflowError:
+            number = math.nan
+        if math.isfinite(number):
+            return number
+        self._note(f"{where}: {name} = {_short(value)} is not a finite number; recorded as missing")
+        return None
+
+    def _note(self, line: str) -> None:
+        if line not in self._notes:
+            log.warning("recorder: %s", line)
+            self._notes.append(line)
 
     def add_snapshot(self, snapshot: MetricsSnapshot) -> None:
         """Record what was (or would have been) published, as one timeseries row."""
@@ -100,22 +122,65 @@ class RunRecorder:
         its fallback note, mqtt note, ...), `expect` and `expect_failures` (one line each).
         """
         self.out_dir.mkdir(parents=True, exist_ok=True)
+        rows, records = [], []
+        for record in self._records:
+            row, checked = self._checked(record)
+            rows.append(row)
+            records.append(checked)
         duration = self._duration_s() if duration_s is None else duration_s
-        summary = summarize(self._records, duration)
+        duration = self._float("summary", "duration_s", duration) or 0.0
+        summary = self._json_safe("summary", summarize(records, duration))
         expect = {k: dict(v) for k, v in (expect or {}).items()}
-        doc = {"kind": RUN_KIND, "v": SUMMARY_VERSION, "summary": summary, "meta": dict(meta),
-               "expect": expect, "expect_failures": check_expectations(summary, expect)}
-        requests = pa.Table.from_pylist([asdict(r) for r in self._records], schema=REQUEST_SCHEMA)
+        doc = {"kind": RUN_KIND, "v": SUMMARY_VERSION, "summary": summary,
+               "meta": self._json_safe("meta", dict(meta)), "expect": self._json_safe("expect", expect),
+               "expect_failures": check_expectations(summary, expect), "record_notes": self._notes}
+        requests = pa.Table.from_pylist(rows, schema=REQUEST_SCHEMA)
         timeseries = self._timeseries_table()
         _write_atomic(self.out_dir / "requests.parquet", lambda p: pq.write_table(requests, p))
         _write_atomic(self.out_dir / "timeseries.parquet", lambda p: pq.write_table(timeseries, p))
+        try:  # the report is a view of the record: its failure is noted, never fatal
+            _write_atomic(self.out_dir / "report.html",
+                          lambda p: write_report(p, requests.to_pandas(), timeseries.to_pandas(), doc))
+        except Exception as err:
+            self._note(f"report.html not written: {type(err).__name__}: {_short(err)}")
         text = json.dumps(doc, indent=2, allow_nan=False, default=str) + "\n"
         _write_atomic(self.out_dir / "summary.json", lambda p: Path(p).write_text(text))
-        _write_atomic(self.out_dir / "report.html",
-                      lambda p: write_report(p, requests.to_pandas(), timeseries.to_pandas(), doc))
         log.info("run recorded in %s: %d requests, %d samples", self.out_dir,
                  len(self._records), len(self._samples))
         return doc
+
+    def _checked(self, record: RequestRecord) -> tuple[dict[str, Any], RequestRecord]:
+        """`record` as a parquet row, and as a record for the summary, with every number that
+        parquet (int64, float64) cannot hold left out (None where the record's type allows)."""
+        row, bad = asdict(record), []
+        for name, kind in ((f.name, f.type) for f in REQUEST_SCHEMA):
+            value = row[name]
+            if value is None or isinstance(value, str):
+                continue
+            if kind == _INT and not (isinstance(value, int) and _INT64_MIN <= value <= _INT64_MAX):
+                bad.append(name)
+            elif kind == _FLOAT and self._float("requests", name, value) is None:
+                bad.append(name)
+        for name in bad:
+            self._note(f"requests: {record.id}: {name} = {_short(row[name])} does not fit the record; "
+                       "recorded as missing")
+            row[name] = None
+        optional = {name: None for name in bad if name in _OPTIONAL_FIELDS}
+        return row, dataclasses.replace(record, **optional) if optional else record
+
+    def _json_safe(self, where: str, value: Any) -> Any:
+        """`value` for strict JSON: non-finite floats and integers past int64 become None (noted)."""
+        if isinstance(value, Mapping):
+            return {str(k): self._json_safe(f"{where}.{k}", v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [self._json_safe(where, v) for v in value]
+        if isinstance(value, float) and not math.isfinite(value):
+            self._note(f"{where} = {value} is not a finite number; recorded as null")
+            return None
+        if isinstance(value, int) and not isinstance(value, bool) and not _INT64_MIN <= value <= _INT64_MAX:
+            self._note(f"{where} = {_short(value)} is out of range; recorded as null")
+            return None
+        return value
 
     def _duration_s(self) -> float:
         starts = [r.arrival_s for r in self._records] + [s["t_s"] or 0.0 for s in self._samples]
@@ -128,6 +193,14 @@ class RunRecorder:
         rows = sorted(self._samples, key=lambda row: row["t_s"] or 0.0)
         schema = pa.schema([(name, pa.float64()) for name in names])
         return pa.Table.from_pylist(rows, schema=schema)
+
+
+def _short(value: object) -> str:
+    """A value for a one-line note: long numbers by their size, never thousands of digits."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > _INT64_MAX:
+        return f"an integer of {len(str(abs(value))) if abs(value).bit_length() < 10_000 else 'over 3000'} digits"
+    text = " ".join(str(value).split())
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _write_atomic(path: Path, write: Callable[[str], object]) -> None:
