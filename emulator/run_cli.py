@@ -62,10 +62,7 @@ def run(args: argparse.Namespace) -> int:
     bar = ProgressBar(sys.stderr.isatty())
     try:
         if engine == "live":
-            from emulator.live.capacity import check_live_capacity, machine_figures
             from emulator.live.session import run_live
-
-            check_live_capacity(scenario, *machine_figures())  # before anything is spawned
 
             doc = asyncio.run(run_live(scenario, out, args.broker, bar, embedded_broker=not args.no_broker,
                                        link_backend=args.link_backend, run_id=args.run_id))

@@ -23,6 +23,7 @@ from typing import Any
 from emulator.control.types import Cluster
 from emulator.errors import PrfaasError
 from emulator.live import protocol as p
+from emulator.live.capacity import check_live_capacity, machine_figures
 from emulator.live.gateway import Gateway, GatewaySettings
 from emulator.live.launcher import WorkerProcesses, plan_workers, speed_notes
 from emulator.live.loops import RunLoops
@@ -57,6 +58,7 @@ async def run_live(scenario: Scenario, out_dir: Path, broker_url: str | None = N
     after the link is gone."""
     if scenario.model.preset is None:
         raise PrfaasError("model.preset: the live engine runs a model_stub preset; set model.preset")
+    check_live_capacity(scenario, *machine_figures())  # before anything is spawned
     try:
         run_id = check_run_id(run_id) if run_id else new_run_id()
     except ValueError as err:
