@@ -68,3 +68,13 @@ MAX_EXPECT = 1e18  # |min| and |max| of an `expect:` bound (kv_bytes_total of 2 
 LIVE_WORKERS_PER_CORE = 4
 LIVE_WORKER_BYTES = 1 << 30
 LIVE_MEMORY_SHARE = 0.75
+
+# A decode worker's KV receiver (emulator/transport/receiver.py). Connections: in total, and from
+# one peer host (every prefill worker of a namespace shares its address; 64 workers x 4 connections).
+# The total is also kept under half the process's descriptor limit, so accept never meets EMFILE
+# from KV connections alone. Partial requests may hold at most MAX_KV_PARTIAL_BYTES, one peer at
+# most KV_PEER_SHARE of it; bytes are counted as they arrive, never as a header claims them.
+MAX_KV_CONNECTIONS = 512
+MAX_KV_CONNECTIONS_PER_PEER = 256
+MAX_KV_PARTIAL_BYTES = 1 << 30
+KV_PEER_SHARE = 0.5

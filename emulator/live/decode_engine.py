@@ -53,7 +53,6 @@ class DecodeEngine:
         self._commands: dict[int, Decode] = {}  # arrived, no cache yet
         self._waiting: deque[tuple[Decode, HybridCache]] = deque()
         self._batch: list[Active] = []
-        self._num_failures_seen = 0
         self._wakeup = asyncio.Event()
 
     async def start(self, listener: socket.socket) -> None:
@@ -129,9 +128,7 @@ class DecodeEngine:
             self._expire_orphans(time.monotonic())
 
     def _report_receive_failures(self) -> None:
-        failures = self.receiver.failures[self._num_failures_seen:]
-        self._num_failures_seen += len(failures)
-        for failure in failures:
+        for failure in self.receiver.take_failures():
             self._commands.pop(failure.request_id, None)
             self.emit(Failed(rid=failure.request_id, stage="transfer", reason=failure.reason))
 

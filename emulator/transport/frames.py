@@ -8,8 +8,10 @@ layer. Every chunk header is fixed-size, little-endian and self-checking:
     layer_index u16 | num_layers u16 | chunk_index u32 | num_chunks u32 | layer_bytes u64 |
     offset u64 | length u32 | payload_crc32 u32 | header_crc32 u32
 
-Replies (ACK, NACK, DONE, FAIL) use the same header; FAIL carries a short UTF-8 reason. Sizes are
-checked against caps before anything is allocated. No pickle anywhere.
+Replies (ACK, NACK, DONE, FAIL) use the same header; FAIL carries a short UTF-8 reason. A sender
+opens each connection with a HELLO header (no payload), so a receiver can close connections that
+send nothing without closing a sender's idle ones. Sizes are checked against caps before anything
+is allocated. No pickle anywhere.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import struct
 import zlib
 from dataclasses import dataclass
 from enum import IntEnum
+
+from emulator.errors import TransportError
 
 MAGIC = b"PKVC"
 VERSION = 1
@@ -38,10 +42,12 @@ class FrameType(IntEnum):
     NACK = 3  # receiver -> sender: the chunk's payload was corrupt; send it again
     DONE = 4  # receiver -> sender: every layer arrived and the cache was rebuilt
     FAIL = 5  # receiver -> sender: the request cannot be completed (reason in the payload)
+    HELLO = 6  # sender -> receiver: the first header on a new connection (it may then stay idle)
 
 
-class FrameError(ValueError):
-    """A header that cannot be trusted: the connection carrying it is closed."""
+class FrameError(TransportError, ValueError):
+    """A header that cannot be trusted: the connection carrying it is closed. (A ValueError too, as
+    it was before the error hierarchy existed.)"""
 
 
 class PayloadCorrupt(FrameError):
@@ -156,6 +162,11 @@ def split_layer(
                              i * chunk_bytes, len(part), zlib.crc32(part))
         chunks.append(Chunk(header, part))
     return chunks
+
+
+def hello() -> bytes:
+    """The header a sender writes first on every connection."""
+    return encode_header(ChunkHeader(FrameType.HELLO, 0))
 
 
 def reply(type_: FrameType, key: tuple[int, int, int], reason: str = "") -> bytes:

@@ -25,6 +25,7 @@ from emulator.transport.frames import (
     FrameType,
     check_payload,
     decode_header,
+    hello,
     split_layer,
 )
 
@@ -78,6 +79,7 @@ class KVSender:
         self._results: dict[int, asyncio.Future[TransferResult]] = {}
         self._started_at: dict[int, float] = {}
         self._tasks: list[asyncio.Task] = []
+        self._writers: list[asyncio.StreamWriter] = []
         self._reconnects = 0
         self._closing = False
 
@@ -96,6 +98,8 @@ class KVSender:
         sock.setblocking(False)
         await asyncio.wait_for(self._loop.sock_connect(sock, self.target), timeout=10)
         reader, writer = await asyncio.open_connection(sock=sock)
+        writer.write(hello())  # the receiver closes connections that say nothing; this one may idle
+        self._writers.append(writer)
         self.sockets.append(sock)
         if self.monitor is not None:
             self.monitor.add(sock)
@@ -169,6 +173,8 @@ class KVSender:
                 self._window.release()
                 self.resent_chunks += 1
                 self._queue.put_nowait(chunk)
+            elif header.request_id not in self._results:
+                continue  # DONE/FAIL for a request this sender never sent
             elif header.type is FrameType.DONE:
                 self._resolve(header.request_id, "delivered")
             elif header.type is FrameType.FAIL:
@@ -184,6 +190,7 @@ class KVSender:
             log.warning("KV connection lost (%s); resending its unacked chunks", error)
         with contextlib.suppress(OSError):
             writer.close()
+        self._writers = [w for w in self._writers if w is not writer]
         self.sockets = [s for s in self.sockets if s is not sock]
         if self.monitor is not None:
             self.monitor.remove(sock)
@@ -210,9 +217,15 @@ class KVSender:
                 self._resolve(request_id, "failed", "link: every connection lost and reconnects exhausted")
 
     async def close(self) -> None:
+        """Stop every connection through its transport (closing a socket under a live transport
+        would let the loop confuse a reused descriptor with it)."""
         self._closing = True
         for task in self._tasks:
             task.cancel()
-        for sock in self.sockets:
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for writer in self._writers:
             with contextlib.suppress(OSError):
-                sock.close()
+                writer.close()
+        await asyncio.sleep(0)
+        self._writers.clear()
+        self.sockets.clear()

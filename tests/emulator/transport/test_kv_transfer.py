@@ -89,7 +89,8 @@ def test_a_killed_connection_mid_transfer_still_delivers(model):
 
 
 def test_a_flipped_byte_is_caught_and_repaired_by_resend(model):
-    """A relay between sender and receiver flips one payload byte of the first chunk it carries."""
+    """A relay between sender and receiver flips one payload byte of the first chunk it carries
+    (after the connection's HELLO header)."""
     listener = loopback_listener()
 
     async def main():
@@ -100,8 +101,8 @@ def test_a_flipped_byte_is_caught_and_repaired_by_resend(model):
             while chunk := await reader.read(65536):
                 if corrupt and not flipped.is_set():
                     data += chunk
-                    if len(data) > HEADER_BYTES + 8:
-                        data[HEADER_BYTES + 3] ^= 0xFF
+                    if len(data) > 2 * HEADER_BYTES + 8:  # past the HELLO and the first chunk's header
+                        data[2 * HEADER_BYTES + 3] ^= 0xFF
                         flipped.set()
                         chunk, data = bytes(data), bytearray()
                     else:
