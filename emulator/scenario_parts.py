@@ -107,7 +107,8 @@ class LocalClusterSpec(Section):
     device: Name
     speed_factor: Speed = 1.0
     prefill_instances: Instances | None = None
-    decode_max_batch: Annotated[int, Field(strict=True, ge=1, le=MAX_DECODE_BATCH)] = 20  # BS_max of the paper's case study
+    # BS_max of the paper's case study
+    decode_max_batch: Annotated[int, Field(strict=True, ge=1, le=MAX_DECODE_BATCH)] = 20
 
 
 class ClustersSpec(Section):

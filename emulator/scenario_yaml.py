@@ -14,7 +14,6 @@ import re
 from typing import Any
 
 import yaml
-from yaml.composer import ComposerError
 from yaml.constructor import ConstructorError
 
 from emulator.limits import MAX_INT_DIGITS, MAX_NESTING, MAX_YAML_NODES

@@ -29,7 +29,7 @@ class Knobs:
     asks for role flips toward a local split."""
 
     def __init__(self, router: Router, scheduler: DualTimescaleScheduler | None, clock: WorkloadClock,
-                 link: Callable[[], LinkSpec], update_link: Callable[[LinkSpec], None],
+                 link: Callable[[], LinkSpec], update_link: Callable[[LinkSpec], Awaitable[None]],
                  set_prefill_instances: Callable[[int], Awaitable[str]]) -> None:
         self.router, self.scheduler, self.clock = router, scheduler, clock
         self.link, self.update_link = link, update_link
@@ -48,7 +48,7 @@ class Knobs:
             change = of_type(where, value, SchedulerChange)
             return self.set_scheduler(change.short_term, change.long_term)
         if knob is Knob.LINK:
-            return self.set_link(of_type(where, value, LinkChange).apply_to(self.link()))
+            return await self.set_link(of_type(where, value, LinkChange).apply_to(self.link()))
         if knob is Knob.ARRIVAL_RATE:
             return self.set_rate(rate(where, value))
         if knob is Knob.PAUSE:
@@ -79,7 +79,7 @@ class Knobs:
             return await self.set_prefill_instances(whole(where, value, MAX_INSTANCES))
         if path.startswith(LINK_PREFIX):
             field = path[len(LINK_PREFIX):]
-            return self.set_link(parse_link_spec(self.link().model_dump() | {field: value},
+            return await self.set_link(parse_link_spec(self.link().model_dump() | {field: value},
                                                  where="timeline.set.link"))
         raise ScenarioError(f"timeline.set: {shown(path)} is not a knob the live engine can turn")
 
@@ -109,8 +109,8 @@ class Knobs:
         return f"scheduler short-term {'on' if cfg.short_term_enabled else 'off'}, " \
                f"long-term {'on' if cfg.long_term_enabled else 'off'}"
 
-    def set_link(self, spec: LinkSpec) -> str:
-        self.update_link(spec)
+    async def set_link(self, spec: LinkSpec) -> str:
+        await self.update_link(spec)
         rate = "unshaped" if spec.bandwidth_mbit is None else f"{spec.bandwidth_mbit:g} Mbit/s"
         return f"link -> {rate}, {spec.delay_ms:g} ms, {spec.loss_pct:g} % loss"
 

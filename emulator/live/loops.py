@@ -45,7 +45,7 @@ class RunLoops:
         arrival = scenario.workload.arrival
         self.clock = WorkloadClock(arrival.rate_per_s if arrival is not None else None)
         self.knobs = Knobs(gateway.router, gateway.scheduler, self.clock, lambda: topology.spec,
-                           topology.update, self.set_prefill_instances)
+                           self._update_link, self.set_prefill_instances)
         self.egress = EgressRateEstimator()
         self.snapshots: list[MetricsSnapshot] = []  # the recorded timeseries: one per METRICS_PERIOD_S
         self.latest: MetricsSnapshot | None = None  # what was last published (knobs publish at once)
@@ -119,7 +119,7 @@ class RunLoops:
             try:
                 if event.link is not None:
                     link = parse_link_spec(link.model_dump() | event.link)
-                    what = self.knobs.set_link(link)
+                    what = await self.knobs.set_link(link)
                 elif event.set is not None:
                     what = "; ".join([await self.knobs.apply_setting(k, v) for k, v in event.set.items()])
                 elif event.kill is not None:
@@ -134,6 +134,11 @@ class RunLoops:
                 what = f"refused: {err}"
             self._note(f"t={self.gateway.now():.1f}s timeline: {what}", self.knob_changes)
             await self._snapshot(record=False)
+
+    async def _update_link(self, spec: LinkSpec) -> None:
+        """Reshape the link off the loop: a relay or netlink request may take seconds on a loaded
+        machine, and metrics, knobs and workers must keep flowing meanwhile."""
+        await in_thread(lambda: self.topology.update(spec))
 
     def _spawn_name(self, name: str) -> str:
         node = self.gateway.nodes.get(name)

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any, TypeVar
 
 log = logging.getLogger(__name__)
@@ -27,7 +27,7 @@ RECANCEL_PERIOD_S = 0.05  # how often a task that has not ended yet is cancelled
 HURRY_BUDGET_S = 0.5  # a step's budget once a second stop signal has come
 
 
-class Step(str, Enum):
+class Step(StrEnum):
     """The teardown's steps, in the order they run."""
 
     LOOPS = "stop arrivals and loops"
@@ -51,7 +51,7 @@ BUDGET_S: dict[Step, float] = {
 }
 
 
-class Outcome(str, Enum):
+class Outcome(StrEnum):
     OK = "ok"
     TIMED_OUT = "timed_out"  # over budget: cancelled, and its kill action ran
     FAILED = "failed"  # raised; the teardown went on

@@ -22,9 +22,9 @@ import torch
 
 from emulator.control.types import Cluster, NodeId, Role
 from emulator.errors import PrfaasError, WorkerError
+from emulator.limits import HANDSHAKE_TIMEOUT_S
 from emulator.live import protocol as p
 from emulator.live.auth import make_proof, take_secret
-from emulator.limits import HANDSHAKE_TIMEOUT_S
 from emulator.live.compute import ComputeThread
 from emulator.live.decode_engine import DecodeEngine
 from emulator.live.kv_links import KvLinks

@@ -33,8 +33,12 @@ from emulator.transport.frames import ChunkHeader, FrameError, FrameType, Payloa
 from emulator.transport.reassembly import Finished, LayerAssembly, Outcome, Reassembler, Refused, RequestAssembly
 from model_stub.cache import HybridCache, expected_shapes
 from model_stub.config import ModelConfig
-from model_stub.serialize import HEADER_BYTES as LAYER_HEADER_BYTES, FrameError as CacheFrameError
-from model_stub.serialize import assemble_cache, decode_layer
+from model_stub.serialize import (
+    HEADER_BYTES as LAYER_HEADER_BYTES,
+    FrameError as CacheFrameError,
+    assemble_cache,
+    decode_layer,
+)
 
 log = logging.getLogger(__name__)
 

@@ -109,7 +109,7 @@ def test_a_5000_digit_integer_is_one_line(tmp_path):
                                             (".5e2", 50.0), ("-1e-3", -0.001)])
 def test_exponent_floats_are_numbers_in_files_and_set(tmp_path, text, expected):
     s = load_scenario(SCENARIOS / "paper-case-study.yaml")
-    doc = apply_overrides(s, [f"workload.arrival.rate_per_s=2e0", f"expect.ttft_p50_s={{max: {text}}}"])
+    doc = apply_overrides(s, ["workload.arrival.rate_per_s=2e0", f"expect.ttft_p50_s={{max: {text}}}"])
     assert doc.workload.arrival.rate_per_s == 2.0
     assert doc.expect["ttft_p50_s"].max == expected
     path = tmp_path / "s.yaml"

@@ -7,7 +7,6 @@ from __future__ import annotations
 import tracemalloc
 from pathlib import Path
 
-import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from emulator.errors import PrfaasError

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from emulator.live import auth
-from emulator.live import protocol as p
+from emulator.live import auth, protocol as p
 from emulator.net.ledger import sweep
 from emulator.net.names import new_run_id
 from emulator.net.spec import parse_link_spec

@@ -12,13 +12,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from emulator.control.types import Cluster, Role
 from emulator.errors import WorkerError
-from emulator.live import auth
-from emulator.live import protocol as p
+from emulator.live import auth, protocol as p
 from emulator.live.launcher import WorkerPlan, WorkerProcesses
 from emulator.net.ledger import Ledger
 from emulator.net.names import new_run_id

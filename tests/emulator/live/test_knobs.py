@@ -31,7 +31,10 @@ class Harness:
         self.links: list[LinkSpec] = [LinkSpec(bandwidth_mbit=1000)]
         self.splits: list[int] = []
         self.knobs = Knobs(self.router, None, self.clock, lambda: self.links[-1],
-                           self.links.append, self._split)
+                           self._update_link, self._split)
+
+    async def _update_link(self, spec: LinkSpec) -> None:
+        self.links.append(spec)
 
     async def _split(self, num_prefill: int) -> str:
         self.splits.append(num_prefill)

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 
-import aiomqtt
 import pytest
 
 from emulator.errors import TelemetryError
-from emulator.telemetry.broker import EmbeddedBroker, free_port, parse_broker_url
+from emulator.telemetry.broker import EmbeddedBroker, free_port
 from emulator.telemetry.bus import TelemetryBus
 from emulator.telemetry.schemas import (
     ControlCommand,
@@ -24,21 +22,7 @@ from emulator.telemetry.schemas import (
     topic,
 )
 
-GUARD_S = 20.0  # a hang guard, not a timing assert
-
-
-def run(coro: Awaitable[object]) -> object:
-    return asyncio.run(asyncio.wait_for(coro, GUARD_S))
-
-
-def client_for(url: str) -> aiomqtt.Client:
-    address = parse_broker_url(url)
-    return aiomqtt.Client(address.host, address.port, timeout=5)
-
-
-async def until(predicate: Callable[[], bool]) -> None:
-    while not predicate():
-        await asyncio.sleep(0.02)
+from .mqtt_helpers import client_for, run, until
 
 
 def messages_of(run_id: str) -> list[tuple[str, object]]:

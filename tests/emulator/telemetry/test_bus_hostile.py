@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 
-import aiomqtt
 import pytest
 
 from emulator.net.spec import LinkSpec
-from emulator.telemetry.broker import EmbeddedBroker, parse_broker_url
+from emulator.telemetry.broker import EmbeddedBroker
 from emulator.telemetry.bus import TelemetryBus
 from emulator.telemetry.schemas import (
     ControlCommand,
@@ -23,7 +21,7 @@ from emulator.telemetry.schemas import (
     topic,
 )
 
-GUARD_S = 30.0  # a hang guard, not a timing assert
+from .mqtt_helpers import client_for, run, until
 
 HOSTILE = [
     ("threshold", b'{"v":1,"tokens":' + b"[" * 30_000 + b"]" * 30_000 + b"}"),  # 60 KB nested
@@ -34,20 +32,6 @@ HOSTILE = [
     ("pause", b"\xff" * 100),
     ("k" * 3000, b'{"v": 1}'),  # an unknown knob with a 3 KB name
 ]
-
-
-def run(coro: Awaitable[object]) -> object:
-    return asyncio.run(asyncio.wait_for(coro, GUARD_S))
-
-
-def client_for(url: str) -> aiomqtt.Client:
-    address = parse_broker_url(url)
-    return aiomqtt.Client(address.host, address.port, timeout=5)
-
-
-async def until(predicate: Callable[[], bool]) -> None:
-    while not predicate():
-        await asyncio.sleep(0.02)
 
 
 def test_hostile_messages_leave_metrics_and_later_knobs_working(broker_url: str,

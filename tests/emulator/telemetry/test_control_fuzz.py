@@ -7,8 +7,7 @@ import json
 import tracemalloc
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from emulator.errors import PrfaasError
 from emulator.limits import MAX_CONTROL_BYTES, MAX_RATE_PER_S, MAX_TOKENS

@@ -51,7 +51,7 @@ def test_an_azure_row_is_never_echoed(tmp_path, bad):
     path = _write(tmp_path, "t.csv", [AZURE_HEADER, bad])
     with pytest.raises(ScenarioError) as err:
         read_azure(path)
-    assert f"line 2" in str(err.value) and SECRET not in str(err.value)
+    assert "line 2" in str(err.value) and SECRET not in str(err.value)
 
 
 def test_a_length_line_is_never_echoed(tmp_path):
