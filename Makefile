@@ -1,15 +1,16 @@
 # Entry points for a fresh machine: `make run` serves the dashboard, `make test` runs the tests.
-# Both create .venv when it is missing and install the pinned requirements into it; a stamp file
-# inside .venv makes the install a no-op until a requirements file changes.
+# Both create .venv when it is missing, install the pinned requirements into it, then the project
+# itself, editable (so the dashboard, the tests and every process a run spawns import it from this
+# checkout without PYTHONPATH); a stamp file inside .venv makes the install a no-op until a
+# requirements file or pyproject.toml changes.
 
 PYTHON ?= python3
 VENV := .venv
 PORT ?= 8501
 ARGS ?=
 PIP := $(VENV)/bin/python -m pip --disable-pip-version-check
-
-# The repository root is the import root: `streamlit run app/Home.py` only adds app/ to sys.path.
-export PYTHONPATH := $(CURDIR)
+# setuptools is pinned in requirements.txt, so the editable install builds with it, offline.
+INSTALL_PROJECT := $(PIP) install --quiet --progress-bar off --no-build-isolation --no-deps -e .
 
 # The virtual engine's compiled build (emulator/accel.py): rebuilt when a compiled source changed
 # (its manifest knows which). A failed build (no C compiler) is reported and skipped: the
@@ -37,10 +38,12 @@ install-dev: $(VENV)/.installed-dev
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(VENV)/.installed: requirements.txt | $(VENV)/bin/python
+$(VENV)/.installed: requirements.txt pyproject.toml | $(VENV)/bin/python
 	$(PIP) install --quiet --progress-bar off -r requirements.txt
+	$(INSTALL_PROJECT)
 	touch $@
 
-$(VENV)/.installed-dev: requirements.txt requirements-dev.txt | $(VENV)/bin/python
+$(VENV)/.installed-dev: requirements.txt requirements-dev.txt pyproject.toml | $(VENV)/bin/python
 	$(PIP) install --quiet --progress-bar off -r requirements-dev.txt
+	$(INSTALL_PROJECT)
 	touch $@ $(VENV)/.installed

@@ -1,7 +1,7 @@
 """PrfaaS Lab home page: what PrfaaS is, and how large each model preset's cache grows.
 
-Served by `make run` (which puts the repository root on PYTHONPATH). It reads model presets only;
-runs, knobs and live panels are on the Live page.
+Served by `make run` (which installs the project editable into .venv, so no PYTHONPATH is needed).
+It reads model presets only; runs, knobs and live panels are on the Live page.
 """
 
 from __future__ import annotations

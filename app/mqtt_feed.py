@@ -13,7 +13,6 @@ import asyncio
 import atexit
 import concurrent.futures
 import logging
-import os
 import threading
 import time
 from dataclasses import dataclass
@@ -23,12 +22,13 @@ import streamlit as st
 
 from app.live_view import FeedBuffer
 from emulator.errors import TelemetryError
+from emulator.paths import Env, broker_url
 from emulator.telemetry.broker import EmbeddedBroker, parse_broker_url
 from emulator.telemetry.schemas import KINDS, TOPIC_ROOT, parse_message
 
 log = logging.getLogger(__name__)
 
-BROKER_ENV = "PRFAAS_BROKER_URL"  # use this broker instead of starting the embedded one
+BROKER_ENV = Env.BROKER_URL.value  # use this broker instead of starting the embedded one
 SUBSCRIPTIONS = tuple(f"{TOPIC_ROOT}/+/{kind}" for kind in KINDS)
 CONNECT_TIMEOUT_S = 3.0
 PUBLISH_TIMEOUT_S = 2.0
@@ -164,7 +164,7 @@ def embedded_broker() -> EmbeddedBroker:
 
 def choose_broker() -> BrokerChoice:
     """$PRFAAS_BROKER_URL when set, else the embedded broker (started on first use)."""
-    given = os.environ.get(BROKER_ENV, "").strip()
+    given = broker_url()
     if given:
         try:
             parse_broker_url(given)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import atexit
 import json
-import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -18,11 +17,12 @@ from typing import Any
 
 import streamlit as st
 
-from emulator.api import RUNS_DIR, RunHandle, start_run
+from emulator.api import RunHandle, start_run
 from emulator.net.names import new_run_id
+from emulator.paths import Env, runs_dir
 from emulator.scenario import apply_overrides, load_scenario
 
-RUNS_DIR_ENV = "PRFAAS_RUNS_DIR"  # where started runs are recorded (default: the repository's runs/)
+RUNS_DIR_ENV = Env.RUNS_DIR.value  # where started runs are recorded (default: the repository's runs/)
 ENGINES = ("live", "virtual")
 
 
@@ -54,11 +54,6 @@ class StartedRun:
             return json.loads((self.handle.out_dir / "summary.json").read_text())
         except (OSError, ValueError):
             return None
-
-
-def runs_dir() -> Path:
-    given = os.environ.get(RUNS_DIR_ENV, "").strip()
-    return Path(given).expanduser() if given else RUNS_DIR
 
 
 class RunRegistry:

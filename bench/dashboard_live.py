@@ -32,6 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from emulator.paths import Env  # noqa: E402
 from emulator.telemetry.watch import TopicWatch  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,8 +86,8 @@ def serve(runs_dir: Path, log: Path):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    env = {k: v for k, v in os.environ.items() if k != "PRFAAS_BROKER_URL"}
-    env |= {"PYTHONPATH": str(ROOT), "PRFAAS_RUNS_DIR": str(runs_dir)}
+    env = {k: v for k, v in os.environ.items() if k != Env.BROKER_URL}
+    env |= {Env.RUNS_DIR.value: str(runs_dir)}
     cmd = [sys.executable, "-m", "streamlit", "run", "app/Home.py", "--server.address", "127.0.0.1",
            "--server.port", str(port), "--browser.gatherUsageStats", "false", "--server.headless", "true"]
     with log.open("wb") as out:

@@ -29,7 +29,7 @@ from pathlib import Path  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import emulator  # noqa: E402
+from emulator import accel_on  # noqa: E402  (first: it activates the compiled build)
 from emulator.plane import make_control_plane  # noqa: E402
 from emulator.scenario import Scenario, apply_overrides, load_scenario  # noqa: E402
 from emulator.virtual.core import Simulator  # noqa: E402
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         "bench": "virtual_speed",
         "machine": {"cpus": os.cpu_count(), "kernel": platform.release(),
                     "python": platform.python_version(), "threads": 1},
-        "engine": emulator.RUNS_AS,
+        "engine": accel_on.RUNS_AS,
         "git_sha": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip(),
         "config": {"case_study": str(CASE_STUDY.relative_to(ROOT)), "trace": str(MOONCAKE.relative_to(ROOT)),
                    "repeats": repeats, "quick": args.quick},
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=1))
 
-    print(f"virtual engine ({emulator.RUNS_AS}), one core, median of {repeats} after a warm-up")
+    print(f"virtual engine ({accel_on.RUNS_AS}), one core, median of {repeats} after a warm-up")
     print(f"  heap loop:   {loop_eps:,.0f} events/s (one push, pop and call each)")
     print(f"  case study:  {case_rps:,.0f} requests/s median, {summary['case_study_best_requests_per_s']:,.0f} best "
           f"({case_n} requests, {case_events} events, scheduler on; "

@@ -6,7 +6,8 @@ import argparse
 import logging
 import sys
 
-from emulator import accel, calibrate_cli, compare_cli, run_cli, scenario_cli
+import emulator.accel_on  # noqa: F401  (first: run and calibrate use the compiled build)
+from emulator import accel, baselines_cli, calibrate_cli, compare_cli, run_cli, scenario_cli
 from emulator.errors import PrfaasError
 from emulator.net import cli as net_cli
 
@@ -20,6 +21,7 @@ def make_parser() -> argparse.ArgumentParser:
     run_cli.add_parser(sub)
     compare_cli.add_parser(sub)
     calibrate_cli.add_parser(sub)
+    baselines_cli.add_parser(sub)
     accel.add_parser(sub)
     return parser
 
@@ -38,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
             return compare_cli.run(args)
         if args.command in calibrate_cli.COMMANDS:
             return calibrate_cli.run(args)
+        if args.command in baselines_cli.COMMANDS:
+            return baselines_cli.run(args)
         if args.command in accel.COMMANDS:
             return accel.run(args)
     except KeyboardInterrupt:

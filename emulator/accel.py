@@ -4,10 +4,12 @@ plane it calls per request), and the check that loads it only while it matches t
 Everything is plain Python and runs as such. `python -m emulator accel build` type-checks and
 compiles COMPILED with mypyc into build/accel/, with a manifest of the sources' hashes (`make run`
 and `make test` run `accel ensure`, which builds only when that build is missing or stale).
-Importing `emulator` then puts the build's folders ahead of the packages' own, but only while every
-hash still matches, so an edited source never runs as a stale binary. PRFAAS_ACCEL=0 forces the
-interpreted modules; PRFAAS_ACCEL_DIR points at another build. `python -m emulator accel status`
-says which one runs and why (so does `emulator.RUNS_AS`).
+The virtual engine's entry points (emulator/virtual/engine.py, bench/virtual_speed.py) call
+`activate()`, which puts the build's folders ahead of the packages' own, but only while every hash
+still matches, so an edited source never runs as a stale binary; importing `emulator` for anything
+else leaves build/accel alone. PRFAAS_ACCEL=0 forces the interpreted modules; PRFAAS_ACCEL_DIR
+points at another build (emulator/paths.py reads both). `python -m emulator accel status` says which
+one would run and why; `RUNS_AS` says which one does, once activated.
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_DIR = ROOT / "build" / "accel"
+from emulator import paths
+
+ROOT = paths.REPO_ROOT
 MANIFEST = "manifest.json"
 # The event loop and what it calls per event (engine.py and the scheduler's numpy work run once
 # per simulation or per interval and stay interpreted). The live engine imports the same router.
@@ -39,8 +42,12 @@ PACKAGES = ("emulator.control", "emulator.telemetry", "emulator.virtual")
 MYPY_OPTIONS = ("--ignore-missing-imports", "--follow-imports=silent")
 
 
+RUNS_AS_BEFORE = "interpreted: not activated (only the virtual engine's entry points activate the build)"
+RUNS_AS = RUNS_AS_BEFORE
+
+
 def build_dir() -> Path:
-    return Path(os.environ.get("PRFAAS_ACCEL_DIR") or DEFAULT_DIR)
+    return paths.accel_dir()
 
 
 def source_hashes() -> dict[str, str]:
@@ -53,8 +60,8 @@ def _abi() -> str:
 
 def check(directory: Path) -> str | None:
     """None when the build in `directory` is to be used, else why not (the off switch included)."""
-    if os.environ.get("PRFAAS_ACCEL") == "0":
-        return "PRFAAS_ACCEL=0"
+    if paths.accel_disabled():
+        return f"{paths.Env.ACCEL}=0"
     return build_problem(directory)
 
 
@@ -76,18 +83,35 @@ def build_problem(directory: Path) -> str | None:
 
 
 def activate() -> str:
-    """Put a current build ahead of the compiled packages' own folders; returns what will run, in
-    words. Called from emulator/__init__.py, before any module of those packages is imported."""
-    directory = build_dir()
+    """Put a current build ahead of the compiled packages' own folders; returns what runs, in words
+    (kept in RUNS_AS). Must come before any compiled module is imported: one already loaded from
+    its source is kept, and the build refused, since a mix of the two would break mypyc's native
+    calls. Importing emulator.accel_on calls this; the virtual engine's entry points do."""
+    global RUNS_AS
+    if not RUNS_AS.startswith("compiled"):
+        RUNS_AS = _activate(build_dir())
+    return RUNS_AS
+
+
+def _activate(directory: Path) -> str:
     why_not = check(directory)
     if why_not is not None:
         return f"interpreted: {why_not}"
+    loaded = sorted(name for name, module in list(sys.modules.items())
+                    if _module_of(name) in COMPILED and str(getattr(module, "__file__", "")).endswith(".py"))
+    if loaded:
+        return f"interpreted: {', '.join(loaded)} imported before the build was activated"
     for name in PACKAGES:
         package = importlib.import_module(name)  # the package's __init__ only: a docstring
-        package.__path__.insert(0, str(directory.joinpath(*name.split("."))))
+        if (folder := str(directory.joinpath(*name.split(".")))) not in package.__path__:
+            package.__path__.insert(0, folder)
     if str(directory) not in sys.path:
         sys.path.append(str(directory))  # mypyc's shared runtime module sits at the build's root
     return f"compiled (mypyc, {directory})"
+
+
+def _module_of(name: str) -> str:
+    return name.replace(".", "/") + ".py"
 
 
 def build(directory: Path | None = None) -> Path:

@@ -15,13 +15,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from emulator import paths
 from emulator.errors import ScenarioError
 from emulator.net.names import new_run_id
+from emulator.paths import REPO_ROOT, SCENARIOS_DIR
 from emulator.scenario import load_scenario
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
-SCENARIOS_DIR = REPO_ROOT / "scenarios"
-RUNS_DIR = REPO_ROOT / "runs"
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +97,7 @@ def start_run(scenario: Path, engine: str | None = None, broker_url: str | None 
     sc = load_scenario(scenario)
     engine = engine or sc.engine
     run_id = run_id or new_run_id()
-    out_dir = out_dir or RUNS_DIR / f"{sc.name}-{time.strftime('%Y%m%d-%H%M%S')}-{run_id}"
+    out_dir = out_dir or paths.runs_dir() / f"{sc.name}-{time.strftime('%Y%m%d-%H%M%S')}-{run_id}"
     out_dir.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "emulator", "-v", "run", str(scenario), "--engine", engine,
                "--out", str(out_dir), "--run-id", run_id,
@@ -107,8 +105,7 @@ def start_run(scenario: Path, engine: str | None = None, broker_url: str | None 
     for item in overrides:
         command += ["--set", item]
     log_path = out_dir / "run.log"
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     with open(log_path, "wb") as log_file:
-        process = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT,
+        process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=log_file, stderr=subprocess.STDOUT,
                                    stdin=subprocess.DEVNULL)
     return RunHandle(run_id, engine, out_dir, log_path, broker_url, process)

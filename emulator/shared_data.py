@@ -1,5 +1,5 @@
-"""Where the project's shared data (public request traces) lives: `../shared` beside the checkout,
-or wherever `PRFAAS_SHARED_DIR` points. Traces are read in place, never copied into the project.
+"""Which files of the project's shared data (public request traces; emulator.paths.shared_dir says
+where it lives) a scenario finds, read in place, never copied into the project.
 
 Also which files a scenario may name (length lists, traces). A scenario can reach this process
 from the dashboard's free-text override box, so a path in it is not trusted as the user's own: it
@@ -13,13 +13,9 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-SHARED_DIR_ENV = "PRFAAS_SHARED_DIR"
-DATA_DIRS_ENV = "PRFAAS_DATA_DIRS"
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from emulator.paths import REPO_ROOT, Env, data_dirs, shared_dir
 
-
-def shared_dir() -> Path:
-    return Path(os.environ.get(SHARED_DIR_ENV) or REPO_ROOT.parent / "shared")
+DATA_DIRS_ENV = Env.DATA_DIRS.value
 
 
 def relocate(path: Path) -> Path | None:
@@ -35,8 +31,7 @@ def relocate(path: Path) -> Path | None:
 
 def readable_roots(extra: Iterable[Path] = ()) -> tuple[Path, ...]:
     """The folders scenario files may read from (resolved), `extra` included."""
-    listed = [Path(p) for p in os.environ.get(DATA_DIRS_ENV, "").split(os.pathsep) if p.strip()]
-    roots = (REPO_ROOT, shared_dir() / "traces", *listed, *extra)
+    roots = (REPO_ROOT, shared_dir() / "traces", *data_dirs(), *extra)
     return tuple(_resolved(root) for root in roots)
 
 

@@ -92,7 +92,7 @@ class WorkerProcesses:
     def start(self, plan: WorkerPlan) -> subprocess.Popen:
         self.plans[plan.spawn_name] = plan
         # the secret rides in the environment, never argv (`ps` shows argv to every user)
-        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1", **self.gate.env()}
+        env = {**os.environ, "OMP_NUM_THREADS": "1", **self.gate.env()}
         log_path = self.log_dir / f"{plan.spawn_name}.log"
         with open(log_path, "ab") as log_file:
             proc = subprocess.Popen(self.command(plan), cwd=REPO_ROOT, env=env, stdout=log_file,

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from emulator import paths
 from emulator.errors import TopologyError
 from emulator.net import netns
 from emulator.net.names import PREFIX, check_run_id, run_id_of
@@ -24,21 +25,18 @@ log = logging.getLogger(__name__)
 
 
 def state_root() -> Path:
-    """Where run directories live: $PRFAAS_STATE_DIR, else /run/prfaas as root, else a temp dir.
+    """Where run directories live (emulator.paths.state_dir decides), created if missing.
 
     Teardown kills the pids a ledger names, so the folder must be ours alone: it is created 0700,
     and one that another user owns or others can write is refused (a planted /tmp/prfaas-<uid>).
     """
-    if env := os.environ.get("PRFAAS_STATE_DIR"):
-        root = Path(env)
-    else:
-        root = Path("/run/prfaas") if os.geteuid() == 0 else Path(f"/tmp/prfaas-{os.geteuid()}")
+    root = paths.state_dir()
     _make_private_dir(root)
     return root
 
 
 def _make_private_dir(path: Path) -> None:
-    fix = "remove it or set PRFAAS_STATE_DIR to a folder of your own"
+    fix = f"remove it or set {paths.Env.STATE_DIR} to a folder of your own"
     try:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
         info = path.lstat()

@@ -13,13 +13,12 @@ import logging
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 from emulator.net import ledger
 from emulator.net.names import check_run_id
+from emulator.paths import REPO_ROOT
 
 log = logging.getLogger(__name__)
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 class Reaper:
@@ -28,13 +27,11 @@ class Reaper:
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
         log_path = ledger.run_dir(run_id) / "reaper.log"
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-            p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)}
         with open(log_path, "ab") as log_file:
             # its own session: a Ctrl-C meant for the run must not take the reaper with it
             self._proc = subprocess.Popen([sys.executable, "-m", "emulator.net.reaper", run_id],
                                           stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log_file,
-                                          cwd=REPO_ROOT, env=env, start_new_session=True)
+                                          cwd=REPO_ROOT, start_new_session=True)
 
     def release(self, timeout_s: float = 5.0) -> None:
         if self._proc.stdin is not None and not self._proc.stdin.closed:

@@ -28,10 +28,10 @@ from typing import Any, NoReturn
 from emulator.errors import TopologyError
 from emulator.net import ledger
 from emulator.net.relay_control import ControlClient, RelayUnreachable, Reply
+from emulator.paths import REPO_ROOT, relay_log_level
 
 log = logging.getLogger(__name__)
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 EXIT_STARTUP_FAILED = 2
 MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes with the terminating NUL
 _PR_SET_TIMERSLACK = 29
@@ -55,13 +55,11 @@ class RelayProcess:
                                 f"than {MAX_SOCKET_PATH} bytes; use a shorter run directory")
         self.log_path = run_dir / f"{name}.log"
         command = [sys.executable, "-m", module, "--control", self.control_path, *args]
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
         with open(self.log_path, "ab") as log_file:
             # Own session: a Ctrl-C in the terminal reaches the parent, which then stops the
             # relay in order, instead of killing the link under a live run.
             self._proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                          stderr=log_file, cwd=REPO_ROOT, env=env,
+                                          stderr=log_file, cwd=REPO_ROOT,
                                           start_new_session=True)
         self.pid = self._proc.pid
         self.client = ControlClient(self.control_path)
@@ -250,5 +248,5 @@ def parse_relay_args(prog: str, argv: list[str] | None, extra: tuple[str, ...] =
 
 def configure_relay_logging() -> None:
     """Relays log to stderr, which the parent points at the relay's log file."""
-    logging.basicConfig(level=os.environ.get("PRFAAS_RELAY_LOG", "INFO"), stream=sys.stderr,
+    logging.basicConfig(level=relay_log_level(), stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")

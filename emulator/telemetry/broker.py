@@ -20,16 +20,15 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from types import TracebackType
 from typing import IO
 from urllib.parse import unquote, urlsplit
 
 from emulator.errors import TelemetryError
+from emulator.paths import REPO_ROOT
 
 log = logging.getLogger(__name__)
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_MQTT_PORT = 1883
 _PROBE_INTERVAL_S = 0.05
 _MAX_PORT_TRIES = 3
@@ -157,14 +156,12 @@ class EmbeddedBroker:
         self.stop()
 
     def _spawn(self) -> None:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
         self._stderr = tempfile.TemporaryFile()
         command = [sys.executable, "-m", "emulator.telemetry.broker",
                    "--host", self.host, "--port", str(self.port)]
         # Own session: a Ctrl-C reaches the parent, which then stops the broker in order.
         self._proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                      stderr=self._stderr, cwd=REPO_ROOT, env=env,
+                                      stderr=self._stderr, cwd=REPO_ROOT,
                                       start_new_session=True)
 
     def _wait_accepting(self) -> None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import emulator.accel_on  # noqa: F401  (first: the compiled build, when current, runs the modules below)
 from emulator.control.types import RequestSpec
 from emulator.plane import ControlPlane, make_control_plane
 from emulator.scenario import Scenario

@@ -1,6 +1,6 @@
 """Fixtures for the browser tests: the dashboard served as `make run` serves it, on a free port.
 
-The server runs `streamlit run app/Home.py` with the Makefile's flags and PYTHONPATH; it is always
+The server runs `streamlit run app/Home.py` with the Makefile's flags (the project is installed editable); it is always
 stopped (SIGTERM, then SIGKILL) and its log is printed when it fails to come up.
 """
 
@@ -52,7 +52,7 @@ def serve_dashboard(log: Path, env: dict[str, str]) -> Iterator[tuple[str, subpr
         "--browser.gatherUsageStats", "false", "--server.headless", "true",
     ]
     with log.open("wb") as out:
-        server = subprocess.Popen(cmd, cwd=ROOT, env={**env, "PYTHONPATH": str(ROOT)}, stdout=out,
+        server = subprocess.Popen(cmd, cwd=ROOT, env={**env}, stdout=out,
                                   stderr=subprocess.STDOUT)
     try:
         url = f"http://127.0.0.1:{port}"

@@ -19,10 +19,10 @@ ROOT = Path(__file__).resolve().parents[2]
 # One small scenario simulated in a fresh interpreter; prints which engine ran and every record.
 PROBE = """
 import json, sys
-import emulator
 from emulator.scenario import apply_overrides, load_scenario
 from emulator.virtual.engine import simulate
-out = {"runs_as": emulator.RUNS_AS}
+from emulator import accel
+out = {"runs_as": accel.RUNS_AS}
 for path, overrides in (("scenarios/paper-case-study.yaml", ["duration_s=400", "workload.max_requests=600"]),
                         ("scenarios/mooncake-replay.yaml", ["workload.trace.max_requests=300"])):
     result = simulate(apply_overrides(load_scenario(path), overrides))
@@ -36,6 +36,14 @@ json.dump(out, sys.stdout)
 def _no_accel_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("PRFAAS_ACCEL", raising=False)
     monkeypatch.delenv("PRFAAS_ACCEL_DIR", raising=False)
+    monkeypatch.setattr(accel, "RUNS_AS", accel.RUNS_AS)  # what activate() decides here is undone
+
+
+def _forget_compiled_modules(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process may have imported compiled modules from their sources (other tests did)."""
+    for name in list(sys.modules):
+        if name.replace(".", "/") + ".py" in accel.COMPILED:
+            monkeypatch.delitem(sys.modules, name)
 
 
 def _manifest(directory: Path, **changes: object) -> None:
@@ -50,6 +58,7 @@ def test_a_current_build_is_put_ahead_of_the_sources(tmp_path: Path, monkeypatch
     monkeypatch.setattr(sys, "path", list(sys.path))
     for name in accel.PACKAGES:
         monkeypatch.setattr(importlib.import_module(name), "__path__", ["sources"])
+    _forget_compiled_modules(monkeypatch)
     assert accel.check(tmp_path) is None
     assert accel.activate() == f"compiled (mypyc, {tmp_path})"
     for name in accel.PACKAGES:
@@ -79,9 +88,48 @@ def test_no_build_and_the_off_switch_say_so(tmp_path: Path, monkeypatch: pytest.
     assert accel.check(tmp_path) == "PRFAAS_ACCEL=0"
 
 
+def test_a_module_loaded_from_its_source_keeps_the_build_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _manifest(tmp_path)
+    monkeypatch.setenv("PRFAAS_ACCEL_DIR", str(tmp_path))
+    _forget_compiled_modules(monkeypatch)
+    monkeypatch.setitem(sys.modules, "emulator.control.router", importlib.import_module("emulator.control.router"))
+    paths = {name: list(importlib.import_module(name).__path__) for name in accel.PACKAGES}
+    runs_as = accel.activate()
+    assert runs_as.startswith("interpreted: ") and runs_as.endswith(" imported before the build was activated")
+    assert "emulator.control.router" in runs_as
+    assert paths == {name: list(importlib.import_module(name).__path__) for name in accel.PACKAGES}
+
+
+# Which modules a fresh interpreter imports, and whether the build's folder ended up on sys.path.
+IMPORTS = """
+import importlib, json, sys
+for name in sys.argv[1:]:
+    importlib.import_module(name)
+from emulator import accel
+print(json.dumps({"runs_as": accel.RUNS_AS, "on_path": any("{build}" in p for p in sys.path)}))
+"""
+
+
+def _imports(build: Path, *modules: str) -> dict:
+    env = {**os.environ, "PRFAAS_ACCEL_DIR": str(build)}
+    done = subprocess.run([sys.executable, "-c", IMPORTS.replace("{build}", str(build)), *modules], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)
+
+
+def test_only_the_virtual_engines_entry_points_activate_the_build(tmp_path: Path) -> None:
+    _manifest(tmp_path)  # a current build as far as the check knows (its folders are empty)
+    elsewhere = _imports(tmp_path, "emulator", "emulator.api", "emulator.scenario", "emulator.net.ledger",
+                         "emulator.live.launcher", "emulator.telemetry.records")
+    assert elsewhere == {"runs_as": accel.RUNS_AS_BEFORE, "on_path": False}
+    engine = _imports(tmp_path, "emulator.scenario", "emulator.virtual.engine")
+    assert engine == {"runs_as": f"compiled (mypyc, {tmp_path})", "on_path": True}
+
+
 def _probe(env: dict[str, str]) -> dict:
     done = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT), **env})
+                          timeout=300, env={**os.environ, **env})
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout)
 
@@ -89,7 +137,7 @@ def _probe(env: dict[str, str]) -> dict:
 @pytest.mark.slow
 def test_the_compiled_engine_writes_what_the_interpreted_one_does(tmp_path: Path) -> None:
     """Builds into a temporary folder unless the repository's build is current (make accel)."""
-    directory = accel.DEFAULT_DIR if accel.check(accel.DEFAULT_DIR) is None else accel.build(tmp_path / "accel")
+    directory = accel.build_dir() if accel.check(accel.build_dir()) is None else accel.build(tmp_path / "accel")
     compiled = _probe({"PRFAAS_ACCEL_DIR": str(directory)})
     interpreted = _probe({"PRFAAS_ACCEL": "0"})
     assert compiled.pop("runs_as").startswith("compiled") and interpreted.pop("runs_as").startswith("interpreted")

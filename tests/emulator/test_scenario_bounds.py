@@ -179,10 +179,9 @@ def test_a_threshold_above_every_input_is_a_warning():
 
 
 def test_validate_prints_the_threshold_warning():
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
     out = subprocess.run([sys.executable, "-m", "emulator", "validate", "scenarios/classroom-basic.yaml",
                           "--set", "timeline.1.set={router.threshold_tokens: 9000}"],
-                         env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
+                         cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines()[0].startswith(
         "warning: timeline.1.set.router.threshold_tokens: 9000 is above the longest input")

@@ -4,7 +4,6 @@ problem on stderr, never a traceback."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,8 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def emulator(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "emulator", *args], env=env, cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "emulator", *args], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
 
 

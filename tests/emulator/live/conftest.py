@@ -122,7 +122,7 @@ def spawn(tmp_path):
                    "--gateway", f"127.0.0.1:{port}", "--netns", netns, "--kv-addr", kv_addr,
                    "--preset", PRESET, "--size", SIZE, "--seed", str(SEED), "--device", "cpu",
                    "--threads", "1", "--connections", "2", *flags]
-        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1",
+        env = {**os.environ, "OMP_NUM_THREADS": "1",
                auth.SECRET_ENV: SECRET}
         with open(log_path, "wb") as log_file:
             proc = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=log_file,

@@ -169,7 +169,7 @@ def test_a_worker_refuses_a_gateway_that_sends_no_challenge(tmp_path):
 
         server = await asyncio.start_server(serve, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
-        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1",
+        env = {**os.environ, "OMP_NUM_THREADS": "1",
                auth.SECRET_ENV: auth.new_secret()}
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "emulator.live.worker", "--node", "remote-prefill-0", "--gateway",
@@ -187,7 +187,6 @@ def test_a_worker_refuses_a_gateway_that_sends_no_challenge(tmp_path):
 
 def test_a_worker_without_the_secret_exits_2_naming_the_variable(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != auth.SECRET_ENV}
-    env.update(PYTHONPATH=str(REPO_ROOT))
     done = subprocess.run([sys.executable, "-m", "emulator.live.worker", "--node", "local-decode-0",
                            "--gateway", "127.0.0.1:1"], cwd=REPO_ROOT, env=env, capture_output=True,
                           text=True, timeout=120)

@@ -61,9 +61,8 @@ class CliRun:
         command = [sys.executable, "-m", "emulator", "-v", "run", str(scenario), "--out", str(out),
                    "--link-backend", "tun", "--run-id", self.run_id,
                    *(["--broker", broker_url] if broker_url else [])]
-        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
         with open(self.log_path, "wb") as log_file:
-            self.proc = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=log_file,
+            self.proc = subprocess.Popen(command, cwd=REPO_ROOT, stdout=log_file,
                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
     def log(self) -> str:
@@ -104,8 +103,8 @@ def assert_complete_record(out: Path) -> tuple[pd.DataFrame, dict]:
     assert set(requests["status"]) <= {"completed", "failed"}
     failed = requests[requests["status"] == "failed"]
     assert failed["fail_reason"].notna().all() and (failed["fail_reason"].str.len() > 0).all()
-    assert doc["meta"]["record"] == "complete"
-    steps = [entry["step"] for entry in doc["meta"]["teardown"]]
+    assert doc["meta"]["engine_details"]["record"] == "complete"
+    steps = [entry["step"] for entry in doc["meta"]["engine_details"]["teardown"]]
     assert "stop workers" in steps and "restore and remove the link" in steps
     assert doc["meta"]["run_id"] and doc["meta"]["end_reason"]
     return requests, doc
@@ -195,4 +194,4 @@ def test_chaos_link_change_broker_killed_and_restarted_then_sigint(tmp_path: Pat
         broker.wait(10)
     requests, doc = assert_complete_record(tmp_path / "run")
     assert len(requests) > 0
-    assert "lost it" in doc["meta"]["mqtt"] or "reconnected" in run.log()
+    assert "lost it" in doc["meta"]["engine_details"]["mqtt"] or "reconnected" in run.log()

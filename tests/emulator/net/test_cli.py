@@ -1,7 +1,6 @@
 """`python -m emulator net up|down|status` as a user runs it, in separate processes."""
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -16,8 +15,7 @@ REPO = Path(__file__).resolve().parents[3]
 
 
 def emulator(*args: str, **kwargs) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "emulator", *args], env=env, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "emulator", *args], capture_output=True, text=True,
                           timeout=60, **kwargs)
 
 
@@ -32,11 +30,10 @@ def test_bad_link_flags_exit_2_with_one_line():
 
 @needs_root
 def test_up_status_down_leave_nothing_behind(run_id):
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
     up = subprocess.Popen(
         [sys.executable, "-m", "emulator", "net", "up", "--run-id", run_id,
          "--bandwidth-mbit", "50", "--delay-ms", "5"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
         first = json.loads(up.stdout.readline())
@@ -63,9 +60,8 @@ def test_up_status_down_leave_nothing_behind(run_id):
 
 @needs_root
 def test_down_leaves_a_live_run_alone_unless_forced(run_id):
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
     up = subprocess.Popen([sys.executable, "-m", "emulator", "net", "up", "--run-id", run_id, "--backend", "tun"],
-                          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert json.loads(up.stdout.readline())["run_id"] == run_id
         down = emulator("net", "down")

@@ -66,7 +66,7 @@ time.sleep(float(sys.argv[2]))
 def _owner(run_id: str, hold_s: float) -> subprocess.Popen:
     """A run's owner in a process of its own: it records a namespace, then holds it (or exits)."""
     proc = subprocess.Popen([sys.executable, "-c", OWNER, run_id, str(hold_s)], cwd=ROOT, stdout=subprocess.PIPE,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)}, text=True)
+                            text=True)
     assert proc.stdout.readline().strip() == "up"
     return proc
 

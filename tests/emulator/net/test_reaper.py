@@ -3,7 +3,6 @@ leaves nothing of the reaper behind."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -46,8 +45,7 @@ def _reapers(run_id: str) -> list[int]:
 @pytest.mark.parametrize("backend", [pytest.param("tun", marks=[needs_root, pytest.mark.root]), "proxy"])
 def test_a_killed_run_is_swept_by_its_reaper(backend: str) -> None:
     run_id = new_run_id()
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, run_id, backend], cwd=ROOT, stdout=subprocess.PIPE,
-                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, run_id, backend], cwd=ROOT, stdout=subprocess.PIPE)
     try:
         assert holder.stdout is not None and holder.stdout.readline() == b"up\n"
         assert (state_root() / run_id / "ledger.json").exists()
@@ -63,7 +61,7 @@ def test_a_killed_run_is_swept_by_its_reaper(backend: str) -> None:
         if holder.poll() is None:
             holder.kill()
         subprocess.run([sys.executable, "-m", "emulator", "net", "down", "--run-id", run_id], cwd=ROOT,
-                       capture_output=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                       capture_output=True)
 
 
 def test_an_orderly_teardown_lets_the_reaper_go_unused() -> None:

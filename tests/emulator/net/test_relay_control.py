@@ -137,8 +137,7 @@ def test_relay_exits_when_its_parent_is_killed(tmp_path: Path) -> None:
         "sys.stdin.read()\n"
     )
     parent = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, cwd=REPO_ROOT,
-                              env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+                              stdout=subprocess.PIPE, cwd=REPO_ROOT)
     try:
         assert parent.stdout is not None
         relay_pid = int(parent.stdout.readline())

@@ -165,8 +165,7 @@ def test_killed_parent_leaves_no_relay_and_no_device(ends: LinkEnds, tmp_path: P
     )
     ends_json = json.dumps(dataclasses.asdict(ends))
     parent = subprocess.Popen([sys.executable, "-c", script, ends_json, str(tmp_path)],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=REPO_ROOT,
-                              env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=REPO_ROOT)
     try:
         assert parent.stdout is not None
         relay_pid = int(parent.stdout.readline())

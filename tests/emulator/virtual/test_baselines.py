@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import yaml
 
 from emulator.errors import ScenarioError
 from emulator.scenario import Scenario, apply_overrides, load_scenario
 from emulator.virtual.baselines import CONFIGS, compare_configurations, configuration_overrides, saturation_throughput
 from emulator.virtual.engine import simulate
+
+from .conftest import SMALL
 
 SCENARIOS = Path(__file__).resolve().parents[3] / "scenarios"
 
@@ -40,3 +44,15 @@ def test_compare_configurations_tabulates_each_and_records_runs(small: Callable[
 def test_saturation_needs_a_generated_workload() -> None:
     with pytest.raises(ScenarioError, match="saturation needs a generated workload"):
         saturation_throughput(load_scenario(SCENARIOS / "mooncake-replay.yaml"))
+
+
+def test_the_baselines_command_prints_each_configuration_and_records_its_run(tmp_path: Path, capsys) -> None:
+    from emulator.__main__ import main
+
+    scenario = tmp_path / "small.yaml"
+    scenario.write_text(yaml.safe_dump({**SMALL, "duration_s": 20}))
+    assert main(["baselines", str(scenario), "--out", str(tmp_path / "runs")]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert tuple(rows) == CONFIGS
+    assert all(row["completed_fraction"] == 1.0 and row["lambda_max_model"] > 0 for row in rows.values())
+    assert all((tmp_path / "runs" / config / "summary.json").is_file() for config in CONFIGS)

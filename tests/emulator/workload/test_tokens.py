@@ -37,7 +37,7 @@ def test_hashes_are_stable_across_processes() -> None:
     script = "from emulator.workload.tokens import chain_hashes; print(chain_hashes([1, 2, 3]))"
     outputs = set()
     for hash_seed in ("1", "2"):
-        env = {**os.environ, "PYTHONHASHSEED": hash_seed, "PYTHONPATH": str(ROOT)}
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
         result = subprocess.run(
             [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
         )
