@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from emulator.compare import reason_order, summary_failures
+from emulator.control.types import RequestStatus
 from emulator.errors import TelemetryError
 from emulator.telemetry.recorder import load_run
 
@@ -150,7 +152,7 @@ def ttft_cdf(requests: pd.DataFrame, by: str | None = "route") -> pd.DataFrame:
 
     `by="route"` gives one curve per route; `by=None` one curve ("all").
     """
-    done = requests[(requests["status"] == "completed") & requests["ttft_s"].notna()]
+    done = requests[(requests["status"] == RequestStatus.COMPLETED.value) & requests["ttft_s"].notna()]
     groups = {"all": done} if by is None else dict(tuple(done.groupby(done[by].fillna("none"))))
     parts = []
     for name, frame in groups.items():
@@ -210,12 +212,16 @@ def timeseries_lines(timeseries: pd.DataFrame, columns: Mapping[str, str]) -> pd
 
 
 def compare_table(runs: Mapping[str, Run]) -> pd.DataFrame:
-    """Headline numbers side by side, as display text: one row per metric, one column per run."""
+    """Headline numbers side by side, as display text: one row per metric, one column per run, then
+    one row per fail reason any of the runs met (`failed: worker_lost`)."""
     rows = {"scenario": [str(run.meta.get("scenario", "-")) for run in runs.values()],
             "engine": [str(run.meta.get("engine", "-")) for run in runs.values()],
             "link backend": [link_backend(run.meta) for run in runs.values()]}
     for key, label in SUMMARY_METRICS:
         rows[label] = [format_number(run.summary.get(key)) for run in runs.values()]
+    counts = [summary_failures(run.doc) for run in runs.values()]
+    for reason in reason_order(reason for count in counts for reason in count):
+        rows[f"failed: {reason}"] = [format_number(count.get(reason, 0)) for count in counts]
     table = pd.DataFrame.from_dict(rows, orient="index", columns=list(runs))
     table.index.name = "metric"
     return table

@@ -1,5 +1,6 @@
 """Two recorded runs side by side (live vs virtual, or two settings of one engine): headline numbers
-with relative differences, and a self-contained HTML page of both TTFT CDFs.
+with relative differences, failures lined up by reason, and a self-contained HTML page of both TTFT
+CDFs.
 
 Reads run directories through telemetry's `load_run`; it runs nothing and computes no new metrics.
 """
@@ -7,6 +8,7 @@ Reads run directories through telemetry's `load_run`; it runs nothing and comput
 from __future__ import annotations
 
 import html
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +17,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
+from emulator.control.types import FailReason, RequestStatus
 from emulator.telemetry.recorder import load_run
 
 METRICS = (
@@ -40,12 +43,22 @@ class MetricDiff:
 
 
 @dataclass(frozen=True, slots=True)
+class FailureCounts:
+    """Failed requests with one reason (a FailReason value) in each run."""
+
+    reason: str
+    a: int
+    b: int
+
+
+@dataclass(frozen=True, slots=True)
 class Comparison:
     label_a: str
     label_b: str
     rows: tuple[MetricDiff, ...]
     ttft_a: np.ndarray  # sorted TTFTs of completed requests
     ttft_b: np.ndarray
+    failures: tuple[FailureCounts, ...] = ()  # every reason either run met, in FailReason's order
 
     def row(self, name: str) -> MetricDiff:
         return next(r for r in self.rows if r.name == name)
@@ -57,7 +70,20 @@ def compare_runs(run_a: str | Path, run_b: str | Path) -> Comparison:
     req_b, _, doc_b = load_run(run_b)
     rows = tuple(MetricDiff(name, label, _number(doc_a["summary"].get(name)), _number(doc_b["summary"].get(name)))
                  for name, label in METRICS)
-    return Comparison(_label(run_a, doc_a), _label(run_b, doc_b), rows, _ttfts(req_a), _ttfts(req_b))
+    failures = line_up_failures(summary_failures(doc_a), summary_failures(doc_b))
+    return Comparison(_label(run_a, doc_a), _label(run_b, doc_b), rows, _ttfts(req_a), _ttfts(req_b), failures)
+
+
+def line_up_failures(a: dict[str, int], b: dict[str, int]) -> tuple[FailureCounts, ...]:
+    """One row per reason either run met, in `reason_order`."""
+    return tuple(FailureCounts(r, a.get(r, 0), b.get(r, 0)) for r in reason_order([*a, *b]))
+
+
+def reason_order(reasons: Iterable[str]) -> list[str]:
+    """The distinct `reasons` in FailReason's order, then those outside it (runs recorded before the
+    enum, whose live reasons were sentences) in alphabetical order."""
+    met, known = set(reasons), [r.value for r in FailReason]
+    return [r for r in known if r in met] + sorted(met - set(known))
 
 
 def format_table(comparison: Comparison) -> str:
@@ -68,6 +94,11 @@ def format_table(comparison: Comparison) -> str:
     for row in comparison.rows:
         rel = "" if row.relative is None else f"{row.relative:+.1%}"
         lines.append(f"{row.label:<{width}}  {_shown(row.a):>16}  {_shown(row.b):>16}  {rel:>8}")
+    lines.append(f"{'failed, by reason':<{width}}  {'A':>16}  {'B':>16}  {'B - A':>8}")
+    for fail in comparison.failures:
+        lines.append(f"{'  ' + fail.reason[:width - 2]:<{width}}  {fail.a:>16}  {fail.b:>16}  {fail.b - fail.a:>+8}")
+    if not comparison.failures:
+        lines.append(f"{'  (none)':<{width}}  {0:>16}  {0:>16}  {'':>8}")
     return "\n".join(lines)
 
 
@@ -95,8 +126,17 @@ def _label(run_dir: str | Path, doc: dict) -> str:
     return f"{name} ({engine})" if engine else name
 
 
+def summary_failures(doc: dict) -> dict[str, int]:
+    """summary.json's failures by reason (`fail_reasons` in runs recorded before `failed_by_reason`)."""
+    summary = doc.get("summary", {})
+    counts = summary.get("failed_by_reason", summary.get("fail_reasons"))
+    if not isinstance(counts, dict):
+        return {}
+    return {str(k): int(v) for k, v in counts.items() if isinstance(v, int) and not isinstance(v, bool)}
+
+
 def _ttfts(requests: pd.DataFrame) -> np.ndarray:
-    done = requests[(requests["status"] == "completed") & requests["ttft_s"].notna()]
+    done = requests[(requests["status"] == RequestStatus.COMPLETED.value) & requests["ttft_s"].notna()]
     return np.sort(done["ttft_s"].to_numpy(dtype=float))
 
 

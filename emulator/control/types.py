@@ -16,6 +16,31 @@ class Route(StrEnum):
     LOCAL = "local"
 
 
+class RequestStatus(StrEnum):
+    """How a request ended; every request ends in exactly one of these."""
+
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+class FailReason(StrEnum):
+    """Why a request failed: one short tag, the same on every engine, so runs line up by reason.
+    The engine's own words (node names, the error) go in the record's `fail_detail`."""
+
+    NO_PREFILL_NODE = "no_prefill_node"  # the router found no prefill node to take it
+    NO_DECODE_NODE = "no_decode_node"  # no decode node was up to take its KV
+    WORKER_LOST = "worker_lost"  # a node holding it died, closed its connection or shut down
+    PREFILL_FAILED = "prefill_failed"  # the prefill worker reported an error
+    TRANSFER_FAILED = "transfer_failed"  # its KV did not arrive (connection, receiver refusal)
+    LINK_DOWN = "link_down"  # every connection over the link lost, reconnects exhausted
+    DEADLINE = "deadline"  # its KV was not delivered within the transfer deadline
+    DECODE_FAILED = "decode_failed"  # the decode worker reported an error
+    REFUSED = "refused"  # a command the gateway or a worker found invalid
+    UNFINISHED = "unfinished"  # still open when the run reached its end (bounded or past its drain)
+    INTERRUPTED = "interrupted"  # the operator stopped the run (a signal, the dashboard's Stop)
+    RUN_FAILED = "run_failed"  # the run itself failed; open requests ended with it
+
+
 class RoutePolicy(StrEnum):
     PRFAAS = "prfaas"  # incremental length over a threshold goes remote
     LOCAL_ONLY = "local-only"  # the homogeneous PD baseline

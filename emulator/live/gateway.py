@@ -17,7 +17,7 @@ from typing import Protocol
 from emulator.control.prefix_cache import PrefixCacheIndex
 from emulator.control.router import Router
 from emulator.control.scheduler import DualTimescaleScheduler
-from emulator.control.types import Cluster, RequestSpec, Role
+from emulator.control.types import Cluster, FailReason, RequestSpec, Role
 from emulator.errors import PrfaasError
 from emulator.live import protocol as p
 from emulator.live.nodes import NodeState, NodeTable
@@ -28,6 +28,7 @@ from emulator.workload.tokens import synthesize_tokens
 
 log = logging.getLogger(__name__)
 MIN_BLOCK = 64  # the model's snapshot granularity (model_stub BLOCK_TOKENS)
+WORKER_SHUTTING_DOWN = "worker shutting down"  # worker.SHUTTING_DOWN (that module imports torch)
 
 
 class EventSink(Protocol):
@@ -82,11 +83,15 @@ class Gateway:
         rid = self.tracker.new_attempt(state)
         decision = self.router.decide(state.spec, self.nodes.prefill_loads(), self.now())
         if decision.route is None or decision.node is None:
-            await self.fail(state, decision.reason)
+            await self.fail(state, FailReason.NO_PREFILL_NODE, decision.reason)
             return
         prefill, decode = self.nodes.get(decision.node), self.nodes.pick_decode()
-        if prefill is None or decode is None or decode.kv_port is None:
-            await self.fail(state, "no decode node is up" if decode is None else f"{decision.node} is unknown")
+        if prefill is None:
+            await self.fail(state, FailReason.NO_PREFILL_NODE, f"{decision.node} is unknown")
+            return
+        if decode is None or decode.kv_port is None:
+            await self.fail(state, FailReason.NO_DECODE_NODE, "no decode node is up" if decode is None
+                            else f"{decode.name} has no KV port")
             return
         state.decision, state.prefill_node, state.decode_node = decision, prefill.name, decode.name
         if state.attempts == 1:
@@ -94,7 +99,7 @@ class Gateway:
         try:
             command = self._prefill_command(state, rid, decode, prefill.cluster)
         except (ValueError, PrfaasError) as err:  # pydantic's ValidationError is a ValueError
-            await self.fail(state, f"prefill command: {err}".replace("\n", "; "))
+            await self.fail(state, FailReason.REFUSED, f"prefill command: {err}".replace("\n", "; "))
             return
         prefill.prefill_rids.add(rid)
         prefill.prefill_tokens[rid] = decision.incremental_len
@@ -162,12 +167,13 @@ class Gateway:
         command = p.Decode(rid=msg.rid, first_token=msg.first_token, output_len=spec.output_len,
                            prompt_len=spec.input_len)
         if decode is None or not await decode.send(command):
-            await self.retry_or_fail(state, f"decode node {state.decode_node} is gone")
+            await self.retry_or_fail(state, FailReason.WORKER_LOST, f"decode node {state.decode_node} is gone")
 
     async def _on_transfer_done(self, node: NodeState, state: RequestState, msg: p.TransferDone) -> None:
         state.transfer_start_s, state.transfer_end_s = self.rel(msg.t_start), self.rel(msg.t_end)
         if msg.status == "failed":
-            await self.retry_or_fail(state, f"transfer from {node.name}: {msg.reason}")
+            await self.retry_or_fail(state, worker_fail_reason("transfer", msg.reason),
+                                     f"transfer from {node.name}: {msg.reason}")
             return
         await self._event(state, "transfer_end", node=node.name)
 
@@ -188,7 +194,8 @@ class Gateway:
         self.changed.set()
 
     async def _on_failed(self, node: NodeState, state: RequestState, msg: p.Failed) -> None:
-        await self.retry_or_fail(state, f"{msg.stage} on {node.name}: {msg.reason}")
+        await self.retry_or_fail(state, worker_fail_reason(msg.stage, msg.reason),
+                                 f"{msg.stage} on {node.name}: {msg.reason}")
 
     def _on_role_set(self, node: NodeState, role: Role) -> None:
         if role is not node.role:
@@ -199,16 +206,16 @@ class Gateway:
 
     # ---- failures ----
 
-    async def retry_or_fail(self, state: RequestState, reason: str) -> None:
-        """Give the request another attempt elsewhere, or end it failed with `reason`."""
+    async def retry_or_fail(self, state: RequestState, reason: FailReason, detail: str) -> None:
+        """Give the request another attempt elsewhere, or end it failed with `reason` (and `detail`)."""
         if state.is_done:
             return
         await self._release(state)
         if state.attempts < MAX_ATTEMPTS and not self.is_stopping:
-            log.info("request %s: %s; retrying (attempt %d)", state.spec.id, reason, state.attempts + 1)
+            log.info("request %s: %s; retrying (attempt %d)", state.spec.id, detail, state.attempts + 1)
             await self.dispatch(state)
         else:
-            await self.fail(state, reason)
+            await self.fail(state, reason, detail)
 
     async def _release(self, state: RequestState) -> None:
         """Take the attempt off its nodes; the decode node drops whatever it holds for it."""
@@ -224,11 +231,11 @@ class Gateway:
                 if node.is_up:
                     await node.send(p.Cancel(rid=rid))
 
-    async def fail(self, state: RequestState, reason: str) -> None:
+    async def fail(self, state: RequestState, reason: FailReason, detail: str) -> None:
         await self._release(state)
-        if self.tracker.finish(state, self.now(), fail_reason=reason) is not None:
+        if self.tracker.finish(state, self.now(), fail_reason=reason, fail_detail=detail) is not None:
             self.counters.on_failed()
-            await self._event(state, "failed", reason=reason)
+            await self._event(state, "failed", reason=f"{reason.value}: {detail}")
         self.changed.set()
 
     async def node_lost(self, node: NodeState, why: str) -> None:
@@ -243,20 +250,32 @@ class Gateway:
         node.prefill_tokens.clear()
         node.decode_rids.clear()
         for state in held:
-            await self.retry_or_fail(state, f"worker lost: {node.name} ({why})")
+            await self.retry_or_fail(state, FailReason.WORKER_LOST, f"worker lost: {node.name} ({why})")
         self.changed.set()
 
-    async def fail_open(self, reason: str) -> None:
+    async def fail_open(self, reason: FailReason, detail: str) -> None:
         """End every request still open (the run is over or interrupted)."""
         self.is_stopping = True
         for state in self.tracker.open:
-            await self.fail(state, reason)
+            await self.fail(state, reason, detail)
 
     async def _event(self, state: RequestState, event: str, node: str | None = None,
                      reason: str | None = None, detail: dict[str, float] | None = None) -> None:
         await self.events.publish_event(RequestEvent(
             run_id=self.settings.run_id, t_s=max(self.now(), 0.0), request_id=state.spec.id, event=event,
             route=state.route, node=node, reason=reason, detail=detail or {}))
+
+
+def worker_fail_reason(stage: str, words: str) -> FailReason:
+    """The tag for a worker's failure report, which carries a stage and words. The transport's
+    sender starts its own reasons with `deadline:` and `link:` (transport/sender.py)."""
+    if words == WORKER_SHUTTING_DOWN:
+        return FailReason.WORKER_LOST
+    if stage == "transfer":
+        if words.startswith("deadline:"):
+            return FailReason.DEADLINE
+        return FailReason.LINK_DOWN if words.startswith("link:") else FailReason.TRANSFER_FAILED
+    return FailReason.PREFILL_FAILED if stage == "prefill" else FailReason.DECODE_FAILED
 
 
 def _key(block_hash: int) -> str:

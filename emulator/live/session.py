@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from emulator.control.types import Cluster
+from emulator.control.types import Cluster, FailReason
 from emulator.errors import PrfaasError
 from emulator.live import protocol as p
 from emulator.live.capacity import check_live_capacity, machine_figures
@@ -38,6 +38,7 @@ from emulator.scenario import Scenario
 from emulator.telemetry.broker import EmbeddedBroker
 from emulator.telemetry.bus import TelemetryBus
 from emulator.telemetry.recorder import RunRecorder
+from emulator.telemetry.run_meta import EngineKind, RunMeta, make_run_meta
 from emulator.telemetry.schemas import StatusMessage
 from emulator.workload.build import build_requests
 
@@ -220,8 +221,9 @@ class LiveSession:
             stuck = await t.step(Step.LOOPS, self.loops.stop_loops())
             t.add_killed([f"loop {name} (abandoned)" for name in stuck or []])
         await t.step(Step.STATUS, self._status("failed" if error else "draining", end_reason))
-        await t.step(Step.FAIL_OPEN, self.gateway.fail_open(end_reason))  # also marks the gateway stopping
-        self._fail_rest(end_reason)
+        reason = open_fail_reason(end_reason, error)
+        await t.step(Step.FAIL_OPEN, self.gateway.fail_open(reason, end_reason))  # also marks the gateway stopping
+        self._fail_rest(reason, end_reason)
         if self.loops is not None:  # before anything that can hang: workers, the broker, the link
             await self.write_record(complete=False)
         await t.step(Step.WORKERS, self._stop_workers(), kill=self.workers.kill_all)
@@ -234,10 +236,11 @@ class LiveSession:
             note = f"{summary.get('completed', 0)} completed, {summary.get('failed_count') or 0} failed; {end_reason}"
             await t.step(Step.STATUS, self._status("finished", note))
 
-    def _fail_rest(self, reason: str) -> None:
+    def _fail_rest(self, reason: FailReason, detail: str) -> None:
         """End, without any I/O, whatever `fail_open` did not reach within its budget."""
         for state in self.gateway.tracker.open:
-            if self.gateway.tracker.finish(state, self.gateway.now(), fail_reason=reason) is not None:
+            if self.gateway.tracker.finish(state, self.gateway.now(), fail_reason=reason,
+                                           fail_detail=detail) is not None:
                 self.gateway.counters.on_failed()
 
     async def _wait_for_workers(self, stop: asyncio.Event) -> None:
@@ -356,23 +359,28 @@ class LiveSession:
         self.doc = doc or self.doc
         return self.doc
 
-    def _meta(self, complete: bool) -> dict[str, Any]:
+    def _meta(self, complete: bool) -> RunMeta:
         status, loops = self.topology.status(), self.loops
         link_bytes = self.link_bytes_to_local if self.link_bytes_to_local is not None else (
             loops.link_bytes_to_local if loops is not None else None)
-        return {
-            "engine": "live", "scenario": self.scenario.name, "run_id": self.run_id, "seed": self.scenario.seed,
-            "link_backend": status["backend"], "link_backend_reason": status["reason"],
-            "link_description": status["description"], "mqtt": self.bus.status_note,
-            "transport": self.scenario.transport.model_dump(),
-            "model": f"{self.scenario.model.preset} ({self.scenario.model.preset_size})",
-            "profile": self.plane.profile_source, "threshold_start": self.plane.threshold,
-            "n_p_start": self.plane.n_p, "decisions": list(loops.decisions) if loops is not None else [],
-            "knob_changes": list(loops.knob_changes) if loops is not None else [], "notes": self.notes,
-            "end_reason": self.end_reason,
-            "worker_logs": str(self.log_dir),
-            "worker_pids": {name: proc.pid for name, proc in self.workers.procs.items()} if self.workers else {},
-            "link_bytes_to_local": link_bytes,
-            "record": "complete" if complete else "written before the teardown; not rewritten after it",
-            "teardown": self.teardown.as_list(), "teardown_killed": self.teardown.killed(),
-        }
+        return make_run_meta(
+            self.scenario, self.plane, engine=EngineKind.LIVE, run_id=self.run_id,
+            link_backend=status["backend"], link_backend_reason=status["reason"],
+            decisions=loops.decisions if loops is not None else (),
+            knob_changes=loops.knob_changes if loops is not None else (), notes=self.notes,
+            end_reason=self.end_reason, engine_details={
+                "link_description": status["description"], "mqtt": self.bus.status_note,
+                "worker_logs": str(self.log_dir),
+                "worker_pids": {name: proc.pid for name, proc in self.workers.procs.items()} if self.workers else {},
+                "link_bytes_to_local": link_bytes,
+                "record": "complete" if complete else "written before the teardown; not rewritten after it",
+                "teardown": self.teardown.as_list(), "teardown_killed": self.teardown.killed(),
+            })
+
+
+def open_fail_reason(end_reason: str, error: BaseException | None) -> FailReason:
+    """The tag for requests still open when the run ends: its loops' end reason says whether the
+    operator stopped it (a signal), the run failed, or it ran out of time (emulator/live/loops.py)."""
+    if error is not None:
+        return FailReason.RUN_FAILED
+    return FailReason.INTERRUPTED if "interrupted" in end_reason else FailReason.UNFINISHED

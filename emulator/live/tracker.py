@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from emulator.control.router import RouteDecision
-from emulator.control.types import RequestSpec
+from emulator.control.types import FailReason, RequestSpec, RequestStatus
 from emulator.telemetry.records import RequestRecord
 
 MAX_ATTEMPTS = 3  # a request whose worker died or whose transfer failed is retried this many times
@@ -87,14 +87,15 @@ class Tracker:
         return [s for s in self.by_id.values() if not s.is_done]
 
     def finish(self, state: RequestState, now_s: float, tpot_s: float | None = None,
-               fail_reason: str | None = None) -> RequestRecord | None:
-        """End a request once; returns its record (None if it had already ended)."""
+               fail_reason: FailReason | None = None, fail_detail: str | None = None) -> RequestRecord | None:
+        """End a request once, failed when `fail_reason` is given (`fail_detail` in words); returns
+        its record (None if it had already ended)."""
         if state.is_done:
             return None
         if state.rid is not None:
             self.by_rid.pop(state.rid, None)
             self._ended_rids[state.rid] = len(self.records)
-        record = _record(state, now_s, tpot_s, fail_reason)
+        record = _record(state, now_s, tpot_s, fail_reason, fail_detail)
         state.record = record
         self.records.append(record)
         return record
@@ -106,7 +107,8 @@ class Tracker:
             self.records[i] = dataclasses.replace(self.records[i], transfer_start_s=start_s, transfer_end_s=end_s)
 
 
-def _record(state: RequestState, now_s: float, tpot_s: float | None, fail_reason: str | None) -> RequestRecord:
+def _record(state: RequestState, now_s: float, tpot_s: float | None, fail_reason: FailReason | None,
+            fail_detail: str | None) -> RequestRecord:
     spec, failed = state.spec, fail_reason is not None
     first = state.first_token_s
     return RequestRecord(
@@ -119,5 +121,7 @@ def _record(state: RequestState, now_s: float, tpot_s: float | None, fail_reason
         kv_bytes=state.kv_bytes, first_token_s=first,
         ttft_s=None if first is None else first - state.arrival_s,
         tpot_s=None if failed else tpot_s, output_len=spec.output_len,
-        finish_s=now_s, status="failed" if failed else "completed", fail_reason=fail_reason,
+        finish_s=now_s, status=(RequestStatus.FAILED if failed else RequestStatus.COMPLETED).value,
+        fail_reason=None if fail_reason is None else fail_reason.value,
+        fail_detail=fail_detail if failed else None,
     )

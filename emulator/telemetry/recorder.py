@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 from emulator.errors import TelemetryError
 from emulator.telemetry.records import REQUEST_FIELDS, RequestRecord, check_expectations, summarize
 from emulator.telemetry.report import write_report
+from emulator.telemetry.run_meta import RunMeta
 from emulator.telemetry.schemas import MetricsSnapshot
 
 log = logging.getLogger(__name__)
@@ -42,9 +43,11 @@ REQUEST_SCHEMA = pa.schema([
     ("queue_s", _FLOAT), ("prefill_start_s", _FLOAT), ("prefill_end_s", _FLOAT),
     ("transfer_start_s", _FLOAT), ("transfer_end_s", _FLOAT), ("kv_bytes", _INT),
     ("first_token_s", _FLOAT), ("ttft_s", _FLOAT), ("tpot_s", _FLOAT), ("output_len", _INT),
-    ("finish_s", _FLOAT), ("status", _STR), ("fail_reason", _STR),
+    ("finish_s", _FLOAT), ("status", _STR), ("fail_reason", _STR), ("fail_detail", _STR),
 ])
 assert tuple(REQUEST_SCHEMA.names) == REQUEST_FIELDS, "parquet schema and RequestRecord disagree"
+# Runs recorded before fail_detail existed (fail_reason then held the words): still readable
+_ADDED_FIELDS = ("fail_detail",)
 
 # Always present (NaN where never sampled), so readers can rely on them; callers may add more.
 TIMESERIES_COLUMNS = (
@@ -112,15 +115,16 @@ class RunRecorder:
             rtt_ms=snapshot.rtt_ms,
         )
 
-    def finish(self, meta: Mapping[str, Any],
+    def finish(self, meta: RunMeta | Mapping[str, Any],
                expect: Mapping[str, Mapping[str, float]] | None = None,
                duration_s: float | None = None) -> dict[str, Any]:
         """Write the four files; return the summary.json document.
 
         `duration_s` defaults to the span from the first arrival to the last finish (or sample).
-        The document holds `summary` (the numbers), `meta` (engine, scenario, link backend and
-        its fallback note, mqtt note, ...), `expect` and `expect_failures` (one line each).
+        The document holds `summary` (the numbers), `meta` (the engines' RunMeta; a plain mapping
+        for tools and tests), `expect` and `expect_failures` (one line each).
         """
+        meta = meta.as_json() if isinstance(meta, RunMeta) else dict(meta)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         rows, records = [], []
         for record in self._records:
@@ -132,7 +136,7 @@ class RunRecorder:
         summary = self._json_safe("summary", summarize(records, duration))
         expect = {k: dict(v) for k, v in (expect or {}).items()}
         doc = {"kind": RUN_KIND, "v": SUMMARY_VERSION, "summary": summary,
-               "meta": self._json_safe("meta", dict(meta)), "expect": self._json_safe("expect", expect),
+               "meta": self._json_safe("meta", meta), "expect": self._json_safe("expect", expect),
                "expect_failures": check_expectations(summary, expect), "record_notes": self._notes}
         requests = pa.Table.from_pylist(rows, schema=REQUEST_SCHEMA)
         timeseries = self._timeseries_table()
@@ -241,6 +245,9 @@ def load_run(run_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame, dict[str,
     except (pa.ArrowException, OSError) as err:
         raise TelemetryError(f"run dir {str(path)!r}: a parquet file is unreadable ({err}); "
                              "re-run to record it again") from None
+    if tuple(requests.columns) == REQUEST_FIELDS[:-len(_ADDED_FIELDS)]:
+        for name in _ADDED_FIELDS:
+            requests[name] = None
     if tuple(requests.columns) != REQUEST_FIELDS:
         raise TelemetryError(f"run dir {str(path)!r}: requests.parquet has columns "
                              f"{list(requests.columns)}; expected the design.md record fields")

@@ -11,11 +11,17 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 
+from emulator.control.types import FailReason, RequestStatus, Route
 from emulator.errors import TelemetryError
 from emulator.telemetry.metrics import percentile
 
-STATUSES = ("completed", "failed")
-ROUTES = ("prfaas", "local")
+# The enums' values, as records hold them (plain strings: parquet columns, and a set lookup per
+# record where the virtual engine builds one per simulated request)
+STATUSES: frozenset[str] = frozenset(s.value for s in RequestStatus)
+ROUTES: frozenset[str] = frozenset(r.value for r in Route)
+FAIL_REASONS: frozenset[str] = frozenset(r.value for r in FailReason)
+_COMPLETED, _FAILED = RequestStatus.COMPLETED.value, RequestStatus.FAILED.value
+_PRFAAS = Route.PRFAAS.value
 BOUNDS = ("min", "max")
 
 
@@ -23,7 +29,9 @@ BOUNDS = ("min", "max")
 class RequestRecord:
     """One request from arrival to its end; fields (and their order) are design.md's contract.
 
-    A failed request keeps what it reached (e.g. no `first_token_s`) and names `fail_reason`.
+    A failed request keeps what it reached (e.g. no `first_token_s`) and names `fail_reason`, a
+    FailReason value (the same tag on every engine), with the engine's own words in `fail_detail`.
+    `status`, `route` and `fail_reason` hold their enum's value, checked here.
     Read-only by convention, not frozen: a frozen dataclass's __init__ costs three times as much,
     and the virtual engine builds one per simulated request.
     """
@@ -33,7 +41,7 @@ class RequestRecord:
     input_len: int
     cached_len: int
     incremental_len: int
-    route: str | None = None  # "prfaas" | "local"; None if it failed before routing
+    route: str | None = None  # a Route value; None if it failed before routing
     prefill_node: str | None = None
     decode_node: str | None = None
     queue_s: float | None = None
@@ -47,19 +55,24 @@ class RequestRecord:
     tpot_s: float | None = None
     output_len: int
     finish_s: float | None = None
-    status: str
-    fail_reason: str | None = None
+    status: str  # a RequestStatus value
+    fail_reason: str | None = None  # a FailReason value; set exactly when the request failed
+    fail_detail: str | None = None  # the engine's words: which node, what error
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
             raise TelemetryError(f"request {self.id}: status = {self.status!r}; use one of "
-                                 f"{', '.join(STATUSES)}")
+                                 f"{', '.join(s.value for s in RequestStatus)}")
         if self.route is not None and self.route not in ROUTES:
             raise TelemetryError(f"request {self.id}: route = {self.route!r}; use one of "
-                                 f"{', '.join(ROUTES)} or None")
-        if self.status == "failed" and not self.fail_reason:
-            raise TelemetryError(f"request {self.id}: failed without a fail_reason; "
-                                 "name why (link_down, worker_lost, ...)")
+                                 f"{', '.join(r.value for r in Route)} or None")
+        if self.fail_reason is not None and self.fail_reason not in FAIL_REASONS:
+            raise TelemetryError(f"request {self.id}: fail_reason = {self.fail_reason!r}; use one of "
+                                 f"{', '.join(r.value for r in FailReason)} (words go in fail_detail)")
+        if (self.status == _FAILED) != (self.fail_reason is not None):
+            raise TelemetryError(f"request {self.id}: {self.status} with fail_reason = "
+                                 f"{self.fail_reason!r}; a failed request, and only a failed one, "
+                                 "names why (worker_lost, link_down, ...)")
 
 
 REQUEST_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(RequestRecord))
@@ -71,10 +84,10 @@ def summarize(records: Iterable[RequestRecord], duration_s: float) -> dict[str, 
     None where there is no data (no requests, no completed ones, zero duration)."""
     records = list(records)
     num = len(records)
-    done = [r for r in records if r.status == "completed"]
+    done = [r for r in records if r.status == _COMPLETED]
     ttfts = [r.ttft_s for r in done if r.ttft_s is not None]
     tpots = [r.tpot_s for r in done if r.tpot_s is not None]
-    remote_kv_bytes = sum(r.kv_bytes or 0 for r in records if r.route == "prfaas")
+    remote_kv_bytes = sum(r.kv_bytes or 0 for r in records if r.route == _PRFAAS)
     has_time = duration_s > 0
     return {
         "duration_s": duration_s,
@@ -88,12 +101,17 @@ def summarize(records: Iterable[RequestRecord], duration_s: float) -> dict[str, 
         "ttft_p99_s": percentile(ttfts, 99),
         "tpot_mean_s": _mean(tpots),
         "throughput_rps": len(done) / duration_s if has_time else None,
-        "prfaas_fraction": sum(r.route == "prfaas" for r in records) / num if num else None,
+        "prfaas_fraction": sum(r.route == _PRFAAS for r in records) / num if num else None,
         "kv_bytes_total": sum(r.kv_bytes or 0 for r in records),
         "egress_gbps_mean": remote_kv_bytes * 8 / duration_s / 1e9 if has_time else None,
-        "fail_reasons": dict(sorted(Counter(r.fail_reason for r in records
-                                            if r.status == "failed").items())),
+        "failed_by_reason": failed_by_reason(records),
     }
+
+
+def failed_by_reason(records: Iterable[RequestRecord]) -> dict[str, int]:
+    """{FailReason value: failed requests}, in the enum's order; reasons no request met are left out."""
+    counts = Counter(r.fail_reason for r in records if r.status == _FAILED)
+    return {reason.value: counts[reason.value] for reason in FailReason if counts[reason.value]}
 
 
 def _mean(values: list[float]) -> float | None:

@@ -15,6 +15,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
+from emulator.control.types import RequestStatus
+
 TITLES = {
     "ttft_time": "TTFT over time",
     "ttft_cdf": "TTFT CDF by route",
@@ -90,7 +92,7 @@ def _shown(value: Any) -> str:
 def _completed(requests_df: pd.DataFrame) -> pd.DataFrame:
     if requests_df.empty or "ttft_s" not in requests_df:
         return requests_df.iloc[0:0]
-    return requests_df[(requests_df["status"] == "completed") & requests_df["ttft_s"].notna()]
+    return requests_df[(requests_df["status"] == RequestStatus.COMPLETED.value) & requests_df["ttft_s"].notna()]
 
 
 def _ttft_over_time(requests_df: pd.DataFrame) -> list[go.Scatter]:

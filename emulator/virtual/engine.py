@@ -20,9 +20,10 @@ from emulator.plane import ControlPlane, make_control_plane
 from emulator.scenario import Scenario
 from emulator.telemetry.recorder import RunRecorder
 from emulator.telemetry.records import RequestRecord
+from emulator.telemetry.run_meta import EngineKind, RunMeta, make_run_meta
 from emulator.virtual.core import Simulator
 from emulator.virtual.costs import CostModel
-from emulator.virtual.gateway import Gateway
+from emulator.virtual.gateway import UNFINISHED, Gateway
 from emulator.virtual.link import FluidLink
 from emulator.virtual.loops import Arrivals, Progress, RunLoops, link_states
 from emulator.workload.build import build_requests
@@ -134,27 +135,20 @@ def run_duration_s(records: list[RequestRecord]) -> float:
     return max((r.finish_s for r in records if r.finish_s is not None), default=0.0)
 
 
-def run_meta(scenario: Scenario, result: Simulation) -> dict[str, Any]:
+def run_meta(scenario: Scenario, result: Simulation) -> RunMeta:
     """summary.json's `meta`: what ran, with which settings, and what the engine assumed."""
-    plane, router, link = result.plane, scenario.router, scenario.link
-    scheduler = plane.scheduler
-    return {
-        "engine": "virtual", "scenario": scenario.name, "seed": scenario.seed,
-        "profile": plane.profile_source, "costs": result.costs.as_meta(),
-        "threshold_start": plane.threshold, "n_p_start": start_n_p(scenario, plane),
-        "policy": router.policy.value, "prefix_rule": router.prefix_rule.value,
-        "cache_affinity": router.cache_affinity,
-        "scheduler": None if scheduler is None else {
-            "short_term": scheduler.config.short_term_enabled, "long_term": scheduler.config.long_term_enabled},
-        "link": {"bandwidth_mbit": link.bandwidth_mbit, "delay_ms": link.delay_ms, "loss_pct": link.loss_pct},
-        "transport": scenario.transport.model_dump(),
-        "lambda_max_model": plane.plan.prfaas.lambda_max,
-        "decisions": result.loops.decisions, "knob_changes": result.loops.knob_changes,
-        "prefix_index": "used" if result.gateway.use_index else "skipped: no block is shared",
-        "sim": {"events": result.num_events, "end_s": result.end_s, "wall_s": round(result.wall_s, 4),
-                "link_bytes_delivered": result.gateway.link.bytes_delivered},
-        "approximations": list(APPROXIMATIONS),
-    }
+    ended = ("run ended" if not any(r.fail_reason == UNFINISHED for r in result.records)
+             else "run ended: requests still open when the simulation stopped")
+    return make_run_meta(
+        scenario, result.plane, engine=EngineKind.VIRTUAL, link_backend="simulated",
+        link_backend_reason="the virtual engine's fluid link model", decisions=result.loops.decisions,
+        knob_changes=result.loops.knob_changes, end_reason=ended, engine_details={
+            "costs": result.costs.as_meta(),
+            "prefix_index": "used" if result.gateway.use_index else "skipped: no block is shared",
+            "sim": {"events": result.num_events, "end_s": result.end_s, "wall_s": round(result.wall_s, 4),
+                    "link_bytes_delivered": result.gateway.link.bytes_delivered},
+            "approximations": list(APPROXIMATIONS),
+        })
 
 
 def start_n_p(scenario: Scenario, plane: ControlPlane) -> int:

@@ -12,7 +12,7 @@ from collections import deque
 from typing import Final
 
 from emulator.control.scheduler import DualTimescaleScheduler
-from emulator.control.types import Cluster, NodeId, RequestSpec, Role
+from emulator.control.types import Cluster, FailReason, NodeId, RequestSpec, RequestStatus, Role
 from emulator.plane import ControlPlane
 from emulator.telemetry.records import RequestRecord
 from emulator.virtual.core import Simulator
@@ -26,11 +26,13 @@ TTFT_WINDOW_S = 30.0
 _REMOTE, _LOCAL = Cluster.REMOTE, Cluster.LOCAL  # bound once: Enum class attributes are slow (3.11)
 
 
-# Why a request failed, as its record's fail_reason says (plain strings, as the live engine's)
-NO_PREFILL_NODE: Final = "no_prefill_node"
-NO_DECODE_NODE: Final = "no_decode_node"
-WORKER_LOST: Final = "worker_lost"
-UNFINISHED: Final = "unfinished"  # still open when the simulation stopped (a bounded run)
+# How a request ended, as its record holds it: the enums' values, bound once (as _REMOTE above)
+COMPLETED: Final = RequestStatus.COMPLETED.value
+FAILED: Final = RequestStatus.FAILED.value
+NO_PREFILL_NODE: Final = FailReason.NO_PREFILL_NODE.value
+NO_DECODE_NODE: Final = FailReason.NO_DECODE_NODE.value
+WORKER_LOST: Final = FailReason.WORKER_LOST.value
+UNFINISHED: Final = FailReason.UNFINISHED.value  # still open when the simulation stopped (a bounded run)
 
 
 class Gateway:
@@ -109,7 +111,7 @@ class Gateway:
         chosen, route = decision.node, decision.route
         if chosen is None or route is None:
             log.debug("request %s: %s", spec.id, decision.reason)
-            self._fail(journey, NO_PREFILL_NODE)
+            self._fail(journey, NO_PREFILL_NODE, decision.reason)
             return
         # the decision names one of prefill_nodes: its slot finds it without hashing a NodeId
         node = self.remote[chosen.index] if chosen.cluster is _REMOTE else self.local[chosen.index]
@@ -133,7 +135,8 @@ class Gateway:
         if node.is_up and not node.is_draining:
             node.enqueue(journey)
         else:
-            self._retry_or_fail(journey, WORKER_LOST)
+            self._retry_or_fail(journey, WORKER_LOST, f"worker lost: {node.name} (down or draining when a "
+                                "cached prefix reached it)")
 
     def _on_prefill_start(self, node: PrefillNode, journey: Journey, service_s: float) -> None:
         """Layer-wise pipelining: the KV starts to flow when the prefill starts."""
@@ -170,7 +173,7 @@ class Gateway:
         del self.in_transit[journey.spec.id]
         decode = self._pick_decode()
         if decode is None:
-            self._fail(journey, NO_DECODE_NODE)
+            self._fail(journey, NO_DECODE_NODE, "no decode node is up")
         else:
             decode.admit(journey)
 
@@ -187,7 +190,7 @@ class Gateway:
         return best
 
     def _on_decode_finish(self, node: DecodeNode, journey: Journey, tpot_s: float) -> None:
-        self._end(journey, "completed", tpot_s, None)
+        self._end(journey, COMPLETED, tpot_s, None, None)
 
     def _on_decode_idle(self, node: DecodeNode) -> None:
         if node.is_draining:
@@ -195,13 +198,14 @@ class Gateway:
 
     # ---- endings ----
 
-    def _fail(self, journey: Journey, reason: str) -> None:
+    def _fail(self, journey: Journey, reason: str, detail: str) -> None:
+        """End the request failed: `reason` a FailReason value, `detail` the words."""
         self._let_go(journey)
-        self._end(journey, "failed", None, reason)
+        self._end(journey, FAILED, None, reason, detail)
 
-    def _retry_or_fail(self, journey: Journey, reason: str) -> None:
+    def _retry_or_fail(self, journey: Journey, reason: str, detail: str) -> None:
         if journey.attempts >= MAX_ATTEMPTS:
-            self._fail(journey, reason)
+            self._fail(journey, reason, detail)
             return
         self._let_go(journey)
         journey.reset()
@@ -215,7 +219,8 @@ class Gateway:
             journey.transfer = None
         self.in_transit.pop(journey.spec.id, None)
 
-    def _end(self, journey: Journey, status: str, tpot_s: float | None, reason: str | None) -> None:
+    def _end(self, journey: Journey, status: str, tpot_s: float | None, reason: str | None,
+             detail: str | None) -> None:
         journey.is_done = True
         del self.open[journey.spec.id]
         spec, now, first = journey.spec, self.sim.now, journey.first_token_s
@@ -228,8 +233,9 @@ class Gateway:
             prefill_end_s=journey.prefill_end_s, transfer_start_s=journey.transfer_start_s,
             transfer_end_s=journey.transfer_end_s, kv_bytes=journey.kv_bytes, first_token_s=first,
             ttft_s=None if first is None else first - arrival, tpot_s=tpot_s,
-            output_len=spec.output_len, finish_s=now, status=status, fail_reason=reason))
-        if first is not None and status == "completed":
+            output_len=spec.output_len, finish_s=now, status=status, fail_reason=reason,
+            fail_detail=detail))
+        if first is not None and status == COMPLETED:
             self.num_completed += 1
             self.ttft.add(now, first - arrival)  # the record's ttft_s, computed alike
         else:
@@ -238,7 +244,7 @@ class Gateway:
     def fail_open(self) -> None:
         """End every request still open: the simulation stopped before they did."""
         for journey in list(self.open.values()):
-            self._fail(journey, UNFINISHED)
+            self._fail(journey, UNFINISHED, "still open when the simulation stopped")
 
     # ---- instances coming, going and flipping ----
 
@@ -251,8 +257,9 @@ class Gateway:
         if isinstance(node, PrefillNode):
             self.index.drop_node(node.node)
             held += [j for j in self.in_transit.values() if j.prefill_node == node.name]
+        detail = f"worker lost: {node.name} (killed)"
         for journey in held:
-            self._retry_or_fail(journey, WORKER_LOST)
+            self._retry_or_fail(journey, WORKER_LOST, detail)
         if node.is_draining:
             self._flip(node)
         return f"killed {node.name}: {len(held)} requests retried or failed"

@@ -105,6 +105,7 @@ def test_compare_table_and_cdfs_side_by_side(runs_dir: Path) -> None:
     assert table.loc["TTFT P50 (s)"].tolist() == ["1.6", "0.8"]
     assert table.loc["engine"].tolist() == ["virtual", "live"]
     assert table.loc["failed"].tolist() == ["1", "1"]
+    assert table.loc["failed: link_down"].tolist() == ["1", "1"]  # failures lined up by reason
     cdfs = compare_cdfs(runs)
     assert cdfs.groupby("group").size().to_dict() == {"fast-live": 5, "slow-virtual": 5}
 
@@ -128,3 +129,25 @@ def test_csv_bytes_round_trip(runs_dir: Path) -> None:
     back = pd.read_csv(io.BytesIO(csv_bytes(requests)))
     assert back["id"].tolist() == requests["id"].tolist()
     assert back["ttft_s"].tolist() == pytest.approx(requests["ttft_s"].tolist(), nan_ok=True)
+
+
+def test_a_run_recorded_before_fail_detail_still_lists_and_compares(runs_dir: Path) -> None:
+    """Runs recorded before issue 14: no fail_detail column, `fail_reasons` with live sentences."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    old = runs_dir / "fast-live"
+    table = pq.read_table(old / "requests.parquet")
+    pq.write_table(table.drop_columns(["fail_detail"]), old / "requests.parquet")
+    doc = json.loads((old / "summary.json").read_text())
+    doc["summary"]["fail_reasons"] = {"worker lost: local-decode-0 (its process ended)": 1}
+    del doc["summary"]["failed_by_reason"]
+    (old / "summary.json").write_text(json.dumps(doc))
+    listing = list_runs(runs_dir)
+    runs = listing.by_name()
+    assert "fast-live" in runs and runs["fast-live"].requests["fail_detail"].isna().all()
+    table = compare_table(runs)
+    assert table.loc["failed: link_down", "slow-virtual"] == "1" and table.loc["failed: link_down", "fast-live"] == "0"
+    old_reason = "failed: worker lost: local-decode-0 (its process ended)"
+    assert (table.loc[old_reason, "slow-virtual"], table.loc[old_reason, "fast-live"]) == ("0", "1")

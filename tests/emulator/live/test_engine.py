@@ -58,7 +58,7 @@ def run(sc, tmp_path: Path, **kwargs) -> tuple[dict, pd.DataFrame]:
 def assert_nothing_left(doc: dict) -> None:
     run_id = doc["meta"]["run_id"]
     assert netns.list_netns(f"prf-{run_id}-") == []
-    for name, pid in doc["meta"]["worker_pids"].items():
+    for name, pid in doc["meta"]["engine_details"]["worker_pids"].items():
         assert process_start_time(pid) is None, f"{name} (pid {pid}) is still running"
 
 
@@ -74,7 +74,7 @@ def test_every_request_completes_with_the_reference_tokens_and_its_kv_crosses_th
     assert (requests.loc[~remote, "route"] == "local").all()
     # the remote requests' KV crossed the shaped link: link counters agree with the shipped bytes
     shipped = requests.loc[remote, "kv_bytes"].sum()
-    assert doc["meta"]["link_bytes_to_local"] == pytest.approx(shipped, rel=0.05)
+    assert doc["meta"]["engine_details"]["link_bytes_to_local"] == pytest.approx(shipped, rel=0.05)
     # tokens equal a single-process greedy generation of the same prompt
     model = HybridModel(get_preset("kimi-linear-mini", "tiny", seed=sc.seed), device="cpu")
     outputs = {row["id"]: row["tokens"] for row in map(json.loads, (tmp_path / "run" / "outputs.jsonl").open())}

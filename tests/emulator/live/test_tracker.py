@@ -3,7 +3,8 @@ times that arrive after the request ended still land in its record."""
 
 from __future__ import annotations
 
-from emulator.control.types import RequestSpec
+from emulator.control.types import FailReason, RequestSpec
+from emulator.live.gateway import WORKER_SHUTTING_DOWN, worker_fail_reason
 from emulator.live.tracker import Tracker
 
 SPEC = RequestSpec(id="rq-000001", arrival_s=0.0, input_len=2048, output_len=4)
@@ -15,8 +16,10 @@ def test_a_request_ends_once_and_a_retry_gets_a_fresh_wire_id() -> None:
     first = tracker.new_attempt(state)
     second = tracker.new_attempt(state)
     assert first != second and tracker.get(first) is None and tracker.get(second) is state
-    record = tracker.finish(state, now_s=3.0, fail_reason="worker lost: remote-prefill-0")
-    assert record is not None and record.status == "failed" and record.fail_reason.startswith("worker lost")
+    record = tracker.finish(state, now_s=3.0, fail_reason=FailReason.WORKER_LOST,
+                            fail_detail="worker lost: remote-prefill-0")
+    assert record is not None and record.status == "failed"
+    assert (record.fail_reason, record.fail_detail) == ("worker_lost", "worker lost: remote-prefill-0")
     assert tracker.finish(state, now_s=4.0, tpot_s=0.1) is None  # a late completion cannot rewrite it
     assert tracker.records == [record] and tracker.get(second) is None
 
@@ -33,3 +36,19 @@ def test_transfer_times_that_arrive_after_completion_fill_the_record() -> None:
     assert tracker.records[0].ttft_s == 1.0 and tracker.records[0].status == "completed"
     tracker.late_transfer(rid, 5.0, 6.0)  # only the first report counts
     assert tracker.records[0].transfer_end_s == 2.1
+
+
+def test_worker_failure_reports_map_to_one_tag_each() -> None:
+    """A worker reports a stage and words; the gateway files them under the engine-neutral tag."""
+    cases = [("prefill", "prefill: out of memory", FailReason.PREFILL_FAILED),
+             ("decode", "decode: step failed", FailReason.DECODE_FAILED),
+             ("transfer", "receiver: request 7 already failed here", FailReason.TRANSFER_FAILED),
+             ("transfer", "deadline: not delivered within 120 s", FailReason.DEADLINE),
+             ("transfer", "link: every connection lost and reconnects exhausted", FailReason.LINK_DOWN),
+             ("prefill", WORKER_SHUTTING_DOWN, FailReason.WORKER_LOST)]
+    assert [worker_fail_reason(stage, words) for stage, words, _ in cases] == [tag for *_, tag in cases]
+
+
+def test_the_gateway_knows_the_workers_shutdown_words() -> None:
+    from emulator.live.worker import SHUTTING_DOWN  # imports torch: kept out of the gateway
+    assert WORKER_SHUTTING_DOWN == SHUTTING_DOWN

@@ -18,7 +18,7 @@ DESIGN_FIELDS = (
     "id", "arrival_s", "input_len", "cached_len", "incremental_len", "route", "prefill_node",
     "decode_node", "queue_s", "prefill_start_s", "prefill_end_s", "transfer_start_s",
     "transfer_end_s", "kv_bytes", "first_token_s", "ttft_s", "tpot_s", "output_len", "finish_s",
-    "status", "fail_reason",
+    "status", "fail_reason", "fail_detail",  # fail_detail: issue 14, after design.md's list
 )
 
 
@@ -43,7 +43,8 @@ def hand_made_records() -> list[RequestRecord]:
         completed_record("r3", "local", 2.0, ttft_s=0.4, tpot_s=0.04, kv_bytes=200_000_000),
         RequestRecord(id="r4", arrival_s=3.0, input_len=9000, cached_len=0, incremental_len=9000,
                       route="prfaas", prefill_node="remote-prefill-0", kv_bytes=500_000_000,
-                      output_len=16, finish_s=4.0, status="failed", fail_reason="link_down"),
+                      output_len=16, finish_s=4.0, status="failed", fail_reason="link_down",
+                      fail_detail="link: every connection lost and reconnects exhausted"),
         RequestRecord(id="r5", arrival_s=4.0, input_len=10, cached_len=0, incremental_len=10,
                       output_len=16, status="failed", fail_reason="worker_lost"),
     ]

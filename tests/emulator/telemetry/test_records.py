@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from emulator.control.types import FailReason, RequestStatus
 from emulator.errors import TelemetryError
 from emulator.telemetry.records import REQUEST_FIELDS, RequestRecord, check_expectations, summarize
 
@@ -15,7 +16,11 @@ def test_record_fields_are_exactly_the_design_list(design_fields: tuple[str, ...
 @pytest.mark.parametrize(
     ("changes", "fragment"),
     [({"status": "lost"}, "status = 'lost'"), ({"route": "moon"}, "route = 'moon'"),
-     ({"status": "failed"}, "without a fail_reason")],
+     ({"status": "failed"}, "failed with fail_reason = None"),
+     ({"status": "failed", "fail_reason": "worker lost: local-decode-0 (its process ended)"},
+      "fail_reason = 'worker lost: local-decode-0"),
+     ({"status": "failed", "fail_reason": "WORKER_LOST"}, "use one of no_prefill_node"),
+     ({"fail_reason": "worker_lost"}, "completed with fail_reason = 'worker_lost'")],
 )
 def test_record_refuses_unknown_status_route_and_silent_failures(changes: dict,
                                                                  fragment: str) -> None:
@@ -23,6 +28,14 @@ def test_record_refuses_unknown_status_route_and_silent_failures(changes: dict,
               "incremental_len": 1, "output_len": 1, "status": "completed"} | changes
     with pytest.raises(TelemetryError, match=fragment):
         RequestRecord(**fields)
+
+
+@pytest.mark.parametrize("reason", list(FailReason))
+def test_record_takes_every_fail_reason_as_its_tag_with_free_detail(reason: FailReason) -> None:
+    record = RequestRecord(id="x", arrival_s=0.0, input_len=1, cached_len=0, incremental_len=1,
+                           output_len=1, status=RequestStatus.FAILED.value, fail_reason=reason.value,
+                           fail_detail="transfer from remote-prefill-0: anything at all")
+    assert summarize([record], 1.0)["failed_by_reason"] == {reason.value: 1}
 
 
 def test_summarize_hand_computed(records: list[RequestRecord]) -> None:
@@ -44,13 +57,14 @@ def test_summarize_hand_computed(records: list[RequestRecord]) -> None:
         "kv_bytes_total": 1_800_000_000,
         # PrfaaS KV bytes (1.0 GB + 0.5 GB of the failed one) * 8 / 10 s = 1.2 Gbit/s
         "egress_gbps_mean": pytest.approx(1.2),
-        "fail_reasons": {"link_down": 1, "worker_lost": 1},
+        # by reason, in FailReason's order (worker_lost comes before link_down there)
+        "failed_by_reason": {"worker_lost": 1, "link_down": 1},
     }
 
 
 def test_summarize_empty_run_has_no_data_not_zero_division() -> None:
     summary = summarize([], duration_s=0.0)
-    assert summary["requests"] == 0 and summary["fail_reasons"] == {}
+    assert summary["requests"] == 0 and summary["failed_by_reason"] == {}
     assert summary["ttft_p90_s"] is None and summary["completed_fraction"] is None
     assert summary["throughput_rps"] is None and summary["egress_gbps_mean"] is None
 
@@ -69,14 +83,14 @@ def test_expectations_fail_one_line_each(records: list[RequestRecord]) -> None:
         "completed_fraction": {"min": 0.99},
         "ttft_p99": {"max": 1.0},
         "throughput_rps": {"avg": 1.0},
-        "fail_reasons": {"max": 0},
+        "failed_by_reason": {"max": 0},
     }
     failures = check_expectations(summary, expect)
     assert failures[:2] == ["ttft_p90_s = 12.3 > max 10.0", "completed_fraction = 0.6 < min 0.99"]
     assert failures[2].startswith("ttft_p99: unknown metric; use one of ")
     assert "ttft_p99_s" in failures[2]
     assert failures[3] == "throughput_rps: bound 'avg' is unknown; use min or max"
-    assert failures[4].startswith("fail_reasons = {") and "(not a number)" in failures[4]
+    assert failures[4].startswith("failed_by_reason = {") and "(not a number)" in failures[4]
     assert len(failures) == 5
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from emulator import compare_cli
 from emulator.compare import compare_runs, format_table
+from emulator.control.types import FailReason
 from emulator.errors import TelemetryError
 from emulator.scenario import Scenario
 from emulator.virtual.engine import run_virtual
@@ -50,3 +51,17 @@ def test_the_command_prints_the_table_and_writes_both_cdfs(two_runs: tuple[Path,
 def test_a_directory_that_is_no_run_is_refused_in_one_line(two_runs: tuple[Path, Path], tmp_path: Path) -> None:
     with pytest.raises(TelemetryError, match="does not exist"):
         compare_runs(two_runs[0], tmp_path / "missing")
+
+
+def test_compare_lines_failures_up_by_reason(small: Callable[..., Scenario], tmp_path: Path) -> None:
+    kills = [{"at_s": 5, "kill": n} for n in ("remote-prefill-0", "remote-prefill-1",
+                                               "local-prefill-0", "local-prefill-1")]
+    run_virtual(small(timeline=kills, duration_s=20), tmp_path / "down")
+    run_virtual(small(duration_s=20), tmp_path / "up")
+    comparison = compare_runs(tmp_path / "down", tmp_path / "up")
+    by_reason = {row.reason: (row.a, row.b) for row in comparison.failures}
+    assert by_reason["no_prefill_node"][0] > 0 and by_reason["no_prefill_node"][1] == 0
+    assert set(by_reason) <= {r.value for r in FailReason}
+    lines = format_table(comparison).splitlines()
+    row = next(line for line in lines if line.strip().startswith("no_prefill_node"))
+    assert row.split()[1:] == [str(by_reason["no_prefill_node"][0]), "0", f"-{by_reason['no_prefill_node'][0]}"]

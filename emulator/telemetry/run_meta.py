@@ -1,0 +1,97 @@
+"""summary.json's `meta`: one record type that both engines write, with the same keys on both.
+
+What differs by engine (the live run's teardown and worker pids, the simulator's event counts and
+approximations) goes in `engine_details`, so a reader of the common keys never asks which engine ran.
+This module builds and reads the record; the recorder writes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from emulator.errors import TelemetryError
+
+if TYPE_CHECKING:
+    from emulator.plane import ControlPlane
+    from emulator.scenario import Scenario
+
+
+class EngineKind(StrEnum):
+    LIVE = "live"
+    VIRTUAL = "virtual"
+
+
+@dataclass(frozen=True, slots=True)
+class RunMeta:
+    """What ran, with which settings, and how it ended. JSON-ready values only (str, numbers,
+    bools, lists, dicts), so `as_json` and `from_json` are exact inverses."""
+
+    engine: str  # an EngineKind value
+    scenario: str
+    seed: int
+    run_id: str | None  # the live run's id (namespaces, MQTT topics); None for a simulated run
+    model: str | None  # `preset (size)` for a model_stub preset, None for a profile-only scenario
+    profile: str  # where the cost profile came from
+    policy: str
+    prefix_rule: str
+    cache_affinity: bool
+    scheduler: dict[str, bool] | None  # {"short_term": .., "long_term": ..}; None without one
+    threshold_start: int
+    n_p_start: int
+    lambda_max_model: float | None  # the throughput model's PrfaaS lambda_max at the start
+    link: dict[str, float | None]  # the scenario's link: bandwidth_mbit, delay_ms, loss_pct
+    link_backend: str  # netem / tun / proxy on the live engine, `simulated` on the virtual one
+    link_backend_reason: str
+    transport: dict[str, Any]
+    decisions: list[str] = field(default_factory=list)  # the scheduler's, one line each
+    knob_changes: list[str] = field(default_factory=list)  # timeline and control messages applied
+    notes: list[str] = field(default_factory=list)
+    end_reason: str = "run ended"
+    engine_details: dict[str, Any] = field(default_factory=dict)  # engine-specific, see the module doc
+
+    def __post_init__(self) -> None:
+        if self.engine not in {e.value for e in EngineKind}:
+            raise TelemetryError(f"meta.engine = {self.engine!r}; use one of {', '.join(EngineKind)}")
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> RunMeta:
+        """The record a summary.json's `meta` holds; TelemetryError names what is missing (runs
+        recorded before this record existed lack keys: read those with `.get`)."""
+        names = [f.name for f in fields(cls)]
+        required = [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING]
+        missing = [name for name in required if name not in doc]
+        if missing:
+            raise TelemetryError(f"meta lacks {', '.join(missing)}; was the run recorded by an "
+                                 "older emulator? read it key by key")
+        return cls(**{name: doc[name] for name in names if name in doc})
+
+
+def make_run_meta(scenario: Scenario, plane: ControlPlane, *, engine: EngineKind,
+                  link_backend: str, link_backend_reason: str, run_id: str | None = None,
+                  decisions: Sequence[str] = (), knob_changes: Sequence[str] = (),
+                  notes: Sequence[str] = (), end_reason: str = "run ended",
+                  engine_details: Mapping[str, Any] | None = None) -> RunMeta:
+    """The common part from the scenario and its control plane, read the same way for both
+    engines; the engine passes what only it knows."""
+    router, link, model, scheduler = scenario.router, scenario.link, scenario.model, plane.scheduler
+    return RunMeta(
+        engine=engine.value, scenario=scenario.name, seed=scenario.seed, run_id=run_id,
+        model=None if model.preset is None else f"{model.preset} ({model.preset_size})",
+        profile=plane.profile_source, policy=router.policy.value,
+        prefix_rule=router.prefix_rule.value, cache_affinity=router.cache_affinity,
+        scheduler=None if scheduler is None else {"short_term": scheduler.config.short_term_enabled,
+                                                  "long_term": scheduler.config.long_term_enabled},
+        threshold_start=plane.threshold, n_p_start=plane.n_p,
+        lambda_max_model=plane.plan.prfaas.lambda_max,
+        link={"bandwidth_mbit": link.bandwidth_mbit, "delay_ms": link.delay_ms, "loss_pct": link.loss_pct},
+        link_backend=link_backend, link_backend_reason=link_backend_reason,
+        transport=scenario.transport.model_dump(mode="json"), decisions=list(decisions),
+        knob_changes=list(knob_changes), notes=list(notes), end_reason=end_reason,
+        engine_details=dict(engine_details or {}),
+    )
