@@ -16,11 +16,20 @@ from typing import Any
 from app.live_view import RunView
 from emulator.errors import LinkSpecError, TelemetryError
 from emulator.net.spec import LinkSpec, parse_link_spec
+from emulator.run.knobs import (
+    BY_PATH,
+    LINK_PREFIX,
+    POLICIES as POLICIES,  # the widget offers what the registry takes
+)
 from emulator.scenario import Scenario
 from emulator.telemetry.schemas import Knob, MetricsSnapshot, control_topic, parse_control
 
-POLICIES = ("prfaas", "local-only", "all-remote")
 LINK_FIELDS = ("bandwidth_mbit", "delay_ms", "jitter_ms", "loss_pct")
+# Each widget's (low, high), from the knob registry both engines check values against.
+BOUNDS: dict[str, tuple[float, float]] = {
+    **{name: (BY_PATH[LINK_PREFIX + name].low, BY_PATH[LINK_PREFIX + name].high) for name in LINK_FIELDS},
+    "rate_per_s": (BY_PATH["workload.arrival.rate_per_s"].low, BY_PATH["workload.arrival.rate_per_s"].high),
+}
 ACK_TIMEOUT_S = 10.0  # no answer by then: say so instead of waiting forever
 QUIET_S = 1.5  # a knob the metrics do not show counts as taken after this long without a refusal
 
@@ -132,7 +141,8 @@ def describe(knob: Knob, payload: dict[str, Any]) -> str:
     return "arrivals paused" if knob is Knob.PAUSE else "arrivals resumed"
 
 
-THRESHOLD_MAX = 16_384  # the slider's range: the live presets' prompts are a few thousand tokens
+# the slider's range: the live presets' prompts are a few thousand tokens (the knob allows more)
+THRESHOLD_MAX = min(16_384, int(BY_PATH["router.threshold_tokens"].high))
 DEFAULT_KNOBS: dict[str, Any] = {
     "threshold": 2048, "policy": "prfaas", "cache_affinity": True, "short_term": False,
     "long_term": False, "bandwidth_mbit": 100.0, "delay_ms": 0.0, "jitter_ms": 0.0, "loss_pct": 0.0,

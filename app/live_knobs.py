@@ -14,6 +14,7 @@ from typing import Any
 import streamlit as st
 
 from app.knobs_view import (
+    BOUNDS,
     POLICIES,
     THRESHOLD_MAX,
     SentKnob,
@@ -46,6 +47,13 @@ PHASE_NOTES = {
 }
 LINK_KEYS = ("live_k_bandwidth_mbit", "live_k_delay_ms", "live_k_jitter_ms", "live_k_loss_pct")
 SCHEDULER_KEYS = ("live_k_short_term", "live_k_long_term")
+
+
+def bounds_help(name: str) -> str:
+    """The registry's range for a number input. The widget itself is not clamped: a value out of
+    range is refused with the run's own one-line reason instead of silently moved."""
+    low, high = BOUNDS[name]
+    return f"from {low:g} to {high:g}"
 
 
 def sent_knobs(run_id: str) -> list[SentKnob]:
@@ -102,6 +110,7 @@ def knobs_sidebar(run_id: str, view: RunView, phase: str, feed: MqttFeed | None,
                  help="prfaas: by threshold; local-only: homogeneous PD; all-remote: naive heterogeneous",
                  **wire(Knob.POLICY, policy_payload, "live_k_policy"))
     st.number_input("Arrival rate (req/s)", step=0.1, format="%.2f", key="live_k_rate_per_s",
+                    help=bounds_help("rate_per_s"),
                     **wire(Knob.ARRIVAL_RATE, arrival_rate_payload, "live_k_rate_per_s"))
     pause, resume = st.columns(2)
     for col, label, key, knob in ((pause, "Pause arrivals", "live_pause", Knob.PAUSE),
@@ -117,10 +126,12 @@ def knobs_sidebar(run_id: str, view: RunView, phase: str, feed: MqttFeed | None,
     st.toggle("Cache affinity", key="live_k_cache_affinity",
               **wire(Knob.CACHE_AFFINITY, cache_affinity_payload, "live_k_cache_affinity"))
     st.markdown("**Cross-datacenter link**")
-    st.number_input("Bandwidth (Mbit/s; empty = unshaped)", key=LINK_KEYS[0], step=10.0, format="%.1f", **on)
+    st.number_input("Bandwidth (Mbit/s; empty = unshaped)", key=LINK_KEYS[0], step=10.0, format="%.1f",
+                    help=bounds_help("bandwidth_mbit"), **on)
     for col, key, label in zip(st.columns(3), LINK_KEYS[1:], ("Delay (ms)", "Jitter (ms)", "Loss (%)"),
                                strict=True):
-        col.number_input(label, key=key, step=1.0, format="%.1f", **on)
+        col.number_input(label, key=key, step=1.0, format="%.1f", help=bounds_help(key.removeprefix("live_k_")),
+                         **on)
     st.button("Apply link", key="live_apply_link", width="stretch", on_click=_from_widgets,
               args=(feed, why_no_feed, run_id, Knob.LINK, link_payload, *LINK_KEYS), **on)
     st.caption(TCP_NOTE)

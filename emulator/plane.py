@@ -8,10 +8,10 @@ clock that feeds them differs.
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 
 from emulator.analytic import MIB, model_inputs
+from emulator.control.control_state import ControlState, whole_threshold
 from emulator.control.prefix_cache import PrefixCacheIndex
 from emulator.control.router import Router, RouterConfig
 from emulator.control.scheduler import DualTimescaleScheduler, SchedulerConfig
@@ -22,6 +22,7 @@ from emulator.scenario import Scenario
 
 @dataclass(frozen=True, slots=True)
 class ControlPlane:
+    state: ControlState  # the one owner of what knobs and the scheduler change while the run goes
     router: Router
     index: PrefixCacheIndex
     scheduler: DualTimescaleScheduler | None  # None when both loops are off or no threshold applies
@@ -54,16 +55,18 @@ def make_control_plane(scenario: Scenario) -> ControlPlane:
     inputs, tables = model_inputs(scenario)
     plan = optimize(inputs)
     spec = scenario.router
-    threshold = plan.prfaas.t if spec.threshold_tokens == "auto" else spec.threshold_tokens
-    threshold = int(threshold) if math.isfinite(threshold) else 2**31
+    auto = whole_threshold(plan.prfaas.t)
+    threshold = auto if spec.threshold_tokens == "auto" else spec.threshold_tokens
     n_p = start_n_p(scenario, inputs, plan)
-    router = Router(RouterConfig(spec.policy, threshold, spec.prefix_rule, spec.cache_affinity),
-                    _index(scenario, inputs))
-    wants_scheduler = spec.policy is RoutePolicy.PRFAAS and (
-        scenario.scheduler.short_term.enabled or scenario.scheduler.long_term.enabled)
-    scheduler = (DualTimescaleScheduler(inputs, scheduler_config(scenario), threshold=threshold, n_p=n_p)
+    loops = scenario.scheduler
+    state = ControlState(RouterConfig(spec.policy, threshold, spec.prefix_rule, spec.cache_affinity),
+                         auto_threshold=auto, short_term_enabled=loops.short_term.enabled,
+                         long_term_enabled=loops.long_term.enabled)
+    router = Router(state.router, _index(scenario, inputs), state)
+    wants_scheduler = spec.policy is RoutePolicy.PRFAAS and state.is_scheduling
+    scheduler = (DualTimescaleScheduler(inputs, scheduler_config(scenario), n_p=n_p, state=state)
                  if wants_scheduler else None)
-    return ControlPlane(router, router.index, scheduler, inputs, plan, threshold, n_p, tables.source)
+    return ControlPlane(state, router, router.index, scheduler, inputs, plan, threshold, n_p, tables.source)
 
 
 def start_n_p(scenario: Scenario, inputs: ModelInputs, plan: Plan) -> int:

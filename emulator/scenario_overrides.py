@@ -12,22 +12,12 @@ from pydantic import BaseModel
 
 from emulator.errors import ScenarioError
 from emulator.limits import MAX_SCENARIO_BYTES
+from emulator.run.knobs import BY_PATH
 from emulator.scenario_yaml import LimitError, describe_yaml_error, load_yaml
 
-# Knob path -> what turning it does. Values are validated by the same rules as the file's fields.
-KNOBS: dict[str, str] = {
-    "router.threshold_tokens": "incremental length above which a prefill goes remote (or auto)",
-    "router.policy": "prfaas, local-only (homogeneous PD) or all-remote (naive heterogeneous)",
-    "router.cache_affinity": "prefer the node that holds the longest cached prefix",
-    "scheduler.short_term.enabled": "the seconds-scale threshold re-search",
-    "scheduler.long_term.enabled": "the minutes-scale prefill/decode re-split",
-    "clusters.local.prefill_instances": "local instances that prefill; the rest decode",
-    "workload.arrival.rate_per_s": "arrival rate of a generated workload",
-    "link.bandwidth_mbit": "cross-datacenter bandwidth, Mbit/s (null = unshaped)",
-    "link.delay_ms": "one-way added delay, ms",
-    "link.loss_pct": "random packet loss, %",
-    "link.jitter_ms": "delay jitter, ms",
-}
+# Knob path -> what turning it does (emulator.run.knobs defines each knob once). Values are
+# validated by the same rules as the file's fields.
+KNOBS: dict[str, str] = {path: spec.help for path, spec in BY_PATH.items()}
 
 
 class PathError(Exception):

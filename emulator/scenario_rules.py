@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from emulator.control.types import Cluster, NodeId, Role, RoutePolicy
 from emulator.limits import MAX_OUTPUT_TOKENS
 from emulator.net.spec import LinkSpec
-from emulator.scenario_overrides import KNOBS
+from emulator.run.knobs import BY_PATH as KNOBS
 from emulator.scenario_parts import ACTIONS, ClustersSpec
 from emulator.scenario_workload import FixedLength, LengthDist, LognormalLength, UniformLength
 
@@ -134,7 +134,7 @@ def _timeline_problems(s: Scenario) -> Iterator[str]:
             yield f"{where}.at_s: {at_s:g} is after duration_s ({s.duration_s:g}); move it earlier"
         if i and at_s < s.timeline[i - 1].at_s:
             yield f"{where}.at_s: {at_s:g} comes before timeline.{i - 1}; sort the timeline by at_s"
-        for key in event.set or {}:
+        for key in event.set or {}:  # values: the scenario revalidated with the set applied
             if key not in KNOBS:
                 yield f"{where}.set.{key}: unknown knob; use one of {', '.join(KNOBS)}"
         for key in event.link or {}:

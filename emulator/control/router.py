@@ -7,9 +7,10 @@ It decides and explains; it does not queue, run or fail requests (the engine doe
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import NamedTuple
 
+from emulator.control.control_state import ControlState, RouterConfig
 from emulator.control.prefix_cache import PrefixCacheIndex, PrefixLookup
 from emulator.control.types import (
     Cluster,
@@ -27,21 +28,6 @@ _REMOTE, _LOCAL, _PREFILL = Cluster.REMOTE, Cluster.LOCAL, Role.PREFILL
 _PRFAAS_ROUTE, _LOCAL_ROUTE = Route.PRFAAS, Route.LOCAL
 _PRFAAS_POLICY, _LOCAL_ONLY, _ALL_REMOTE = RoutePolicy.PRFAAS, RoutePolicy.LOCAL_ONLY, RoutePolicy.ALL_REMOTE
 _SCARCE, _ABUNDANT = PrefixRule.BANDWIDTH_SCARCE, PrefixRule.BANDWIDTH_ABUNDANT
-
-
-@dataclass(frozen=True, slots=True)
-class RouterConfig:
-    policy: RoutePolicy
-    threshold_tokens: int
-    prefix_rule: PrefixRule
-    cache_affinity: bool
-
-    def __post_init__(self) -> None:
-        if self.threshold_tokens < 0:
-            raise ValueError(
-                f"router.threshold_tokens: {self.threshold_tokens} is negative; "
-                "use 0 or more tokens"
-            )
 
 
 class NodeLoad(NamedTuple):
@@ -134,31 +120,25 @@ class Router:
 
     Only up prefill nodes count, for placement and for cached prefixes alike (a down node's cache
     cannot be reused or shipped). A lookup here is a peek; with `now_s` the chosen node's hit is
-    touched, so prefixes that keep being routed to stay cached.
+    touched, so prefixes that keep being routed to stay cached. Its settings are the run's
+    ControlState's (given, or a new one from `config`): the router only reads them.
     """
 
-    def __init__(self, config: RouterConfig, index: PrefixCacheIndex) -> None:
-        self.config = config
+    def __init__(self, config: RouterConfig, index: PrefixCacheIndex,
+                 state: ControlState | None = None) -> None:
+        self.state = state if state is not None else ControlState(config)
         self.index = index
 
-    def set_threshold(self, threshold_tokens: int) -> None:
-        self.config = replace(self.config, threshold_tokens=threshold_tokens)
-
-    def set_policy(self, policy: RoutePolicy) -> None:
-        self.config = replace(self.config, policy=policy)
-
-    def set_prefix_rule(self, prefix_rule: PrefixRule) -> None:
-        self.config = replace(self.config, prefix_rule=prefix_rule)
-
-    def set_cache_affinity(self, cache_affinity: bool) -> None:
-        self.config = replace(self.config, cache_affinity=cache_affinity)
+    @property
+    def config(self) -> RouterConfig:
+        return self.state.router
 
     def decide(
         self, request: RequestSpec, loads: Sequence[NodeLoad], now_s: float | None = None
     ) -> RouteDecision:
         # Runs once per request: plain locals, no dicts keyed by enums (an Enum's hash is Python)
         remote, local = _up_prefill(loads)
-        config = self.config
+        config = self.state.router  # read once: every phase below decides under the same settings
         threshold, input_len = config.threshold_tokens, request.input_len
         if not remote and not local:
             return RouteDecision(request.id, None, None, input_len, 0, input_len, threshold,
@@ -169,14 +149,14 @@ class Router:
             best_local = _best_len(lookup, local, input_len)
         else:  # nothing cached for this prompt: every node holds min(0, input_len) tokens
             best_remote = best_local = min(0, input_len)
-        cluster, compared_len = self._target(input_len, best_local, best_remote)
+        cluster, compared_len = _target(config, input_len, best_local, best_remote)
         up = remote if cluster is _REMOTE else local
         down = None
         if not up:
             down, cluster = cluster, (_LOCAL if cluster is _REMOTE else _REMOTE)
             up = remote if cluster is _REMOTE else local
-        transfer = self._transfer(cluster, best_local, best_remote)
-        load = self._pick_node(up, lookup, input_len)
+        transfer = _transfer(config, cluster, best_local, best_remote)
+        load = _pick_node(config, up, lookup, input_len)
         own = min(lookup.on_node(load.node), input_len)
         cached = max(own, transfer.tokens if transfer else 0)
         if now_s is not None and own:
@@ -187,44 +167,45 @@ class Router:
             RouteWhy(config, best_local, best_remote, down, own, load.queued_tokens), transfer, compared_len,
         )
 
-    def _target(self, input_len: int, local: int, remote: int) -> tuple[Cluster, int]:
-        """The policy's cluster and the length it compared with t, given each cluster's longest
-        prefix (RouteDecision.reason words the comparison)."""
-        config = self.config
-        policy = config.policy
-        if policy is _LOCAL_ONLY:
-            return _LOCAL, input_len - local
-        if policy is _ALL_REMOTE:
-            return _REMOTE, input_len - remote
-        if config.prefix_rule is _SCARCE:
-            compared = input_len - local
-        else:
-            compared = input_len - max(local, remote)
-        return (_REMOTE if compared > config.threshold_tokens else _LOCAL), compared
 
-    def _transfer(self, cluster: Cluster, local: int, remote: int) -> CacheTransfer | None:
-        """Under bandwidth-abundant PrfaaS, ship the other cluster's prefix when it is longer."""
-        if self.config.policy is not _PRFAAS_POLICY or self.config.prefix_rule is not _ABUNDANT:
-            return None
-        if cluster is _REMOTE:
-            return CacheTransfer(_LOCAL, _REMOTE, local) if local > remote else None
-        return CacheTransfer(_REMOTE, _LOCAL, remote) if remote > local else None
+def _target(config: RouterConfig, input_len: int, local: int, remote: int) -> tuple[Cluster, int]:
+    """The policy's cluster and the length it compared with t, given each cluster's longest
+    prefix (RouteDecision.reason words the comparison)."""
+    policy = config.policy
+    if policy is _LOCAL_ONLY:
+        return _LOCAL, input_len - local
+    if policy is _ALL_REMOTE:
+        return _REMOTE, input_len - remote
+    if config.prefix_rule is _SCARCE:
+        compared = input_len - local
+    else:
+        compared = input_len - max(local, remote)
+    return (_REMOTE if compared > config.threshold_tokens else _LOCAL), compared
 
-    def _pick_node(self, up: list[NodeLoad], lookup: PrefixLookup, input_len: int) -> NodeLoad:
-        """With affinity the longest own prefix wins (ties: fewest queued tokens), else the least
-        loaded; the lowest node id breaks any remaining tie so decisions are reproducible."""
-        if self.config.cache_affinity and lookup.hits:  # without hits every prefix is equal
-            return min(
-                up,
-                key=lambda n: (
-                    -min(lookup.on_node(n.node), input_len),
-                    n.queued_tokens,
-                    n.queued_requests,
-                    n.node,
-                ),
-            )
-        return _least_loaded(up)
 
+def _transfer(config: RouterConfig, cluster: Cluster, local: int, remote: int) -> CacheTransfer | None:
+    """Under bandwidth-abundant PrfaaS, ship the other cluster's prefix when it is longer."""
+    if config.policy is not _PRFAAS_POLICY or config.prefix_rule is not _ABUNDANT:
+        return None
+    if cluster is _REMOTE:
+        return CacheTransfer(_LOCAL, _REMOTE, local) if local > remote else None
+    return CacheTransfer(_REMOTE, _LOCAL, remote) if remote > local else None
+
+
+def _pick_node(config: RouterConfig, up: list[NodeLoad], lookup: PrefixLookup, input_len: int) -> NodeLoad:
+    """With affinity the longest own prefix wins (ties: fewest queued tokens), else the least
+    loaded; the lowest node id breaks any remaining tie so decisions are reproducible."""
+    if config.cache_affinity and lookup.hits:  # without hits every prefix is equal
+        return min(
+            up,
+            key=lambda n: (
+                -min(lookup.on_node(n.node), input_len),
+                n.queued_tokens,
+                n.queued_requests,
+                n.node,
+            ),
+        )
+    return _least_loaded(up)
 
 
 def _up_prefill(loads: Sequence[NodeLoad]) -> tuple[list[NodeLoad], list[NodeLoad]]:

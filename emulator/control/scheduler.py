@@ -11,6 +11,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from emulator.control.control_state import ControlState, RouterConfig, whole_threshold
 from emulator.control.estimators import (
     ArrivalWindow,
     LinkEstimator,
@@ -26,7 +27,7 @@ from emulator.control.throughput_model import (
     optimize,
     optimize_threshold,
 )
-from emulator.control.types import Cluster, NodeId, Role
+from emulator.control.types import Cluster, NodeId, PrefixRule, Role, RoutePolicy
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,10 +131,18 @@ class DualTimescaleScheduler:
     the link is neither congested nor at its trigger, so a noisy link cannot make t oscillate.
     Long term (every `long_interval_s`): from the arrivals in the window it recomputes the best
     N_p with t free and flips one node per tick toward it.
+
+    The threshold and the loops' on/off live in the run's ControlState (`state`; without one the
+    scheduler makes its own from `threshold` and `config`): the scheduler writes the t it chooses
+    there, and an operator's t or loop switch there is what its next tick starts from.
     """
 
     def __init__(self, inputs: ModelInputs, config: SchedulerConfig | None = None, *,
-                 threshold: float | None = None, n_p: int | None = None, start_s: float = 0.0):
+                 threshold: float | None = None, n_p: int | None = None, start_s: float = 0.0,
+                 state: ControlState | None = None):
+        self._cfg = cfg = config or SchedulerConfig()
+        if state is not None:
+            threshold = state.threshold_tokens
         if threshold is None or n_p is None:
             point = optimize(inputs).prfaas
             threshold = point.t if threshold is None else threshold
@@ -141,9 +150,12 @@ class DualTimescaleScheduler:
         if not 1 <= n_p < inputs.num_local or not threshold >= 0:
             raise ValueError(f"scheduler start: n_p={n_p} must lie in 1..{inputs.num_local - 1} "
                              f"and threshold={threshold} must be >= 0")
-        self._cfg = cfg = config or SchedulerConfig()
+        if state is None:
+            state = ControlState(
+                RouterConfig(RoutePolicy.PRFAAS, whole_threshold(threshold), PrefixRule.BANDWIDTH_SCARCE, True),
+                short_term_enabled=cfg.short_term_enabled, long_term_enabled=cfg.long_term_enabled)
+        self.state = state
         self._inputs = inputs
-        self._t = float(threshold)
         self._roles = [Role.PREFILL] * n_p + [Role.DECODE] * (inputs.num_local - n_p)
         self._speeds = SpeedEstimator({Cluster.REMOTE: inputs.prefill_remote_s,
                                        Cluster.LOCAL: inputs.prefill_local_s}, cfg.ewma_alpha)
@@ -160,6 +172,7 @@ class DualTimescaleScheduler:
         self._target_n_p: int | None = None
         self._split_search: tuple[Conditions, SplitSearch] | None = None  # the last re-plan's
         self._split_reason = ""
+        self._operator_t = state.threshold_tokens  # t as the last tick left it
 
     # ---- observations ----
 
@@ -185,7 +198,7 @@ class DualTimescaleScheduler:
 
     @property
     def current_threshold(self) -> float:
-        return self._t
+        return self.state.threshold_tokens
 
     @property
     def current_n_p(self) -> int:
@@ -209,40 +222,32 @@ class DualTimescaleScheduler:
             prefill_local_s=self._inputs.prefill_local_s.scaled(1 / est.speed_local),
         )
 
-    # ---- knobs an operator turns ----
-
-    def set_threshold(self, threshold: float) -> None:
-        """Adopt an operator's t as the current one; a pending decrease is forgotten."""
-        if not threshold >= 0:
-            raise ValueError(f"threshold: {threshold} must be >= 0")
-        self._t, self._pending = float(threshold), None
-
-    def set_enabled(self, short_term: bool | None = None, long_term: bool | None = None) -> None:
-        """Turn either loop on or off; None leaves it as it is."""
-        changes = {k: v for k, v in (("short_term_enabled", short_term), ("long_term_enabled", long_term))
-                   if v is not None}
-        self._cfg = dataclasses.replace(self._cfg, **changes)
-
     @property
     def config(self) -> SchedulerConfig:
-        return self._cfg
+        """The loops' settings, with their on/off as the control state has them now."""
+        state = self.state
+        return dataclasses.replace(self._cfg, short_term_enabled=state.short_term_enabled,
+                                   long_term_enabled=state.long_term_enabled)
 
     # ---- decisions ----
 
     def tick(self, now_s: float) -> list[Decision]:
         """Run whichever loop is due; at most one role flip and one threshold change per tick."""
-        cfg = self._cfg
+        cfg, state = self._cfg, self.state
         decisions: list[Decision] = []
-        if cfg.long_term_enabled:
+        if self._operator_t != state.threshold_tokens:  # an operator set t: a pending decrease is void
+            self._pending = None
+        if state.long_term_enabled:
             if now_s - self._last_long_s >= cfg.long_interval_s:
                 self._last_long_s = now_s
                 self._plan_split(now_s)
             if (flip := self._next_flip(now_s)) is not None:
                 decisions.append(flip)
-        if cfg.short_term_enabled and now_s - self._last_short_s >= cfg.short_interval_s:
+        if state.short_term_enabled and now_s - self._last_short_s >= cfg.short_interval_s:
             self._last_short_s = now_s
             if (change := self._search_threshold(now_s)) is not None:
                 decisions.append(change)
+        self._operator_t = state.threshold_tokens
         return decisions
 
     def _triggers(self) -> list[str]:
@@ -275,7 +280,7 @@ class DualTimescaleScheduler:
             return None
         new_t, point = self._best_threshold()
         self._searched, self._resplit, self._relengths = self.estimates, False, ""
-        old_t = self._t
+        old_t = self.state.threshold_tokens
         why = ", ".join(triggers)
         if abs(new_t - old_t) <= self._cfg.hysteresis * max(old_t, 1.0):
             self._pending = None
@@ -291,7 +296,7 @@ class DualTimescaleScheduler:
                 return None
             new_t, why = least, f"{first_why or why} (held {seen} intervals)"
         self._pending = None
-        self._t = new_t
+        self.state.set_threshold(whole_threshold(new_t))
         return ThresholdChange(now_s, old_t, new_t, f"{why}: t {old_t:.0f} -> {new_t:.0f} "
                                f"({_describe(point())})")
 

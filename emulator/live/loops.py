@@ -22,7 +22,7 @@ from emulator.live.launcher import WorkerProcesses
 from emulator.live.pacing import WorkloadClock
 from emulator.live.teardown import BUDGET_S, Step, in_thread, settle
 from emulator.net.backend import TO_LOCAL
-from emulator.net.spec import LinkSpec, parse_link_spec
+from emulator.net.spec import LinkSpec
 from emulator.net.topology import Topology
 from emulator.scenario import Scenario
 from emulator.telemetry.bus import TelemetryBus
@@ -111,15 +111,13 @@ class RunLoops:
             self.gateway.changed.set()
 
     async def _timeline(self) -> None:
-        link = self.topology.spec
         for event in self.scenario.timeline:
             await asyncio.sleep(max(0.0, event.at_s - self.gateway.now()))
             if self._ended.is_set():
                 return
             try:
                 if event.link is not None:
-                    link = parse_link_spec(link.model_dump() | event.link)
-                    what = await self.knobs.set_link(link)
+                    what = await self.knobs.change_link(event.link)
                 elif event.set is not None:
                     what = "; ".join([await self.knobs.apply_setting(k, v) for k, v in event.set.items()])
                 elif event.kill is not None:
@@ -217,9 +215,8 @@ class RunLoops:
         scheduler.observe_queues(now, q.remote_prefill, q.local_prefill, q.decode)
 
     async def _apply(self, decision: ThresholdChange | RoleChange) -> None:
-        if isinstance(decision, ThresholdChange):
-            self.gateway.router.set_threshold(int(decision.new_t))
-        else:
+        """A threshold change is in the control state already (the scheduler wrote it there)."""
+        if isinstance(decision, RoleChange):
             await self._flip(decision.node, decision.to_role)
         self._note(f"t={self.gateway.now():.1f}s scheduler: {decision.reason}", self.decisions)
 

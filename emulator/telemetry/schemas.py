@@ -188,6 +188,12 @@ class ThresholdControl(_Control):
     tokens: int = Field(ge=0, le=MAX_TOKENS)
 
 
+class ThresholdAutoControl(_Control):
+    """`"tokens": "auto"`: back to the optimizer's threshold for this run."""
+
+    tokens: Literal["auto"]
+
+
 class PolicyControl(_Control):
     policy: Literal["prfaas", "local-only", "all-remote"]
 
@@ -256,7 +262,7 @@ ControlValue = int | float | str | bool | SchedulerChange | LinkChange | None
 
 @dataclass(frozen=True, slots=True)
 class ControlCommand:
-    """A validated knob change. Values: threshold -> int tokens, policy -> str, cache_affinity
+    """A validated knob change. Values: threshold -> int tokens or "auto", policy -> str, cache_affinity
     -> bool, scheduler -> SchedulerChange, link -> LinkChange, arrival_rate -> float per second,
     pause/resume -> None."""
 
@@ -272,7 +278,7 @@ _MODELS: dict[Knob, type[_Control]] = {
 }
 
 _HINTS = {
-    Knob.THRESHOLD: f'send {{"v": 1, "tokens": N}} with N a whole number in [0, {MAX_TOKENS}]',
+    Knob.THRESHOLD: f'send {{"v": 1, "tokens": N}} with N a whole number in [0, {MAX_TOKENS}] or "auto"',
     Knob.POLICY: 'send {"v": 1, "policy": "prfaas" | "local-only" | "all-remote"}',
     Knob.CACHE_AFFINITY: 'send {"v": 1, "enabled": true | false}',
     Knob.SCHEDULER: 'send {"v": 1, "short_term": true | false, "long_term": true | false}',
@@ -308,7 +314,8 @@ def parse_control(knob: str, payload: bytes, link_base: LinkSpec | None = None) 
     if "v" not in data:
         raise TelemetryError(f'{where}: v: missing; add "v": {SCHEMA_VERSION}')
     try:
-        model = _MODELS[known].model_validate(data)
+        is_auto = known is Knob.THRESHOLD and data.get("tokens") == "auto"
+        model = (ThresholdAutoControl if is_auto else _MODELS[known]).model_validate(data)
     except ValidationError as err:
         if known is Knob.LINK:  # worded as the link's own errors, each fix naming its bounds
             lines = format_validation_error(err, where, model=LinkControl,
@@ -323,7 +330,7 @@ def parse_control(knob: str, payload: bytes, link_base: LinkSpec | None = None) 
 
 def _value_of(model: _Control) -> ControlValue:
     match model:
-        case ThresholdControl():
+        case ThresholdControl() | ThresholdAutoControl():
             return model.tokens
         case PolicyControl():
             return model.policy

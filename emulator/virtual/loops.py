@@ -11,8 +11,11 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from emulator.control.scheduler import RoleChange, ThresholdChange
-from emulator.control.types import RequestSpec, RoutePolicy
+from emulator.control.scheduler import RoleChange
+from emulator.control.types import RequestSpec
+from emulator.errors import PrfaasError
+from emulator.run import knobs as registry
+from emulator.run.knobs import KnobEffect, Pause, SetLink, SetRate, SetSplit
 from emulator.scenario import Scenario
 from emulator.scenario_parts import TimelineEvent
 from emulator.telemetry.metrics import sorted_percentile
@@ -58,12 +61,11 @@ class Arrivals:
     def start(self) -> None:
         self._arm()
 
-    def set_rate(self, rate_per_s: float) -> str:
+    def set_rate(self, rate_per_s: float) -> None:
         now = self.sim.now
         self._workload_anchor_s += (now - self._anchor_s) * self._speed
         self._anchor_s, self._speed = now, rate_per_s / self.base_rate_per_s
         self._arm()
-        return f"arrival rate -> {rate_per_s:g}/s"
 
     def _arm(self) -> None:
         self._gen = gen = self._gen + 1
@@ -142,10 +144,8 @@ class RunLoops:
         assert scheduler is not None  # the sampler ticks only a scheduler it feeds
         scheduler.observe_link(now, goodput, utilization, loss, 1.0)  # fluid link: no standing queue
         scheduler.observe_queues(now, remote, local, decode)
-        for decision in scheduler.tick(now):
-            if isinstance(decision, ThresholdChange):
-                self.gateway.router.set_threshold(int(decision.new_t))
-            elif isinstance(decision, RoleChange):
+        for decision in scheduler.tick(now):  # a threshold change is in the control state already
+            if isinstance(decision, RoleChange):
                 self.gateway.request_flip(decision.node.index, decision.to_role)
             self._note(f"t={now:.1f}s scheduler: {decision.reason}", self.decisions)
 
@@ -153,54 +153,47 @@ class RunLoops:
 
     def _on_timeline(self, event: TimelineEvent) -> None:
         gateway = self.gateway
-        if event.link is not None:
-            what = self._set_link(event.link)
-        elif event.set is not None:
-            what = "; ".join(self._apply_setting(path, value) for path, value in event.set.items())
-        elif event.node_id is not None and event.kill is not None:
-            what = gateway.kill(event.node_id)
-        elif event.node_id is not None:
-            what = gateway.restart(event.node_id)
-        else:  # the scenario's validation lets no other event through
-            raise ValueError(f"timeline event at {event.at_s} s has nothing to do")
+        try:
+            if event.link is not None:
+                what = self._perform(registry.link_change(self.link_spec, event.link))
+            elif event.set is not None:
+                what = "; ".join(self._apply_setting(path, value) for path, value in event.set.items())
+            elif event.node_id is not None and event.kill is not None:
+                what = gateway.kill(event.node_id)
+            elif event.node_id is not None:
+                what = gateway.restart(event.node_id)
+            else:  # the scenario's validation lets no other event through
+                raise ValueError(f"timeline event at {event.at_s} s has nothing to do")
+        except PrfaasError as err:  # as the live engine: a refused knob is noted, the run goes on
+            what = f"refused: {err}"
         self._note(f"t={self.sim.now:.1f}s timeline: {what}", self.knob_changes)
 
     def _apply_setting(self, path: str, value: Any) -> str:
-        """One `set:` knob (emulator.scenario_overrides.KNOBS), as the live engine's Knobs."""
-        router, scheduler, gateway = self.gateway.router, self.gateway.scheduler, self.gateway
-        if path == "router.threshold_tokens":
-            tokens = int(gateway.plane.plan.prfaas.t) if value == "auto" else int(value)
-            router.set_threshold(tokens)
-            if scheduler is not None:
-                scheduler.set_threshold(tokens)
-            return f"threshold -> {tokens} tokens"
-        if path == "router.policy":
-            router.set_policy(RoutePolicy(value))
-            return f"router policy -> {value}"
-        if path == "router.cache_affinity":
-            router.set_cache_affinity(bool(value))
-            return f"cache affinity -> {value}"
-        if path.startswith("scheduler."):
-            if scheduler is None:
-                return "scheduler: not running in this scenario"
-            loop = path.split(".")[1]
-            scheduler.set_enabled(**{loop: bool(value)})
-            cfg = scheduler.config
-            gateway.fed_scheduler = scheduler if cfg.short_term_enabled or cfg.long_term_enabled else None
-            return f"scheduler {loop} -> {'on' if value else 'off'}"
-        if path == "workload.arrival.rate_per_s":
-            return self.arrivals.set_rate(float(value))
-        if path == "clusters.local.prefill_instances":
-            return gateway.set_split(int(value))
-        return self._set_link({path.removeprefix("link."): value})
+        """One `set:` knob, through the registry both engines share."""
+        gateway = self.gateway
+        effect = registry.apply_setting(gateway.router.state, path, value, link=self.link_spec,
+                                        has_scheduler=gateway.scheduler is not None)
+        if gateway.scheduler is not None:  # a loop switched off stops the scheduler's feed too
+            gateway.fed_scheduler = gateway.scheduler if gateway.router.state.is_scheduling else None
+        return self._perform(effect)
 
-    def _set_link(self, changes: dict[str, Any]) -> str:
-        spec = self.link_spec = type(self.link_spec).model_validate(self.link_spec.model_dump() | changes)
-        to_local, to_remote = link_states(spec, self.scenario.transport.connections)
-        self.gateway.link.set_state(to_local)
-        self.gateway.reverse_link.set_state(to_remote)
-        rate = "unshaped" if spec.bandwidth_mbit is None else f"{spec.bandwidth_mbit:g} Mbit/s"
-        return f"link -> {rate}, {spec.delay_ms:g} ms, {spec.loss_pct:g} % loss"
+    def _perform(self, effect: KnobEffect) -> str:
+        """What the registry asks of the virtual mechanics: the fluid link, the arrival clock, the
+        split. (Pause and resume come only by control message, which a virtual run takes none of.)"""
+        action = effect.action
+        if isinstance(action, SetLink):
+            spec = self.link_spec = action.spec
+            to_local, to_remote = link_states(spec, self.scenario.transport.connections)
+            self.gateway.link.set_state(to_local)
+            self.gateway.reverse_link.set_state(to_remote)
+        elif isinstance(action, SetRate):
+            self.arrivals.set_rate(action.rate_per_s)
+        elif isinstance(action, SetSplit):
+            return self.gateway.set_split(action.num_prefill)
+        elif isinstance(action, Pause):
+            raise PrfaasError("pause/resume: a virtual run has no wall clock to hold; "
+                              "shape arrivals with workload.arrival or a timeline burst")
+        return effect.words
 
     def _note(self, line: str, into: list[str]) -> None:
         log.info("%s", line)

@@ -164,16 +164,16 @@ def test_route_decision(case: Case) -> None:
 def test_knobs_change_later_decisions() -> None:
     case = CASES[3]  # prfaas, t 19400, 30000 uncached tokens -> remote
     router, loads = make_router(case), make_loads(case)
-    router.set_threshold(30_000)
+    router.state.set_threshold(30_000)
     assert router.decide(request(30_000), loads).route is Route.LOCAL
-    router.set_policy(RoutePolicy.ALL_REMOTE)
+    router.state.set_policy(RoutePolicy.ALL_REMOTE)
     assert router.decide(request(30_000), loads).route is Route.PRFAAS
-    router.set_policy(RoutePolicy.LOCAL_ONLY)
+    router.state.set_policy(RoutePolicy.LOCAL_ONLY)
     router.index.insert(NodeId.parse("local-prefill-1"), HASHES[:3], now_s=1.0)
     assert router.decide(request(30_000), loads).node == NodeId.parse("local-prefill-1")
-    router.set_cache_affinity(False)
+    router.state.set_cache_affinity(False)
     assert router.decide(request(30_000), loads).node == NodeId.parse("local-prefill-0")
-    router.set_prefix_rule(PrefixRule.BANDWIDTH_ABUNDANT)
+    router.state.set_prefix_rule(PrefixRule.BANDWIDTH_ABUNDANT)
     assert router.config == RouterConfig(LOCAL_ONLY, 30_000, ABUNDANT, False)
 
 
@@ -195,4 +195,4 @@ def test_a_negative_threshold_is_refused() -> None:
         RouterConfig(PRFAAS, -1, SCARCE, True)
     router = make_router(CASES[0])
     with pytest.raises(ValueError, match="threshold_tokens"):
-        router.set_threshold(-5)
+        router.state.set_threshold(-5)

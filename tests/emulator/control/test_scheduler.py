@@ -213,13 +213,13 @@ def test_arrival_window_rate_and_pruning():
 
 def test_operator_knobs_override_the_scheduler() -> None:
     sched = DualTimescaleScheduler(TEN_GBIT, SHORT_ONLY)
-    sched.set_threshold(4096)
+    sched.state.set_threshold(4096)
     assert sched.current_threshold == 4096
-    sched.set_enabled(short_term=False)
+    sched.state.set_loops(short_term=False)
     assert not sched.config.short_term_enabled and not sched.config.long_term_enabled
     for i in range(1, 20):  # a congested link would raise t, but the loop is off
         sched.observe_link(i * INTERVAL_S, 0.5e9, 1.0, 0.05, 3.0)
         assert sched.tick(i * INTERVAL_S) == []
     assert sched.current_threshold == 4096
     with pytest.raises(ValueError, match="threshold"):
-        sched.set_threshold(-1)
+        sched.state.set_threshold(-1)

@@ -57,7 +57,7 @@ def setting(harness: Harness, path: str, value: object) -> str:
         ("router.threshold_tokens", 8000.5),
         ("router.threshold_tokens", True),
         ("router.threshold_tokens", -1),
-        ("router.threshold_tokens", "auto"),
+        ("router.threshold_tokens", "Auto"),
         ("router.threshold_tokens", [[[1]]]),
         ("router.policy", "fastest"),
         ("router.cache_affinity", "yes"),
@@ -91,6 +91,7 @@ def test_settings_inside_the_bounds_apply() -> None:
     harness = Harness()
     assert setting(harness, "router.threshold_tokens", MAX_TOKENS) == f"threshold -> {MAX_TOKENS} tokens"
     assert harness.router.config.threshold_tokens == MAX_TOKENS
+    assert setting(harness, "router.threshold_tokens", "auto") == "threshold -> 4096 tokens"
     setting(harness, "router.policy", "local-only")
     setting(harness, "router.cache_affinity", False)
     assert (harness.router.config.policy, harness.router.config.cache_affinity) == (
