@@ -63,16 +63,6 @@ _NO_HITS = PrefixLookup()
 
 
 @dataclass(frozen=True, slots=True)
-class TransferEntry:
-    """A prefill's KV held on `node` until the decode side has it (the paper's transfer cache)."""
-
-    request_id: str
-    node: NodeId
-    block_hashes: tuple[int, ...]
-    num_bytes: int
-
-
-@dataclass(frozen=True, slots=True)
 class NodeContents:
     """What one node caches: each block's parent hash (None for a first block) and its states."""
 
@@ -83,11 +73,10 @@ class NodeContents:
 
 @dataclass(frozen=True, slots=True)
 class NodeDrop:
-    """What `drop_node` removed: freed prefix-cache bytes and the transfers that were in flight."""
+    """What `drop_node` removed: the prefix-cache bytes it freed."""
 
     node: NodeId
     freed_bytes: int
-    transfer_request_ids: tuple[str, ...]
 
 
 class _Block:
@@ -129,8 +118,6 @@ class PrefixCacheIndex:
     a capacity eviction drops a state before its block and a chain's tail before its head. The
     cascade in `_evict_block` (later blocks and their states go with a block) then only fires when
     a hash turns up under a different parent, which chained hashes make a collision.
-    Transfer entries live apart and do not count against capacity: they are pinned until delivery
-    and must neither be evicted nor evict reusable prefixes; `transfer_bytes` reports them.
     """
 
     def __init__(
@@ -162,7 +149,6 @@ class PrefixCacheIndex:
         }
         self._nodes: dict[NodeId, _NodeCache] = {}
         self._node_order: tuple[NodeId, ...] | None = None  # sorted(_nodes), None when stale
-        self._transfers: dict[str, TransferEntry] = {}
         self._last_now_s = float("-inf")
 
     # ---- queries -------------------------------------------------------------------------------
@@ -280,7 +266,7 @@ class PrefixCacheIndex:
             self._touch_chain(node, cache, tuple(block_hashes), num_blocks, {num_blocks})
 
     def drop_node(self, node: NodeId) -> NodeDrop:
-        """Forget everything a killed node held, its in-flight transfers included."""
+        """Forget everything a killed node (or one whose role flipped) held."""
         cache = self._nodes.pop(node, None)
         self._node_order = None
         before = self._used[node.cluster]
@@ -293,34 +279,7 @@ class PrefixCacheIndex:
             self._used[node.cluster] -= (
                 len(cache.blocks) * self.kv_bytes_per_block + len(cache.states) * self.state_bytes
             )
-        lost = tuple(rid for rid, entry in self._transfers.items() if entry.node == node)
-        for rid in lost:
-            del self._transfers[rid]
-        return NodeDrop(node, before - self._used[node.cluster], lost)
-
-    # ---- transfer cache ------------------------------------------------------------------------
-
-    def add_transfer(
-        self, request_id: str, node: NodeId, block_hashes: Sequence[int]
-    ) -> TransferEntry:
-        """Pin a prefill's KV (its blocks and final state) on `node` until `drop_transfer`."""
-        if request_id in self._transfers:
-            raise ValueError(f"request {request_id!r}: a transfer is already held; drop it first")
-        hashes = tuple(block_hashes)
-        num_bytes = len(hashes) * self.kv_bytes_per_block + self.state_bytes
-        entry = TransferEntry(request_id, node, hashes, num_bytes)
-        self._transfers[request_id] = entry
-        return entry
-
-    def drop_transfer(self, request_id: str) -> TransferEntry | None:
-        """Release a delivered (or failed) transfer; None when it is already gone."""
-        return self._transfers.pop(request_id, None)
-
-    def transfers(self) -> tuple[TransferEntry, ...]:
-        return tuple(self._transfers.values())
-
-    def transfer_bytes(self, cluster: Cluster) -> int:
-        return sum(e.num_bytes for e in self._transfers.values() if e.node.cluster is cluster)
+        return NodeDrop(node, before - self._used[node.cluster])
 
     # ---- internals -----------------------------------------------------------------------------
 

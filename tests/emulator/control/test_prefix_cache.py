@@ -126,33 +126,15 @@ def test_zero_capacity_caches_nothing_and_clusters_are_independent() -> None:
     assert index.lookup((1, 2)).hits_by_node.keys() == {LP0}
 
 
-def test_drop_node_forgets_its_cache_and_its_transfers() -> None:
+def test_drop_node_forgets_its_cache() -> None:
     index = make_index()
     index.insert(LP0, (1, 2), now_s=0.0)
     index.insert(LP1, (1, 2), now_s=0.0)
-    index.add_transfer("r1", LP0, (1, 2, 3))
-    index.add_transfer("r2", LP1, (1,))
     dropped = index.drop_node(LP0)
-    assert dropped.freed_bytes == 2 * KV + STATE and dropped.transfer_request_ids == ("r1",)
+    assert dropped.freed_bytes == 2 * KV + STATE
     assert index.lookup((1, 2)).hits_by_node.keys() == {LP1}
     assert index.used_bytes(Cluster.LOCAL) == 2 * KV + STATE
-    assert [t.request_id for t in index.transfers()] == ["r2"]
     assert index.drop_node(LP0).freed_bytes == 0
-
-
-def test_transfers_are_kept_apart_from_the_prefix_cache() -> None:
-    index = make_index(local=KV + STATE)
-    index.insert(LP0, (1,), now_s=0.0)
-    entry = index.add_transfer("r1", LP0, (1, 2, 3))
-    assert entry.num_bytes == 3 * KV + STATE
-    assert index.used_bytes(Cluster.LOCAL) == KV + STATE  # not charged, nothing evicted
-    assert index.transfer_bytes(Cluster.LOCAL) == 3 * KV + STATE
-    assert index.lookup((1, 2, 3)).on_node(LP0) == TOKENS  # in-flight KV is not a prefix hit
-    with pytest.raises(ValueError, match="r1"):
-        index.add_transfer("r1", LP0, (1,))
-    assert index.drop_transfer("r1") == entry
-    assert index.drop_transfer("r1") is None and index.transfers() == ()
-    assert index.transfer_bytes(Cluster.LOCAL) == 0
 
 
 @pytest.mark.parametrize(
@@ -204,7 +186,7 @@ def reference_hit(index: PrefixCacheIndex, node: NodeId, hashes: tuple[int, ...]
     return best * TOKENS
 
 
-def check_invariants(index: PrefixCacheIndex, transfers: dict[str, NodeId]) -> None:
+def check_invariants(index: PrefixCacheIndex) -> None:
     for cluster in Cluster:
         assert 0 <= index.used_bytes(cluster) <= index.capacity(cluster)
         recount = sum(
@@ -221,7 +203,6 @@ def check_invariants(index: PrefixCacheIndex, transfers: dict[str, NodeId]) -> N
             while cursor is not None:
                 assert cursor in contents.block_parents and steps <= len(contents.block_parents)
                 cursor, steps = contents.block_parents[cursor], steps + 1
-    assert {t.request_id: t.node for t in index.transfers()} == transfers
 
 
 def check_lookup(index: PrefixCacheIndex, hashes: tuple[int, ...]) -> None:
@@ -239,7 +220,6 @@ class CacheMachine(RuleBasedStateMachine):
         super().__init__()
         self.index = make_index(remote=5 * KV + 2 * STATE, local=9 * KV + 3 * STATE)
         self.now_s = 0.0
-        self.transfers: dict[str, NodeId] = {}
 
     def tick(self) -> float:
         self.now_s += 1.0
@@ -266,25 +246,14 @@ class CacheMachine(RuleBasedStateMachine):
 
     @rule(node=st.sampled_from(NODES))
     def drop_node(self, node: NodeId) -> None:
+        before = self.index.used_bytes(node.cluster)
         dropped = self.index.drop_node(node)
-        lost = {r for r, n in self.transfers.items() if n == node}
-        assert set(dropped.transfer_request_ids) == lost
-        self.transfers = {r: n for r, n in self.transfers.items() if r not in lost}
         assert self.index.contents(node).block_parents == {}
-
-    @rule(rid=st.sampled_from("abcd"), node=st.sampled_from(NODES), hashes=st.sampled_from(PROMPTS))
-    def transfer(self, rid: str, node: NodeId, hashes: tuple[int, ...]) -> None:
-        before = {c: self.index.used_bytes(c) for c in Cluster}
-        if self.index.drop_transfer(rid) is None:
-            self.index.add_transfer(rid, node, hashes)
-            self.transfers[rid] = node
-        else:
-            del self.transfers[rid]
-        assert {c: self.index.used_bytes(c) for c in Cluster} == before
+        assert dropped.freed_bytes == before - self.index.used_bytes(node.cluster)
 
     @invariant()
     def consistent(self) -> None:
-        check_invariants(self.index, self.transfers)
+        check_invariants(self.index)
 
 
 CacheMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
@@ -305,4 +274,4 @@ def test_long_seeded_random_run_keeps_the_invariants() -> None:
             index.lookup(hashes, float(step))
         else:
             index.drop_node(node)
-        check_invariants(index, {})
+        check_invariants(index)
