@@ -19,9 +19,9 @@ import pandas as pd
 from emulator.compare import reason_order, summary_failures
 from emulator.control.types import RequestStatus
 from emulator.errors import TelemetryError
+from emulator.paths import REPO_ROOT
 from emulator.telemetry.recorder import load_run
 
-ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_RUNS_DIR = "runs"  # `python -m emulator run`'s default --out is runs/<scenario>-<time>
 MAX_GANTT_REQUESTS = 200
 
@@ -73,7 +73,7 @@ class RunListing:
         return {run.name: run for run in self.runs}
 
 
-def resolve_runs_dir(text: str, root: Path = ROOT) -> Path:
+def resolve_runs_dir(text: str, root: Path = REPO_ROOT) -> Path:
     """The directory a user typed; a relative path starts at the repository root."""
     text = text.strip()
     if not text:

@@ -25,11 +25,10 @@ from emulator.control.throughput_model import (
     optimize_threshold,
     stage_throughputs,
 )
+from emulator.paths import SCENARIOS_DIR
 from emulator.scenario import Scenario, load_scenario
 from emulator.scenario_workload import LognormalLength
 
-ROOT = Path(__file__).resolve().parents[1]
-SCENARIOS_DIR = ROOT / "scenarios"
 CASE_STUDY = "paper-case-study.yaml"
 CURVE_POINTS = 400
 BITS_PER_BYTE = 8
