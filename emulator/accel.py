@@ -4,12 +4,13 @@ plane it calls per request), and the check that loads it only while it matches t
 Everything is plain Python and runs as such. `python -m emulator accel build` type-checks and
 compiles COMPILED with mypyc into build/accel/, with a manifest of the sources' hashes (`make run`
 and `make test` run `accel ensure`, which builds only when that build is missing or stale).
-The virtual engine's entry points (emulator/virtual/engine.py, bench/virtual_speed.py) call
-`activate()`, which puts the build's folders ahead of the packages' own, but only while every hash
-still matches, so an edited source never runs as a stale binary; importing `emulator` for anything
-else leaves build/accel alone. PRFAAS_ACCEL=0 forces the interpreted modules; PRFAAS_ACCEL_DIR
-points at another build (emulator/paths.py reads both). `python -m emulator accel status` says which
-one would run and why; `RUNS_AS` says which one does, once activated.
+The virtual engine's entry points (the command line, emulator/virtual/engine.py and
+bench/virtual_speed.py, each by importing emulator/accel_on.py first) call `activate()`, which puts
+the build's folders ahead of the packages' own, but only while every hash still matches, so an
+edited source never runs as a stale binary; importing `emulator` for anything else leaves
+build/accel alone. PRFAAS_ACCEL=0 forces the interpreted modules; PRFAAS_ACCEL_DIR points at
+another build (emulator/paths.py reads both). `python -m emulator accel status` says which one
+would run and why; `RUNS_AS` says which one does, once activated.
 """
 
 from __future__ import annotations
@@ -40,8 +41,6 @@ COMPILED = (
 )
 PACKAGES = ("emulator.control", "emulator.telemetry", "emulator.virtual")
 MYPY_OPTIONS = ("--ignore-missing-imports", "--follow-imports=silent")
-
-
 RUNS_AS_BEFORE = "interpreted: not activated (only the virtual engine's entry points activate the build)"
 RUNS_AS = RUNS_AS_BEFORE
 
