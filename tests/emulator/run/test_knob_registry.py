@@ -13,7 +13,7 @@ import asyncio
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import pandas as pd
 import pytest
@@ -98,6 +98,7 @@ def test_every_knob_has_a_source_and_the_bounds_the_schemas_promise() -> None:
             limits = {type(m).__name__: m for m in model.model_fields[spec.field].metadata}
             high = limits["Le"].le
             assert high == spec.high, spec.path
+    assert get_args(schemas.PolicyControl.model_fields["policy"].annotation) == registry.POLICIES
 
 
 @pytest.mark.parametrize("path", list(SETTINGS))
