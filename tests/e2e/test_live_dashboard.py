@@ -108,7 +108,7 @@ def test_live_page_drives_a_live_run(live_dashboard, tmp_path: Path) -> None:
             time.sleep(2.0)
             live_png = _shoot(page, tmp_path, "live.png")
             assert page.get_by_test_id("stException").count() == 0
-            stop = page.get_by_role("button", name="Stop", exact=True)
+            stop = page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Stop", exact=True)
             if stop.is_enabled():  # else the run has ended by itself
                 stop.click()
             recorded = page.get_by_test_id("stMarkdownContainer").filter(has_text="Knob changes the run recorded:")
