@@ -21,7 +21,7 @@ from emulator.telemetry.schemas import (
     topic,
 )
 
-from .mqtt_helpers import client_for, run, until
+from .mqtt_helpers import client_for, next_events, run, until
 
 HOSTILE = [
     ("threshold", b'{"v":1,"tokens":' + b"[" * 30_000 + b"]" * 30_000 + b"}"),  # 60 KB nested
@@ -86,12 +86,7 @@ def test_a_handler_bug_is_logged_once_and_answered_with_an_error_event(
                                  f'{{"v": 1, "delay_ms": {delay_ms}}}'.encode(), qos=1)
             await ui.publish(control_topic(mqtt_run_id, "pause"), b'{"v": 1}', qos=1)
             command = await anext(bus.commands())
-            errors = []
-            async for msg in ui.messages:
-                errors.append(parse_message("events", msg.payload))
-                if len(errors) == 2:
-                    return command, errors
-        raise AssertionError("subscription ended early")
+            return command, await next_events(ui, 2)
 
     with caplog.at_level(logging.DEBUG, logger="emulator.telemetry.bus"):
         command, errors = run(scenario())
