@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from emulator.control.types import FailReason
 from emulator.live.compute import ComputeThread
 from emulator.live.protocol import Completed, Decode, Failed, FirstToken, Message
 from emulator.transport.receiver import KVReceiver
@@ -86,7 +87,7 @@ class DecodeEngine:
 
     def _pair(self, cmd: Decode, cache: HybridCache) -> None:
         if cache.num_tokens != cmd.prompt_len:
-            self.emit(Failed(rid=cmd.rid, stage="decode", reason=(
+            self.emit(Failed(rid=cmd.rid, stage="decode", reason=FailReason.DECODE_FAILED, detail=(
                 f"decode.prompt_len: {cmd.prompt_len} but the cache that arrived holds "
                 f"{cache.num_tokens} tokens; send the prompt's length")))
             return
@@ -102,11 +103,11 @@ class DecodeEngine:
         active = [a for a in self._batch if a.rid == rid]
         self._batch = [a for a in self._batch if a.rid != rid]
         if found or waiting or active:
-            self.emit(Failed(rid=rid, stage="decode", reason=CANCELLED))
+            self.emit(Failed(rid=rid, stage="decode", reason=FailReason.DECODE_FAILED, detail=CANCELLED))
             return True
         return False
 
-    def fail_all(self, reason: str) -> None:
+    def fail_all(self, reason: FailReason, detail: str) -> None:
         rids = [*self._commands, *self._caches, *(c.rid for c, _ in self._waiting),
                 *(a.rid for a in self._batch)]
         self._commands.clear()
@@ -114,7 +115,7 @@ class DecodeEngine:
         self._waiting.clear()
         self._batch = []
         for rid in rids:
-            self.emit(Failed(rid=rid, stage="decode", reason=reason))
+            self.emit(Failed(rid=rid, stage="decode", reason=reason, detail=detail))
 
     async def drain(self) -> None:
         while self.num_held:
@@ -130,13 +131,14 @@ class DecodeEngine:
     def _report_receive_failures(self) -> None:
         for failure in self.receiver.take_failures():
             self._commands.pop(failure.request_id, None)
-            self.emit(Failed(rid=failure.request_id, stage="transfer", reason=failure.reason))
+            self.emit(Failed(rid=failure.request_id, stage="transfer", reason=FailReason.TRANSFER_FAILED,
+                             detail=failure.reason))
 
     def _expire_orphans(self, now: float) -> None:
         for rid, (_, arrived_s) in list(self._caches.items()):
             if now - arrived_s > self.orphan_timeout_s:
                 del self._caches[rid]
-                self.emit(Failed(rid=rid, stage="decode", reason=(
+                self.emit(Failed(rid=rid, stage="decode", reason=FailReason.DECODE_FAILED, detail=(
                     f"decode: cache arrived but no decode command within "
                     f"{self.orphan_timeout_s:g} s; dropped")))
 
@@ -170,7 +172,8 @@ class DecodeEngine:
         except Exception as err:  # a batch that cannot step fails its members, not the worker
             log.exception("decode step failed")
             for active in stepping:
-                self.emit(Failed(rid=active.rid, stage="decode", reason=f"decode: {err}"))
+                self.emit(Failed(rid=active.rid, stage="decode", reason=FailReason.DECODE_FAILED,
+                                 detail=f"decode: {err}"))
             self._batch = [a for a in self._batch if a not in stepping]
             return
         for active, token in zip(stepping, next_tokens, strict=True):

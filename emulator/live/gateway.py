@@ -28,7 +28,6 @@ from emulator.workload.tokens import synthesize_tokens
 
 log = logging.getLogger(__name__)
 MIN_BLOCK = 64  # the model's snapshot granularity (model_stub BLOCK_TOKENS)
-WORKER_SHUTTING_DOWN = "worker shutting down"  # worker.SHUTTING_DOWN (that module imports torch)
 
 
 class EventSink(Protocol):
@@ -172,8 +171,8 @@ class Gateway:
     async def _on_transfer_done(self, node: NodeState, state: RequestState, msg: p.TransferDone) -> None:
         state.transfer_start_s, state.transfer_end_s = self.rel(msg.t_start), self.rel(msg.t_end)
         if msg.status == "failed":
-            await self.retry_or_fail(state, worker_fail_reason("transfer", msg.reason),
-                                     f"transfer from {node.name}: {msg.reason}")
+            await self.retry_or_fail(state, msg.reason or FailReason.TRANSFER_FAILED,
+                                     f"transfer from {node.name}: {msg.detail}")
             return
         await self._event(state, "transfer_end", node=node.name)
 
@@ -194,8 +193,7 @@ class Gateway:
         self.changed.set()
 
     async def _on_failed(self, node: NodeState, state: RequestState, msg: p.Failed) -> None:
-        await self.retry_or_fail(state, worker_fail_reason(msg.stage, msg.reason),
-                                 f"{msg.stage} on {node.name}: {msg.reason}")
+        await self.retry_or_fail(state, msg.reason, f"{msg.stage} on {node.name}: {msg.detail}")
 
     def _on_role_set(self, node: NodeState, role: Role) -> None:
         if role is not node.role:
@@ -264,18 +262,6 @@ class Gateway:
         await self.events.publish_event(RequestEvent(
             run_id=self.settings.run_id, t_s=max(self.now(), 0.0), request_id=state.spec.id, event=event,
             route=state.route, node=node, reason=reason, detail=detail or {}))
-
-
-def worker_fail_reason(stage: str, words: str) -> FailReason:
-    """The tag for a worker's failure report, which carries a stage and words. The transport's
-    sender starts its own reasons with `deadline:` and `link:` (transport/sender.py)."""
-    if words == WORKER_SHUTTING_DOWN:
-        return FailReason.WORKER_LOST
-    if stage == "transfer":
-        if words.startswith("deadline:"):
-            return FailReason.DEADLINE
-        return FailReason.LINK_DOWN if words.startswith("link:") else FailReason.TRANSFER_FAILED
-    return FailReason.PREFILL_FAILED if stage == "prefill" else FailReason.DECODE_FAILED
 
 
 def _key(block_hash: int) -> str:

@@ -12,6 +12,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from emulator.control.types import FailReason
 from emulator.errors import WorkerError
 from emulator.live.compute import ComputeThread
 from emulator.live.kv_links import KvLinks
@@ -24,7 +25,7 @@ from emulator.live.protocol import (
     PrefillStarted,
     TransferDone,
 )
-from emulator.transport.sender import KVSender
+from emulator.transport.sender import KVSender, TransferFailure, TransferResult
 from model_stub.cache import HybridCache, LayerCache
 from model_stub.model import HybridModel
 from model_stub.serialize import encode_layer
@@ -105,11 +106,11 @@ class PrefillEngine:
         for cmd in self._queue:
             if cmd.rid == rid:
                 self._queue.remove(cmd)
-                self.emit(Failed(rid=rid, stage="prefill", reason=CANCELLED))
+                self.emit(Failed(rid=rid, stage="prefill", reason=FailReason.PREFILL_FAILED, detail=CANCELLED))
                 return True
         if self._running is not None and self._running.rid == rid:
             self._cancelled.add(rid)
-            self.emit(Failed(rid=rid, stage="prefill", reason=CANCELLED))
+            self.emit(Failed(rid=rid, stage="prefill", reason=FailReason.PREFILL_FAILED, detail=CANCELLED))
             return True
         return False
 
@@ -117,18 +118,18 @@ class PrefillEngine:
         while self.num_held:
             await asyncio.sleep(0.01)
 
-    def fail_all(self, reason: str) -> None:
+    def fail_all(self, reason: FailReason, detail: str) -> None:
         """Report every request still held as failed (the worker is going away)."""
         for cmd in self._queue:
-            self.emit(Failed(rid=cmd.rid, stage="prefill", reason=reason))
+            self.emit(Failed(rid=cmd.rid, stage="prefill", reason=reason, detail=detail))
         self._queue.clear()
         if self._running is not None and self._running.rid not in self._cancelled:
             self._cancelled.add(self._running.rid)
-            self.emit(Failed(rid=self._running.rid, stage="prefill", reason=reason))
+            self.emit(Failed(rid=self._running.rid, stage="prefill", reason=reason, detail=detail))
         for rid, task in list(self._transfers.items()):
             task.cancel()
             self.emit(TransferDone(rid=rid, t_start=self._transfer_start[rid],
-                                   t_end=time.monotonic(), status="failed", reason=reason))
+                                   t_end=time.monotonic(), status="failed", reason=reason, detail=detail))
         self._transfers.clear()
         self._transfer_start.clear()
 
@@ -149,13 +150,13 @@ class PrefillEngine:
         try:
             sender = await self.links.sender(tuple(cmd.kv_target))
         except WorkerError as err:
-            self.emit(Failed(rid=cmd.rid, stage="transfer", reason=str(err)))
+            self.emit(Failed(rid=cmd.rid, stage="transfer", reason=FailReason.TRANSFER_FAILED, detail=str(err)))
             return
         try:
             outcome = await self.compute.call(self._compute, cmd, sender)
         except Exception as err:  # one bad request must not take the worker down
             log.exception("prefill of request %d failed", cmd.rid)
-            self.emit(Failed(rid=cmd.rid, stage="prefill", reason=f"prefill: {err}"))
+            self.emit(Failed(rid=cmd.rid, stage="prefill", reason=FailReason.PREFILL_FAILED, detail=f"prefill: {err}"))
             return
         if cmd.rid in self._cancelled:
             return
@@ -170,8 +171,8 @@ class PrefillEngine:
         result = await sender.finish(cmd.rid, cmd.deadline_s)
         self._transfers.pop(cmd.rid, None)
         t_start = self._transfer_start.pop(cmd.rid)
-        self.emit(TransferDone(rid=cmd.rid, t_start=t_start, t_end=time.monotonic(),
-                               status=result.status, reason=result.reason))
+        self.emit(TransferDone(rid=cmd.rid, t_start=t_start, t_end=time.monotonic(), status=result.status,
+                               reason=transfer_fail_reason(result), detail=result.reason))
 
     def _compute(self, cmd: Prefill, sender: KVSender) -> PrefillOutcome:
         """On the torch thread: resume, prefill with shipping, store snapshots, pace, report."""
@@ -218,3 +219,14 @@ class PrefillEngine:
             except ValueError as err:  # e.g. a position before the resume point with no checkpoint
                 log.warning("request %d: prefix %r at %d not stored: %s",
                             cmd.rid, key, position, err)
+
+
+TRANSFER_FAIL_REASONS = {TransferFailure.DEADLINE: FailReason.DEADLINE, TransferFailure.LINK_DOWN: FailReason.LINK_DOWN,
+                         TransferFailure.REFUSED: FailReason.TRANSFER_FAILED}
+
+
+def transfer_fail_reason(result: TransferResult) -> FailReason | None:
+    """The tag a transfer's end reports: none when delivered."""
+    if result.status != "failed":
+        return None
+    return TRANSFER_FAIL_REASONS[result.failure] if result.failure else FailReason.TRANSFER_FAILED

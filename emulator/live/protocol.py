@@ -14,8 +14,9 @@ import json
 from collections.abc import Sequence
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from emulator.control.types import FailReason
 from emulator.errors import WorkerError
 from model_stub.config import BLOCK_TOKENS
 
@@ -29,6 +30,20 @@ HEX_256 = r"^[0-9a-f]{64}$"  # 32 bytes as lowercase hex: a nonce or an HMAC-SHA
 Rid = Annotated[int, Field(ge=0, le=MAX_RID)]
 Time = Annotated[float, Field(ge=0)]
 Role = Literal["prefill", "decode"]
+# The tags a worker may report; the rest (no node, refused command, run ends) are the gateway's own.
+WORKER_FAIL_REASONS = frozenset({
+    FailReason.WORKER_LOST, FailReason.PREFILL_FAILED, FailReason.TRANSFER_FAILED,
+    FailReason.LINK_DOWN, FailReason.DEADLINE, FailReason.DECODE_FAILED})
+
+
+def _worker_reason(reason: FailReason) -> FailReason:
+    if reason not in WORKER_FAIL_REASONS:
+        raise ValueError(f"{reason.value} is the gateway's own tag; a worker reports one of "
+                         f"{', '.join(sorted(WORKER_FAIL_REASONS))}")
+    return reason
+
+
+WorkerFailReason = Annotated[FailReason, AfterValidator(_worker_reason)]
 
 
 class _Msg(BaseModel):
@@ -70,12 +85,23 @@ class PrefillDone(_Msg):
 
 
 class TransferDone(_Msg):
+    """A transfer's end; a failed one carries its tag in `reason` and the sender's words in `detail`."""
+
     op: Literal["transfer_done"] = "transfer_done"
     rid: Rid
     t_start: Time
     t_end: Time
     status: Literal["delivered", "failed"]
-    reason: str = ""
+    reason: WorkerFailReason | None = None
+    detail: str = ""
+
+    @model_validator(mode="after")
+    def _check(self) -> TransferDone:
+        if self.status == "failed" and self.reason is None:
+            raise ValueError("reason: missing on a failed transfer; name its FailReason tag")
+        if self.status == "delivered" and self.reason is not None:
+            raise ValueError(f"reason: {self.reason.value} on a delivered transfer; send none")
+        return self
 
 
 class FirstToken(_Msg):
@@ -93,10 +119,13 @@ class Completed(_Msg):
 
 
 class Failed(_Msg):
+    """A request the worker gave up: the tag the gateway files it under, and the worker's words."""
+
     op: Literal["failed"] = "failed"
     rid: Rid
     stage: Literal["prefill", "transfer", "decode"]
-    reason: str = Field(min_length=1)
+    reason: WorkerFailReason
+    detail: str = Field(min_length=1)
 
 
 class LinkStats(BaseModel):
@@ -268,8 +297,8 @@ def _one_line(op: str, err: ValidationError) -> str:
         return f"{op}.{field}: is not a field of {op}; remove it"
     if kind == "missing":
         return f"{op}.{field}: missing; add it"
-    if kind == "value_error":
-        return f"{op}.{msg}"
+    if kind == "value_error":  # a model validator's words start with the field; a field's do not
+        return f"{op}.{field}: {msg}" if first["loc"] else f"{op}.{msg}"
     return f"{op}.{field}: {_clip(first.get('input'))} rejected; {msg[:1].lower()}{msg[1:]}"
 
 

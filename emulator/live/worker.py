@@ -21,7 +21,7 @@ from typing import NoReturn
 
 import torch
 
-from emulator.control.types import Cluster, NodeId, Role
+from emulator.control.types import Cluster, FailReason, NodeId, Role
 from emulator.errors import PrfaasError, WorkerError
 from emulator.limits import HANDSHAKE_TIMEOUT_S
 from emulator.live import protocol as p
@@ -188,8 +188,8 @@ class Worker:
             self.prefill.submit(msg)
         elif isinstance(msg, p.Decode):
             if self.decode is None:
-                self.emit(p.Failed(rid=msg.rid, stage="decode",
-                                   reason=f"decode: {self.node} is a remote prefill node; "
+                self.emit(p.Failed(rid=msg.rid, stage="decode", reason=FailReason.DECODE_FAILED,
+                                   detail=f"decode: {self.node} is a remote prefill node; "
                                           "send decode to a local node"))
             else:
                 self.decode.submit(msg)
@@ -235,9 +235,9 @@ class Worker:
 
     async def _shutdown(self, tasks: list[asyncio.Task], writer: asyncio.StreamWriter) -> None:
         """Fail what is held (so nothing is lost silently), flush the reports, close everything."""
-        self.prefill.fail_all(SHUTTING_DOWN)
+        self.prefill.fail_all(FailReason.WORKER_LOST, SHUTTING_DOWN)
         if self.decode is not None:
-            self.decode.fail_all(SHUTTING_DOWN)
+            self.decode.fail_all(FailReason.WORKER_LOST, SHUTTING_DOWN)
         self._outbox.put_nowait(None)
         for task in [*tasks[1:], *self._role_tasks]:
             task.cancel()

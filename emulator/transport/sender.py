@@ -15,6 +15,7 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
 
 from emulator.transport.congestion import CongestionMonitor
 from emulator.transport.frames import (
@@ -39,12 +40,21 @@ NOTSENT_LOWAT_BYTES = 256 << 10
 TCP_NOTSENT_LOWAT = getattr(socket, "TCP_NOTSENT_LOWAT", 25)  # Linux >= 3.12
 
 
+class TransferFailure(StrEnum):
+    """Why a transfer failed, for its user to file without reading the words."""
+
+    DEADLINE = "deadline"  # not delivered within the deadline
+    LINK_DOWN = "link_down"  # every connection lost and reconnects exhausted
+    REFUSED = "refused"  # the receiver answered FAIL
+
+
 @dataclass(frozen=True, slots=True)
 class TransferResult:
     request_id: int
     status: str  # "delivered" | "failed"
     reason: str = ""
     seconds: float = 0.0
+    failure: TransferFailure | None = None  # set when failed
 
 
 class KVSender:
@@ -130,14 +140,18 @@ class KVSender:
         try:
             return await asyncio.wait_for(asyncio.shield(future), timeout=deadline_s)
         except TimeoutError:
-            self._resolve(request_id, "failed", f"deadline: not delivered within {deadline_s:g} s")
+            self._fail(request_id, TransferFailure.DEADLINE, f"deadline: not delivered within {deadline_s:g} s")
             return future.result()
 
-    def _resolve(self, request_id: int, status: str, reason: str = "") -> None:
+    def _fail(self, request_id: int, failure: TransferFailure, reason: str) -> None:
+        self._resolve(request_id, "failed", reason, failure)
+
+    def _resolve(self, request_id: int, status: str, reason: str = "",
+                 failure: TransferFailure | None = None) -> None:
         future = self._result_future(request_id)
         if not future.done():
             seconds = time.monotonic() - self._started_at.get(request_id, time.monotonic())
-            future.set_result(TransferResult(request_id, status, reason, seconds))
+            future.set_result(TransferResult(request_id, status, reason, seconds, failure))
         for key in [k for k in self._unacked if k[0] == request_id]:
             del self._unacked[key]
             self._window.release()
@@ -178,7 +192,8 @@ class KVSender:
             elif header.type is FrameType.DONE:
                 self._resolve(header.request_id, "delivered")
             elif header.type is FrameType.FAIL:
-                self._resolve(header.request_id, "failed", f"receiver: {payload.decode(errors='replace')}")
+                self._fail(header.request_id, TransferFailure.REFUSED,
+                           f"receiver: {payload.decode(errors='replace')}")
 
     async def _watch(self, sock: socket.socket, writer: asyncio.StreamWriter, owned: dict, tasks: list) -> None:
         """When a connection dies, put its unacked chunks back and open a replacement."""
@@ -214,7 +229,8 @@ class KVSender:
                 await asyncio.sleep(0.1 * self._reconnects)
         if not self.sockets:
             for request_id in list(self._results):
-                self._resolve(request_id, "failed", "link: every connection lost and reconnects exhausted")
+                self._fail(request_id, TransferFailure.LINK_DOWN,
+                           "link: every connection lost and reconnects exhausted")
 
     async def close(self) -> None:
         """Stop every connection through its transport (closing a socket under a live transport

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from emulator.control.types import FailReason
 from emulator.errors import WorkerError
 from emulator.live import protocol as p
 
@@ -27,10 +28,11 @@ ONE_OF_EACH = [
     p.PrefillDone(rid=1, t_start=12.5, t_end=12.75, cached_len=512, kv_bytes=166152,
                   first_token=30, held_s=0.1),
     p.TransferDone(rid=1, t_start=12.6, t_end=12.8, status="delivered"),
-    p.TransferDone(rid=2, t_start=12.6, t_end=17.6, status="failed", reason="deadline: 5 s"),
+    p.TransferDone(rid=2, t_start=12.6, t_end=17.6, status="failed", reason=FailReason.DEADLINE,
+                   detail="deadline: 5 s"),
     p.FirstToken(rid=1, t=13.0),
     p.Completed(rid=1, t=13.1, tokens=[30, 90, 258], tpot_s=0.002),
-    p.Failed(rid=3, stage="transfer", reason="receiver: abandoned"),
+    p.Failed(rid=3, stage="transfer", reason=FailReason.TRANSFER_FAILED, detail="receiver: abandoned"),
     p.Stats(t=14.0, queue_depth=3, batch_size=2, role="decode", link=None),
     p.Stats(t=14.25, queue_depth=0, batch_size=0, role="prefill", link=LINK),
     p.RoleSet(role="decode"),
@@ -57,6 +59,17 @@ def test_round_trip_is_exact(msg):
     back = p.decode(line)
     assert back == msg and type(back) is type(msg)
     assert p.encode(back) == line
+
+
+def test_a_failure_tag_crosses_the_wire_typed():
+    """The worker names the FailReason; the gateway reads the enum member, not words."""
+    line = p.encode(p.Failed(rid=4, stage="transfer", reason=FailReason.LINK_DOWN, detail="link: gone"))
+    assert json.loads(line)["reason"] == "link_down"
+    back = p.decode(line)
+    assert isinstance(back, p.Failed) and back.reason is FailReason.LINK_DOWN and back.detail == "link: gone"
+    done = p.decode(p.encode(p.TransferDone(rid=4, t_start=1.0, t_end=2.0, status="failed",
+                                            reason=FailReason.DEADLINE, detail="deadline: 2 s")))
+    assert isinstance(done, p.TransferDone) and done.reason is FailReason.DEADLINE
 
 
 def test_prompt_tokens_come_back_as_the_bytes_sent():
@@ -94,6 +107,16 @@ def case(line: bytes, *words: str):
          "completed.tokens.1:", "'a'"),
     case(line_of(v=1, op="stats", t=1.0, queue_depth=0, batch_size=0, role="decode",
                  link={"rtt_ms": 1}), "stats.link.goodput_bytes_per_s:", "missing"),
+    case(line_of(v=1, op="failed", rid=1, stage="decode", reason="exploded", detail="d"),
+         "failed.reason:", "'exploded'", "decode_failed"),
+    case(line_of(v=1, op="failed", rid=1, stage="decode", reason="no_prefill_node", detail="d"),
+         "failed.reason:", "no_prefill_node", "gateway's"),
+    case(line_of(v=1, op="failed", rid=1, stage="decode", reason="decode: step failed"),
+         "failed.reason:", "'decode: step failed'"),
+    case(line_of(v=1, op="transfer_done", rid=1, t_start=1.0, t_end=2.0, status="failed"),
+         "transfer_done.reason:", "failed transfer"),
+    case(line_of(v=1, op="transfer_done", rid=1, t_start=1.0, t_end=2.0, status="delivered",
+                 reason="deadline"), "transfer_done.reason:", "delivered"),
     case(prefill_line(prompt="!!!"), "prefill.prompt:", "'!!!'", "base64"),
     case(prefill_line(prompt=""), "prefill.prompt:", "at least 1"),
     case(prefill_line(resume_tokens=100), "prefill.resume_tokens:", "100", "multiple of 64"),

@@ -4,7 +4,6 @@ times that arrive after the request ended still land in its record."""
 from __future__ import annotations
 
 from emulator.control.types import FailReason, RequestSpec
-from emulator.live.gateway import WORKER_SHUTTING_DOWN, worker_fail_reason
 from emulator.live.tracker import Tracker
 
 SPEC = RequestSpec(id="rq-000001", arrival_s=0.0, input_len=2048, output_len=4)
@@ -38,17 +37,13 @@ def test_transfer_times_that_arrive_after_completion_fill_the_record() -> None:
     assert tracker.records[0].transfer_end_s == 2.1
 
 
-def test_worker_failure_reports_map_to_one_tag_each() -> None:
-    """A worker reports a stage and words; the gateway files them under the engine-neutral tag."""
-    cases = [("prefill", "prefill: out of memory", FailReason.PREFILL_FAILED),
-             ("decode", "decode: step failed", FailReason.DECODE_FAILED),
-             ("transfer", "receiver: request 7 already failed here", FailReason.TRANSFER_FAILED),
-             ("transfer", "deadline: not delivered within 120 s", FailReason.DEADLINE),
-             ("transfer", "link: every connection lost and reconnects exhausted", FailReason.LINK_DOWN),
-             ("prefill", WORKER_SHUTTING_DOWN, FailReason.WORKER_LOST)]
-    assert [worker_fail_reason(stage, words) for stage, words, _ in cases] == [tag for *_, tag in cases]
-
-
-def test_the_gateway_knows_the_workers_shutdown_words() -> None:
-    from emulator.live.worker import SHUTTING_DOWN  # imports torch: kept out of the gateway
-    assert WORKER_SHUTTING_DOWN == SHUTTING_DOWN
+def test_each_transfer_failure_kind_is_reported_under_one_tag() -> None:
+    """The sender says why a transfer failed as a kind; the prefill worker reports its FailReason."""
+    from emulator.live.prefill_engine import transfer_fail_reason  # imports torch
+    from emulator.transport.sender import TransferFailure, TransferResult
+    cases = {TransferFailure.DEADLINE: FailReason.DEADLINE, TransferFailure.LINK_DOWN: FailReason.LINK_DOWN,
+             TransferFailure.REFUSED: FailReason.TRANSFER_FAILED}
+    assert set(cases) == set(TransferFailure)
+    for kind, tag in cases.items():
+        assert transfer_fail_reason(TransferResult(1, "failed", "words", failure=kind)) is tag
+    assert transfer_fail_reason(TransferResult(1, "delivered")) is None

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from emulator.control.types import FailReason
 from emulator.live import protocol as p
 from emulator.live.worker import main
 from emulator.net.topology import LOCAL, REMOTE
@@ -81,7 +82,7 @@ def test_remote_prefill_crosses_the_link_and_decodes_the_reference_tokens(
     for (done, transfer, completed), prompt in zip(results, prompts.values(), strict=True):
         assert completed.tokens == reference(prompt, OUTPUT_LEN)
         assert done.cached_len == 0 and done.first_token == completed.tokens[0]
-        assert transfer.status == "delivered" and transfer.reason == ""
+        assert transfer.status == "delivered" and transfer.reason is None
         # layer-wise pipelining: the first layer left before the prefill ended
         assert done.t_start <= transfer.t_start <= done.t_end <= transfer.t_end
         assert done.t_end <= completed.t
@@ -212,10 +213,10 @@ def test_one_bad_request_fails_alone_and_the_worker_keeps_serving(spawn, referen
         return unreachable, cancelled, mismatch, good
 
     unreachable, cancelled, mismatch, good = asyncio.run(scenario())
-    assert unreachable.stage == "transfer"
-    assert f"kv_target: 127.0.0.1:{dead_port}" in unreachable.reason
-    assert cancelled.stage == "decode" and cancelled.reason == "cancelled by the gateway"
-    assert mismatch.stage == "decode" and mismatch.reason.startswith("decode.prompt_len: 301")
+    assert unreachable.stage == "transfer" and unreachable.reason is FailReason.TRANSFER_FAILED
+    assert f"kv_target: 127.0.0.1:{dead_port}" in unreachable.detail
+    assert cancelled.stage == "decode" and cancelled.detail == "cancelled by the gateway"
+    assert mismatch.reason is FailReason.DECODE_FAILED and mismatch.detail.startswith("decode.prompt_len: 301")
     assert good[2].tokens == reference(prompt, OUTPUT_LEN)
 
 
@@ -279,7 +280,8 @@ def test_workers_exit_cleanly_and_fail_what_they_hold(spawn):
     logs = {node: log_tail(proc) for node, proc in procs.items()}
     assert codes == {"local-decode-0": 0, "local-decode-1": 0, "remote-prefill-0": 0,
                      "remote-prefill-1": -signal.SIGKILL}, logs
-    assert failed.reason == failed_too.reason == "worker shutting down"
+    assert failed.reason is failed_too.reason is FailReason.WORKER_LOST
+    assert failed.detail == failed_too.detail == "worker shutting down"
     assert refused.role == "prefill"  # remote nodes only prefill
     assert not [c for c in children if Path(f"/proc/{c}").exists()]
 

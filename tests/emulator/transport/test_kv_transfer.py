@@ -12,7 +12,7 @@ from emulator.net.topology import LOCAL, REMOTE, Topology
 from emulator.transport.congestion import CongestionMonitor
 from emulator.transport.frames import HEADER_BYTES
 from emulator.transport.receiver import KVReceiver
-from emulator.transport.sender import KVSender
+from emulator.transport.sender import KVSender, TransferFailure
 from model_stub import HybridModel, get_preset
 from model_stub.serialize import encode_layer
 
@@ -160,6 +160,7 @@ def test_a_transfer_that_cannot_finish_fails_with_the_reason(model):
 
     result = asyncio.run(main())
     assert result.status == "failed" and result.reason.startswith("deadline")
+    assert result.failure is TransferFailure.DEADLINE
 
 
 @needs_root
