@@ -26,6 +26,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.link_fidelity import iperf3  # noqa: E402
+from emulator.live.kv_decoder import ModelKVDecoder  # noqa: E402
 from emulator.net.spec import parse_link_spec  # noqa: E402
 from emulator.net.topology import LOCAL, REMOTE, Topology  # noqa: E402
 from emulator.transport.receiver import KVReceiver  # noqa: E402
@@ -59,7 +60,7 @@ def _receiver_process(netns: str | None, addr: str, preset: str, conn) -> None:
         listener = netns_socket(netns)
         listener.bind((addr, 0))
         listener.listen()
-        receiver = KVReceiver(get_preset(preset), lambda rid, cache: conn.send((rid, time.monotonic())))
+        receiver = KVReceiver(ModelKVDecoder(get_preset(preset)), lambda rid, cache: conn.send((rid, time.monotonic())))
         await receiver.start(listener)
         conn.send(listener.getsockname()[1])
         await asyncio.get_running_loop().run_in_executor(None, conn.recv)

@@ -19,6 +19,7 @@ import torch
 
 from emulator.control.types import FailReason
 from emulator.live.compute import ComputeThread
+from emulator.live.kv_decoder import ModelKVDecoder
 from emulator.live.protocol import Completed, Decode, Failed, FirstToken, Message
 from emulator.transport.receiver import KVReceiver
 from model_stub.cache import HybridCache
@@ -49,7 +50,7 @@ class DecodeEngine:
         self.model, self.compute, self.emit = model, compute, emit
         self.max_batch = max_batch
         self.orphan_timeout_s = orphan_timeout_s
-        self.receiver = KVReceiver(model.config, self._on_cache)
+        self.receiver = KVReceiver(ModelKVDecoder(model.config), self._on_cache)
         self._caches: dict[int, tuple[HybridCache, float]] = {}  # arrived, no command yet
         self._commands: dict[int, Decode] = {}  # arrived, no cache yet
         self._waiting: deque[tuple[Decode, HybridCache]] = deque()

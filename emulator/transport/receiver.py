@@ -6,8 +6,11 @@ or FAIL with a reason, also when a chunk of it arrives after it finished. A head
 trusted closes only that connection. Runs on one asyncio loop; the listening socket is made by the
 caller (inside the decode side's namespace).
 
+What the bytes mean is the user's: a KVDecoder it supplies decodes each whole layer frame (in a
+worker thread, as it lands) and assembles the request's cache, which goes to `on_cache`.
+
 Peers are not trusted (issue 13): memory follows received bytes (see reassembly.py) and a claim is
-capped by the model's largest layer frame; connections are limited in total and per peer host;
+capped by the decoder's largest frame for that layer; connections are limited in total and per peer host;
 one that sends no header within `handshake_timeout_s`, or stalls mid-payload for
 `stall_timeout_s`, is closed; accept running out of descriptors backs off and logs once.
 """
@@ -22,23 +25,14 @@ import math
 import resource
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
 
-import torch
-
-from emulator.limits import MAX_KV_CONNECTIONS, MAX_KV_CONNECTIONS_PER_PEER, MAX_KV_PARTIAL_BYTES, MAX_TOKENS
+from emulator.limits import MAX_KV_CONNECTIONS, MAX_KV_CONNECTIONS_PER_PEER, MAX_KV_PARTIAL_BYTES
 from emulator.transport.chunk_protocol import ChunkProtocol
 from emulator.transport.frames import ChunkHeader, FrameError, FrameType, PayloadCorrupt, check_payload, reply
 from emulator.transport.reassembly import Finished, LayerAssembly, Outcome, Reassembler, Refused, RequestAssembly
-from model_stub.cache import HybridCache, expected_shapes
-from model_stub.config import ModelConfig
-from model_stub.serialize import (
-    HEADER_BYTES as LAYER_HEADER_BYTES,
-    FrameError as CacheFrameError,
-    assemble_cache,
-    decode_layer,
-)
 
 log = logging.getLogger(__name__)
 
@@ -55,11 +49,23 @@ class ReceiveFailure:
     reason: str
 
 
-def layer_frame_caps(config: ModelConfig, max_tokens: int = MAX_TOKENS) -> tuple[int, ...]:
-    """The largest serialised frame each layer of `config` can have (at `max_tokens` tokens)."""
-    itemsize = torch.empty(0, dtype=getattr(torch, config.dtype)).element_size()
-    return tuple(LAYER_HEADER_BYTES + itemsize * sum(math.prod(s) for s in expected_shapes(config, kind, max_tokens))
-                 for kind in config.layer_kinds)
+Cache = TypeVar("Cache")
+
+
+class KVDecoder(Protocol[Cache]):
+    """What a layer's bytes mean, supplied by the receiver's user (the decode worker's model).
+
+    `decode_layer` runs in a worker thread; it and `assemble` raise ValueError for bytes that are
+    not a valid layer or cache (the request then fails, the connection stays)."""
+
+    @property
+    def layer_caps(self) -> Sequence[int]:
+        """The largest frame each layer may have, in bytes: a claim above it is refused unread."""
+        ...
+
+    def decode_layer(self, index: int, frame: bytes) -> Any: ...
+
+    def assemble(self, layers: dict[int, Any]) -> Cache: ...
 
 
 def _default_max_connections() -> int:
@@ -67,11 +73,11 @@ def _default_max_connections() -> int:
     return MAX_KV_CONNECTIONS if soft == resource.RLIM_INFINITY else max(1, min(MAX_KV_CONNECTIONS, soft // 2))
 
 
-class KVReceiver:
+class KVReceiver(Generic[Cache]):
     def __init__(
         self,
-        config: ModelConfig,
-        on_cache: Callable[[int, HybridCache], None],
+        decoder: KVDecoder[Cache],
+        on_cache: Callable[[int, Cache], None],
         max_partial_bytes: int = MAX_KV_PARTIAL_BYTES,
         abandon_after_s: float = 30.0,
         max_connections: int | None = None,
@@ -79,9 +85,9 @@ class KVReceiver:
         handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S,
         stall_timeout_s: float = STALL_TIMEOUT_S,
     ) -> None:
-        self.config = config
+        self.decoder = decoder
         self.on_cache = on_cache
-        self.reassembler = Reassembler(max_partial_bytes, abandon_after_s, layer_caps=layer_frame_caps(config))
+        self.reassembler = Reassembler(max_partial_bytes, abandon_after_s, layer_caps=tuple(decoder.layer_caps))
         self.max_connections = _default_max_connections() if max_connections is None else max_connections
         self.max_connections_per_peer = max_connections_per_peer
         self.handshake_timeout_s, self.stall_timeout_s = handshake_timeout_s, stall_timeout_s
@@ -274,7 +280,7 @@ class KVReceiver:
         rid = header.request_id
         try:
             cache = await self._gather_layers(rid)
-        except (CacheFrameError, FrameError) as err:
+        except ValueError as err:  # the decoder's refusal (a FrameError is one too)
             self._fail(rid, f"cache rebuild: {err}")
             self._answer(rid, protocol, reply(FrameType.FAIL, header.key, str(err)))
             return
@@ -303,19 +309,15 @@ class KVReceiver:
         layer = assembly.layers.get(index) if assembly is not None else None
         pending = self._decoded.setdefault(rid, {})
         if layer is not None and layer.is_complete and index not in pending:
-            pending[index] = asyncio.get_running_loop().run_in_executor(None, _decode, layer, self.config)
+            pending[index] = asyncio.get_running_loop().run_in_executor(None, self._decode, index, layer)
 
-    async def _gather_layers(self, rid: int) -> HybridCache:
+    def _decode(self, index: int, layer: LayerAssembly) -> Any:
+        return self.decoder.decode_layer(index, layer.frame())
+
+    async def _gather_layers(self, rid: int) -> Cache:
         """Wait for every layer's decode and build the cache (each layer's decode is a future, so
         the chunk that completes the request waits for decodes that other chunks started)."""
         pending = self._decoded.pop(rid)
         decoded = dict(zip(pending, await asyncio.gather(*pending.values()), strict=False))
-        for index, (got_index, _, _) in decoded.items():
-            if got_index != index:
-                raise CacheFrameError(f"frame.layer_index: {got_index} arrived as layer {index}")
-        return assemble_cache({i: (layer, tokens) for i, (_, layer, tokens) in decoded.items()}, self.config)
-
-
-def _decode(layer: LayerAssembly, config: ModelConfig):
-    return decode_layer(layer.frame(), config)
+        return self.decoder.assemble(decoded)
 

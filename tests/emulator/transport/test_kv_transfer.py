@@ -7,6 +7,7 @@ import socket
 
 import pytest
 
+from emulator.live.kv_decoder import ModelKVDecoder
 from emulator.net.spec import parse_link_spec
 from emulator.net.topology import LOCAL, REMOTE, Topology
 from emulator.transport.congestion import CongestionMonitor
@@ -36,7 +37,7 @@ def loopback_listener() -> socket.socket:
 async def transfer(model, make_socket, listener, target, request_id=1, during=None, **sender_kw):
     """Prefill, stream each layer as it completes, and decode from what arrived."""
     arrived = {}
-    receiver = KVReceiver(model.config, lambda rid, cache: arrived.__setitem__(rid, cache))
+    receiver = KVReceiver(ModelKVDecoder(model.config), lambda rid, cache: arrived.__setitem__(rid, cache))
     await receiver.start(listener)
     sender = KVSender(make_socket, target, **sender_kw)
     await sender.start()
@@ -191,7 +192,7 @@ def test_early_layers_arrive_while_later_layers_still_compute():
 
     async def main():
         listener = loopback_listener()
-        receiver = KVReceiver(model.config, lambda rid, cache: None)
+        receiver = KVReceiver(ModelKVDecoder(model.config), lambda rid, cache: None)
         await receiver.start(listener)
         sender = KVSender(socket.socket, listener.getsockname())
         await sender.start()

@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from emulator.live.kv_decoder import ModelKVDecoder
 from emulator.transport.frames import HEADER_BYTES, ChunkHeader, FrameType, decode_header, encode_header, split_layer
 from emulator.transport.receiver import KVReceiver
 from emulator.transport.sender import KVSender
@@ -83,7 +84,7 @@ def test_a_header_claiming_a_gigabyte_allocates_only_what_arrived(shipped):
     async def main():
         sock = listener()
         arrived = {}
-        receiver = KVReceiver(config, arrived.__setitem__)
+        receiver = KVReceiver(ModelKVDecoder(config), arrived.__setitem__)
         await receiver.start(sock)
         reader, writer = await connect(sock.getsockname())
         writer.write(data_chunk(99, growing, n, 2**30, b"7 bytes"))  # beyond any layer of this model
@@ -114,7 +115,7 @@ def test_one_peer_cannot_starve_another_of_the_budget(shipped):
     async def main():
         sock = listener("0.0.0.0")
         port = sock.getsockname()[1]
-        receiver = KVReceiver(config, lambda rid, cache: None, max_partial_bytes=budget)
+        receiver = KVReceiver(ModelKVDecoder(config), lambda rid, cache: None, max_partial_bytes=budget)
         await receiver.start(sock)
         reader, writer = await connect(("127.0.0.2", port), source="127.0.0.2")
         replies = []
@@ -140,7 +141,7 @@ def test_a_repeated_request_id_gets_done_or_fail_not_silence(shipped):
 
     async def main():
         sock = listener()
-        receiver = KVReceiver(config, lambda rid, cache: None)
+        receiver = KVReceiver(ModelKVDecoder(config), lambda rid, cache: None)
         await receiver.start(sock)
         first = await deliver(frames, sock.getsockname(), request_id=1)
         reader, writer = await connect(sock.getsockname())
@@ -169,7 +170,8 @@ def test_connections_beyond_the_limits_are_refused_and_the_receiver_keeps_servin
     async def main():
         sock = listener("0.0.0.0")
         port = sock.getsockname()[1]
-        receiver = KVReceiver(config, lambda rid, cache: None, max_connections=4, max_connections_per_peer=2)
+        receiver = KVReceiver(ModelKVDecoder(config), lambda rid, cache: None, max_connections=4,
+                              max_connections_per_peer=2)
         await receiver.start(sock)
         held = [await connect(("127.0.0.2", port), source="127.0.0.2") for _ in range(2)]
         over_peer = await connect(("127.0.0.2", port), source="127.0.0.2")
@@ -199,7 +201,8 @@ def test_silent_and_half_sent_connections_are_closed_but_an_idle_sender_is_not(s
     async def main():
         sock = listener()
         target = sock.getsockname()
-        receiver = KVReceiver(config, lambda rid, cache: None, handshake_timeout_s=0.3, stall_timeout_s=0.3)
+        receiver = KVReceiver(ModelKVDecoder(config), lambda rid, cache: None, handshake_timeout_s=0.3,
+                              stall_timeout_s=0.3)
         await receiver.start(sock)
         sender = KVSender(socket.socket, target, num_connections=2)
         await sender.start()
@@ -224,6 +227,7 @@ def test_silent_and_half_sent_connections_are_closed_but_an_idle_sender_is_not(s
 
 EMFILE_RECEIVER = textwrap.dedent("""
     import asyncio, logging, os, resource, socket, sys
+    from emulator.live.kv_decoder import ModelKVDecoder
     from emulator.transport.receiver import KVReceiver
     from model_stub import get_preset
 
@@ -232,7 +236,7 @@ EMFILE_RECEIVER = textwrap.dedent("""
         sock = socket.socket()
         sock.bind(("127.0.0.1", 0))
         sock.listen(128)
-        receiver = KVReceiver(get_preset("kimi-linear-mini", "tiny"), lambda rid, cache: None)
+        receiver = KVReceiver(ModelKVDecoder(get_preset("kimi-linear-mini", "tiny")), lambda rid, cache: None)
         await receiver.start(sock)
         fillers = []
         try:
