@@ -27,7 +27,7 @@ from emulator.control.throughput_model import (
 )
 from emulator.paths import SCENARIOS_DIR
 from emulator.scenario import Scenario, load_scenario
-from emulator.scenario_workload import LognormalLength
+from emulator.scenario.workload import LognormalLength
 
 CASE_STUDY = "paper-case-study.yaml"
 CURVE_POINTS = 400

@@ -1,4 +1,5 @@
-"""`python -m emulator ...`: exit 0 ok, 1 a scenario expectation failed, 2 bad input (one line)."""
+"""`python -m emulator ...`: exit 0 ok, 1 a scenario expectation failed, 2 bad input (one line).
+Each command lives in emulator/cli/; this module only builds the parser and dispatches."""
 
 from __future__ import annotations
 
@@ -7,9 +8,16 @@ import logging
 import sys
 
 import emulator.accel_on  # noqa: F401  (first: run and calibrate use the compiled build)
-from emulator import accel, baselines_cli, calibrate_cli, compare_cli, run_cli, scenario_cli
+from emulator.cli import (
+    accel as accel_cli,
+    baselines as baselines_cli,
+    calibrate as calibrate_cli,
+    compare as compare_cli,
+    net as net_cli,
+    run as run_cli,
+    scenario as scenario_cli,
+)
 from emulator.errors import PrfaasError
-from emulator.net import cli as net_cli
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -22,7 +30,7 @@ def make_parser() -> argparse.ArgumentParser:
     compare_cli.add_parser(sub)
     calibrate_cli.add_parser(sub)
     baselines_cli.add_parser(sub)
-    accel.add_parser(sub)
+    accel_cli.add_parser(sub)
     return parser
 
 
@@ -42,8 +50,8 @@ def main(argv: list[str] | None = None) -> int:
             return calibrate_cli.run(args)
         if args.command in baselines_cli.COMMANDS:
             return baselines_cli.run(args)
-        if args.command in accel.COMMANDS:
-            return accel.run(args)
+        if args.command in accel_cli.COMMANDS:
+            return accel_cli.run(args)
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130

@@ -16,7 +16,7 @@ from emulator.control.profiles import LengthSamples, PiecewiseLinear
 from emulator.control.throughput_model import ModelInputs, Plan, operating_point, optimize, stage_throughputs
 from emulator.errors import ScenarioError
 from emulator.scenario import Scenario
-from emulator.scenario_workload import EmpiricalLength, FixedLength, LognormalLength, UniformLength
+from emulator.scenario.workload import EmpiricalLength, FixedLength, LognormalLength, UniformLength
 from emulator.workload.build import build_requests, length_distribution
 from model_stub.config import get_preset
 from model_stub.flops import prefill_flops

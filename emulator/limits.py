@@ -40,7 +40,7 @@ HANDSHAKE_TIMEOUT_S = 5.0
 MAX_HELLO_BYTES = 4_096
 MAX_PENDING_HANDSHAKES = 16
 
-# Scenario files (emulator/scenario.py and its parts). YAML is composed into at most
+# Scenario files (the emulator/scenario package). YAML is composed into at most
 # MAX_YAML_NODES nodes (aliases counted once per use), which keeps parsing a file under the size
 # cap below ~20 MiB and 1 s; an integer literal has at most MAX_INT_DIGITS digits.
 MAX_YAML_NODES = 10_000

@@ -23,7 +23,7 @@ from app.runs_view import format_number
 from emulator.api import SCENARIOS_DIR, ScenarioInfo, list_scenarios, live_capability
 from emulator.errors import PrfaasError
 from emulator.scenario import Scenario, apply_overrides, load_scenario
-from emulator.scenario_parts import MAX_CONNECTIONS
+from emulator.scenario.parts import MAX_CONNECTIONS
 
 INTRO = """
 Start a scenario, then steer it while it runs: every knob is published on the run's MQTT control

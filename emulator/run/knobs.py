@@ -1,8 +1,8 @@
 """The knob registry: every lever on a running scenario, defined ONCE (its scenario path, its MQTT
 control name, its type and bounds, whether `auto` applies, its effect and the words it reports).
 
-MQTT control messages (telemetry.schemas), the timeline's `set:` (scenario_rules), `--set`
-(scenario_overrides), the dashboard's widgets and both engines read it. Sans-I/O: applying a knob
+MQTT control messages (telemetry.schemas), the timeline's `set:` (scenario.rules), `--set`
+(scenario.overrides), the dashboard's widgets and both engines read it. Sans-I/O: applying a knob
 writes the run's ControlState and returns the words plus, for a lever outside the control plane
 (the link, the arrival clock, the local split), an action the engine performs.
 """

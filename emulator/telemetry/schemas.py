@@ -19,13 +19,14 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 from emulator.errors import LinkSpecError, TelemetryError
 from emulator.limits import MAX_CONTROL_BYTES, MAX_NESTING, MAX_RATE_PER_S, MAX_TOKENS
 from emulator.net.spec import (
+    FIELD_HINTS,
     MAX_BANDWIDTH_MBIT,
     MAX_DELAY_MS,
     LinkSpec,
-    format_validation_error,
     parse_link_spec,
 )
 from emulator.telemetry.bounded_json import loads_bounded
+from emulator.validation import format_validation_error
 
 SCHEMA_VERSION = 1
 TOPIC_ROOT = "prfaas"
@@ -289,7 +290,7 @@ _HINTS = {
     Knob.RESUME: 'send {"v": 1}',
 }
 
-_LINK_HINTS = {"jitter_ms": f"use 0 for no jitter, at most {MAX_DELAY_MS:g}",
+_LINK_HINTS = {**FIELD_HINTS, "jitter_ms": f"use 0 for no jitter, at most {MAX_DELAY_MS:g}",
                "v": f"use {SCHEMA_VERSION}"}
 
 

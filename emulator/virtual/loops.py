@@ -17,7 +17,7 @@ from emulator.errors import PrfaasError
 from emulator.run import knobs as registry
 from emulator.run.knobs import KnobEffect, Pause, SetLink, SetRate, SetSplit
 from emulator.scenario import Scenario
-from emulator.scenario_parts import TimelineEvent
+from emulator.scenario.parts import TimelineEvent
 from emulator.telemetry.metrics import sorted_percentile
 from emulator.virtual.core import Simulator
 from emulator.virtual.gateway import Gateway

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from emulator.control.types import RequestSpec
 from emulator.scenario import Scenario
-from emulator.scenario_workload import (
+from emulator.scenario.workload import (
     EmpiricalLength as EmpiricalLengthSpec,
     FixedLength as FixedLengthSpec,
     GammaArrival,

@@ -22,7 +22,7 @@ from emulator.errors import PrfaasError
 from emulator.plane import make_control_plane
 from emulator.run import knobs as registry
 from emulator.scenario import Scenario, apply_overrides, parse_scenario
-from emulator.scenario_overrides import KNOBS
+from emulator.scenario.overrides import KNOBS
 from emulator.telemetry.schemas import Knob, parse_control
 from emulator.virtual.engine import simulate
 

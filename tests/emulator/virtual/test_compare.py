@@ -1,5 +1,5 @@
 """`python -m emulator compare`: two recorded runs side by side (emulator/compare.py and
-compare_cli.py; kept beside the virtual engine's tests, whose runs it reads)."""
+emulator/cli/compare.py; kept beside the virtual engine's tests, whose runs it reads)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from emulator import compare_cli
+from emulator.cli import compare as compare_cli
 from emulator.compare import compare_runs, format_table
 from emulator.control.types import FailReason
 from emulator.errors import TelemetryError

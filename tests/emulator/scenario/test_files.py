@@ -15,7 +15,7 @@ from emulator.errors import ScenarioError
 from emulator.scenario import apply_overrides, load_scenario
 from emulator.workload.build import build_requests
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SCENARIOS = REPO / "scenarios"
 SECRET = "s3cr3t-Zq9"
 

@@ -13,11 +13,11 @@ from emulator.control.types import Cluster, NodeId, Role, RoutePolicy
 from emulator.limits import MAX_OUTPUT_TOKENS
 from emulator.net.spec import LinkSpec
 from emulator.run.knobs import BY_PATH as KNOBS
-from emulator.scenario_parts import ACTIONS, ClustersSpec
-from emulator.scenario_workload import FixedLength, LengthDist, LognormalLength, UniformLength
+from emulator.scenario.parts import ACTIONS, ClustersSpec
+from emulator.scenario.workload import FixedLength, LengthDist, LognormalLength, UniformLength
 
 if TYPE_CHECKING:
-    from emulator.scenario import Scenario
+    from emulator.scenario.schema import Scenario
 
 
 def static_problems(s: Scenario) -> list[str]:

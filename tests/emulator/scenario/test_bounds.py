@@ -18,7 +18,7 @@ from emulator import limits
 from emulator.errors import ScenarioError
 from emulator.scenario import apply_overrides, load_scenario, parse_scenario
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SCENARIOS = REPO / "scenarios"
 CASE_STUDY = yaml.safe_load((SCENARIOS / "paper-case-study.yaml").read_text())
 QUICKSTART = yaml.safe_load((SCENARIOS / "live-quickstart.yaml").read_text())
@@ -168,7 +168,7 @@ def test_a_file_over_the_size_cap_is_refused_before_reading(tmp_path):
 
 
 def test_a_threshold_above_every_input_is_a_warning():
-    from emulator.scenario_rules import scenario_warnings
+    from emulator.scenario.rules import scenario_warnings
 
     s = apply_overrides(load_scenario(SCENARIOS / "live-quickstart.yaml"),
                         ["router.threshold_tokens=5000"])

@@ -26,9 +26,9 @@ from emulator.limits import (
     MAX_TOKENS,
     MAX_TRACE_SCALE,
 )
-from emulator.net.spec import FIELD_ERROR
-from emulator.scenario_parts import Moment, Requests, Section, Tokens
+from emulator.scenario.parts import Moment, Requests, Section, Tokens
 from emulator.shared_data import DATA_DIRS_ENV, may_read, relocate, shared_dir
+from emulator.validation import FIELD_ERROR
 
 Rate = Annotated[float, Field(strict=True, gt=0, le=MAX_RATE_PER_S)]
 Period = Annotated[float, Field(strict=True, gt=0, le=MAX_DURATION_S)]

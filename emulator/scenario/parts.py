@@ -1,6 +1,6 @@
 """The scenario file's sections as frozen pydantic models: model, clusters, router, scheduler,
 prefix cache, timeline events and `expect:` bounds. Field rules only: rules that span sections live
-in scenario_rules.py and the workload in scenario_workload.py.
+in rules.py and the workload in workload.py.
 """
 
 from __future__ import annotations
@@ -190,7 +190,7 @@ class TimelineEvent(Section):
 
     at_s: Moment
     link: dict[str, Any] | None = None  # partial LinkSpec fields, merged onto the link so far
-    set: dict[str, Any] | None = None  # knob path (scenario_overrides.KNOBS) -> value
+    set: dict[str, Any] | None = None  # knob path (overrides.KNOBS) -> value
     burst: BurstSpec | None = None
     kill: Annotated[str, Field(max_length=64)] | None = None  # a NodeId, e.g. local-prefill-0
     restart: Annotated[str, Field(max_length=64)] | None = None

@@ -21,10 +21,10 @@ from emulator.scenario import (
     parse_scenario,
     scenario_json_schema,
 )
-from emulator.scenario_overrides import KNOBS
-from emulator.scenario_workload import LognormalLength, PoissonArrival
+from emulator.scenario.overrides import KNOBS
+from emulator.scenario.workload import LognormalLength, PoissonArrival
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SCENARIO_DIR = REPO / "scenarios"
 SCENARIO_FILES = sorted(SCENARIO_DIR.glob("*.yaml"))
 TRACE = (REPO.parent / "shared" / "traces" / "mooncake_synthetic_trace.jsonl").resolve()

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from emulator.errors import PrfaasError
 from emulator.scenario import Scenario, apply_overrides, load_scenario
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 QUICKSTART_PATH = REPO / "scenarios" / "live-quickstart.yaml"
 QUICKSTART_TEXT = QUICKSTART_PATH.read_text()
 BUDGET_BYTES = 64 << 20

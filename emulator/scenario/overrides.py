@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from emulator.errors import ScenarioError
 from emulator.limits import MAX_SCENARIO_BYTES
 from emulator.run.knobs import BY_PATH
-from emulator.scenario_yaml import LimitError, describe_yaml_error, load_yaml
+from emulator.scenario.yaml_reader import LimitError, describe_yaml_error, load_yaml
 
 # Knob path -> what turning it does (emulator.run.knobs defines each knob once). Values are
 # validated by the same rules as the file's fields.

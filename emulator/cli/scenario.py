@@ -12,7 +12,7 @@ import json
 import sys
 
 from emulator.scenario import apply_overrides, load_scenario, scenario_json_schema
-from emulator.scenario_rules import scenario_warnings
+from emulator.scenario.rules import scenario_warnings
 
 COMMANDS = ("validate", "optimize", "schema")
 

@@ -17,9 +17,9 @@ from pydantic import Field, ValidationError, ValidationInfo, model_validator
 
 from emulator.errors import ScenarioError
 from emulator.limits import MAX_NESTING, MAX_SCENARIO_BYTES, MAX_TEXT_CHARS, MAX_TIMELINE_EVENTS
-from emulator.net.spec import LinkSpec, format_validation_error, lines_error
-from emulator.scenario_overrides import PathError, check_override_path, parse_override, set_path
-from emulator.scenario_parts import (
+from emulator.net.spec import FIELD_HINTS as LINK_HINTS, LinkSpec
+from emulator.scenario.overrides import PathError, check_override_path, parse_override, set_path
+from emulator.scenario.parts import (
     SECTION_HINTS,
     Bounds,
     ClustersSpec,
@@ -35,11 +35,12 @@ from emulator.scenario_parts import (
     TimelineEvent,
     TransportSpec,
 )
-from emulator.scenario_rules import static_problems
-from emulator.scenario_workload import WORKLOAD_HINTS, WorkloadSpec
-from emulator.scenario_yaml import LimitError, describe_yaml_error, load_yaml
+from emulator.scenario.rules import static_problems
+from emulator.scenario.workload import WORKLOAD_HINTS, WorkloadSpec
+from emulator.scenario.yaml_reader import LimitError, describe_yaml_error, load_yaml
+from emulator.validation import format_validation_error, lines_error
 
-HINTS = {**SECTION_HINTS, **WORKLOAD_HINTS}
+HINTS = {**LINK_HINTS, **SECTION_HINTS, **WORKLOAD_HINTS}
 
 
 class Scenario(Section):

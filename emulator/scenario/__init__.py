@@ -1,0 +1,13 @@
+"""A scenario file (YAML) as one frozen pydantic model: the schema and loading (schema.py), its
+sections (parts.py, workload.py), cross-field rules (rules.py), `--set` overrides (overrides.py)
+and the bounded YAML reader (yaml_reader.py). Callers import the public names from here."""
+
+from emulator.scenario.schema import (
+    Scenario,
+    apply_overrides,
+    load_scenario,
+    parse_scenario,
+    scenario_json_schema,
+)
+
+__all__ = ["Scenario", "apply_overrides", "load_scenario", "parse_scenario", "scenario_json_schema"]
