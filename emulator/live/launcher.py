@@ -19,6 +19,7 @@ from pathlib import Path
 
 from emulator.control.types import Cluster, NodeId, Role
 from emulator.live.auth import WorkerGate
+from emulator.live.worker_settings import WorkerSettings
 from emulator.net.ledger import Ledger
 from emulator.net.topology import LOCAL, REMOTE, Topology
 from emulator.scenario import Scenario
@@ -73,21 +74,24 @@ class WorkerProcesses:
         self.procs: dict[str, subprocess.Popen] = {}
         self.gate = WorkerGate()  # this run's secret: only workers started here can say hello
 
-    def command(self, plan: WorkerPlan) -> list[str]:
+    def settings(self, plan: WorkerPlan) -> WorkerSettings:
+        """What the scenario asks of this worker (its cluster's device, speed and prefix share)."""
         sc, clusters = self.scenario, self.scenario.clusters
         cluster = clusters.remote if plan.cluster is Cluster.REMOTE else clusters.local
         dc = REMOTE if plan.cluster is Cluster.REMOTE else LOCAL
         capacity = sc.prefix_cache.capacity_mib.remote if dc == REMOTE else sc.prefix_cache.capacity_mib.local
-        return [
-            sys.executable, "-m", "emulator.live.worker", "--node", plan.spawn_name,
-            "--gateway", f"127.0.0.1:{self.gateway_port}", "--netns", self.topology.netns(dc) or "",
-            "--kv-addr", self.topology.address(dc), "--preset", sc.model.preset, "--size", sc.model.preset_size,
-            "--seed", str(sc.seed), "--device", DEVICES.get(cluster.device, "auto"), "--threads", "1",
-            "--speed-factor", str(min(cluster.speed_factor, 1.0)),
-            "--max-batch", str(clusters.local.decode_max_batch),
-            "--prefix-capacity-mib", str(max(1, int(capacity / max(cluster.instances, 1)))),
-            "--connections", str(sc.transport.connections), "--congestion", sc.transport.congestion,
-        ]
+        return WorkerSettings(
+            netns=self.topology.netns(dc) or "", kv_addr=self.topology.address(dc), preset=sc.model.preset,
+            size=sc.model.preset_size, seed=sc.seed, device=DEVICES.get(cluster.device, "auto"), threads=1,
+            speed_factor=min(cluster.speed_factor, 1.0), max_batch=clusters.local.decode_max_batch,
+            prefix_capacity_mib=max(1, int(capacity / max(cluster.instances, 1))),
+            connections=sc.transport.connections, congestion=sc.transport.congestion)
+
+    def command(self, plan: WorkerPlan) -> list[str]:
+        """The worker's command line: its identity and the settings file written next to its log."""
+        path = self.settings(plan).write(self.log_dir / f"{plan.spawn_name}.settings.json")
+        return [sys.executable, "-m", "emulator.live.worker", "--node", plan.spawn_name,
+                "--gateway", f"127.0.0.1:{self.gateway_port}", "--settings", str(path)]
 
     def start(self, plan: WorkerPlan) -> subprocess.Popen:
         self.plans[plan.spawn_name] = plan

@@ -17,6 +17,7 @@ import signal
 import socket
 import sys
 import time
+from pathlib import Path
 from typing import NoReturn
 
 import torch
@@ -31,9 +32,9 @@ from emulator.live.decode_engine import DecodeEngine
 from emulator.live.kv_links import KvLinks
 from emulator.live.prefill_engine import PrefillEngine
 from emulator.live.prefix_store import PrefixStore
+from emulator.live.worker_settings import WorkerSettings, read_settings
 from emulator.net.netns import netns_socket
-from emulator.transport.sender import CONGESTION_CONTROLS
-from model_stub.config import PRESET_NAMES, SIZES, get_preset
+from model_stub.config import get_preset
 from model_stub.model import HybridModel, resolve_device
 
 log = logging.getLogger(__name__)
@@ -48,26 +49,13 @@ def make_parser() -> argparse.ArgumentParser:
     add = parser.add_argument
     add("--node", required=True, help="remote-prefill-<i>, local-prefill-<i> or local-decode-<i>")
     add("--gateway", required=True, help="HOST:PORT of the gateway's control listener")
-    add("--netns", default="", help="namespace for KV sockets ('' = the host's)")
-    add("--kv-addr", default="127.0.0.1", help="address the decode receiver binds to")
-    add("--preset", default="kimi-linear-mini", choices=PRESET_NAMES)
-    add("--size", default="tiny", choices=SIZES)
-    add("--seed", type=int, default=1234)
-    add("--device", default="cpu", choices=("auto", "cpu", "cuda"))
-    add("--threads", type=int, default=1)
-    add("--speed-factor", type=float, default=1.0, help="(0, 1]: emulate slower hardware")
-    add("--max-batch", type=int, default=8)
-    add("--prefix-capacity-mib", type=float, default=256.0)
-    add("--connections", type=int, default=4, help="TCP connections per KV target")
-    add("--congestion", default="cubic", choices=CONGESTION_CONTROLS)
-    add("--orphan-timeout-s", type=float, default=30.0,
-        help="drop a received cache whose decode command has not come by then")
-    add("-v", "--verbose", action="store_true")
+    add("--settings", type=Path, default=None,
+        help="a WorkerSettings JSON file (live/worker_settings.py); the defaults when absent")
     return parser
 
 
-def check_args(args: argparse.Namespace) -> tuple[NodeId, tuple[str, int]]:
-    """The node id and gateway address; WorkerError names the first bad flag."""
+def check_args(args: argparse.Namespace) -> tuple[NodeId, tuple[str, int], WorkerSettings]:
+    """The node id, gateway address and settings; WorkerError names the first bad one."""
     try:
         node = NodeId.parse(args.node)
     except ValueError as err:
@@ -75,19 +63,10 @@ def check_args(args: argparse.Namespace) -> tuple[NodeId, tuple[str, int]]:
     host, _, port = args.gateway.rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise WorkerError(f"--gateway: {args.gateway!r} is not HOST:PORT; e.g. 127.0.0.1:7000")
-    for flag, value, ok in (
-        ("--threads", args.threads, args.threads >= 1),
-        ("--speed-factor", args.speed_factor, 0 < args.speed_factor <= 1),
-        ("--max-batch", args.max_batch, args.max_batch >= 1),
-        ("--prefix-capacity-mib", args.prefix_capacity_mib, args.prefix_capacity_mib >= 0),
-        ("--connections", args.connections, args.connections >= 1),
-        ("--orphan-timeout-s", args.orphan_timeout_s, args.orphan_timeout_s > 0),
-    ):
-        if not ok:
-            raise WorkerError(f"{flag}: {value} is out of range; see --help")
-    if args.device == "cuda" and not torch.cuda.is_available():
-        raise WorkerError("--device: cuda but no CUDA device is visible; use cpu or auto")
-    return node, (host, int(port))
+    settings = read_settings(args.settings)
+    if settings.device == "cuda" and not torch.cuda.is_available():
+        raise WorkerError("settings.device: cuda but no CUDA device is visible; use cpu or auto")
+    return node, (host, int(port)), settings
 
 
 def load_model(preset: str, size: str, seed: int, device: str) -> HybridModel:
@@ -97,22 +76,22 @@ def load_model(preset: str, size: str, seed: int, device: str) -> HybridModel:
 
 
 class Worker:
-    def __init__(self, args: argparse.Namespace, node: NodeId, compute: ComputeThread,
+    def __init__(self, settings: WorkerSettings, node: NodeId, compute: ComputeThread,
                  model: HybridModel, secret: str) -> None:
-        self.args, self.node, self.compute, self.model = args, node, compute, model
+        self.settings, self.node, self.compute, self.model = settings, node, compute, model
         self._secret = secret
-        self.netns = args.netns or None
+        self.netns = settings.netns or None
         self.is_local = node.cluster is Cluster.LOCAL
         self.role: Role = node.role
         self._outbox: asyncio.Queue[p.Message | None] = asyncio.Queue()  # None: last one sent
         self._stop = asyncio.Event()
         self._role_tasks: set[asyncio.Task] = set()
-        self.links = KvLinks(self.netns, args.connections, args.congestion)
-        store = PrefixStore(int(args.prefix_capacity_mib * (1 << 20)))
+        self.links = KvLinks(self.netns, settings.connections, settings.congestion)
+        store = PrefixStore(int(settings.prefix_capacity_mib * (1 << 20)))
         self.prefill = PrefillEngine(model, compute, self.links, store, self.emit,
-                                     args.speed_factor)
-        self.decode = (DecodeEngine(model, compute, self.emit, args.max_batch,
-                                    args.orphan_timeout_s) if self.is_local else None)
+                                     settings.speed_factor)
+        self.decode = (DecodeEngine(model, compute, self.emit, settings.max_batch,
+                                    settings.orphan_timeout_s) if self.is_local else None)
 
     def emit(self, msg: p.Message) -> None:
         self._outbox.put_nowait(msg)
@@ -120,7 +99,7 @@ class Worker:
     def _open_listener(self) -> socket.socket:
         sock = netns_socket(self.netns)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((self.args.kv_addr, 0))
+        sock.bind((self.settings.kv_addr, 0))
         sock.listen(128)
         return sock
 
@@ -253,23 +232,23 @@ class Worker:
             await writer.wait_closed()
 
 
-async def run(args: argparse.Namespace, node: NodeId, gateway: tuple[str, int], secret: str) -> None:
-    compute = ComputeThread(args.threads)
+async def run(settings: WorkerSettings, node: NodeId, gateway: tuple[str, int], secret: str) -> None:
+    compute = ComputeThread(settings.threads)
     try:
-        model = await compute.call(load_model, args.preset, args.size, args.seed, args.device)
-        await Worker(args, node, compute, model, secret).serve(gateway)
+        model = await compute.call(load_model, settings.preset, settings.size, settings.seed, settings.device)
+        await Worker(settings, node, compute, model, secret).serve(gateway)
     finally:
         compute.shutdown()
 
 
 def main(argv: list[str] | None = None) -> int:
     args = make_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format=f"%(asctime)s {args.node} %(levelname)s %(name)s: %(message)s")
     try:
-        node, gateway = check_args(args)
+        node, gateway, settings = check_args(args)
+        logging.basicConfig(level=logging.INFO if settings.verbose else logging.WARNING,
+                            format=f"%(asctime)s {args.node} %(levelname)s %(name)s: %(message)s")
         secret = take_secret()  # out of os.environ before any child process could inherit it
-        asyncio.run(run(args, node, gateway, secret))
+        asyncio.run(run(settings, node, gateway, secret))
     except (PrfaasError, OSError) as err:
         print(f"error: {args.node}: {err}", file=sys.stderr)
         return 2

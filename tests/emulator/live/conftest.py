@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from emulator.live import auth, protocol as p
+from emulator.live.worker_settings import WorkerSettings
 from emulator.net.ledger import sweep
 from emulator.net.names import new_run_id
 from emulator.net.spec import parse_link_spec
@@ -116,12 +117,12 @@ def spawn(tmp_path):
     """Start `python -m emulator.live.worker` processes; kills any still alive at the end."""
     procs: list[subprocess.Popen] = []
 
-    def start(node: str, port: int, *flags: str, netns: str = "", kv_addr: str = "127.0.0.1"):
+    def start(node: str, port: int, netns: str = "", kv_addr: str = "127.0.0.1", **settings):
         log_path = tmp_path / f"{node}.log"
+        path = WorkerSettings(netns=netns, kv_addr=kv_addr, preset=PRESET, size=SIZE, seed=SEED, device="cpu",
+                              threads=1, connections=2, **settings).write(tmp_path / f"{node}.settings.json")
         command = [sys.executable, "-m", "emulator.live.worker", "--node", node,
-                   "--gateway", f"127.0.0.1:{port}", "--netns", netns, "--kv-addr", kv_addr,
-                   "--preset", PRESET, "--size", SIZE, "--seed", str(SEED), "--device", "cpu",
-                   "--threads", "1", "--connections", "2", *flags]
+                   "--gateway", f"127.0.0.1:{port}", "--settings", str(path)]
         env = {**os.environ, "OMP_NUM_THREADS": "1",
                auth.SECRET_ENV: SECRET}
         with open(log_path, "wb") as log_file:

@@ -23,7 +23,7 @@ from emulator.net.names import new_run_id
 from emulator.net.spec import parse_link_spec
 from emulator.net.topology import Topology
 
-from .conftest import PRESET, REPO_ROOT, SIZE
+from .conftest import REPO_ROOT
 from .test_engine import scenario
 
 NODE = "local-decode-1"
@@ -173,7 +173,7 @@ def test_a_worker_refuses_a_gateway_that_sends_no_challenge(tmp_path):
                auth.SECRET_ENV: auth.new_secret()}
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "emulator.live.worker", "--node", "remote-prefill-0", "--gateway",
-            f"127.0.0.1:{port}", "--preset", PRESET, "--size", SIZE, "--device", "cpu",
+            f"127.0.0.1:{port}",  # the default settings: the tiny model on cpu
             cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         out, err = await asyncio.wait_for(proc.communicate(), 120)
         server.close()

@@ -128,7 +128,7 @@ def test_local_prefill_ships_inside_the_local_namespace(topology, spawn, referen
     async def scenario():
         gw = ControlServer()
         port = await gw.start()
-        spawn("local-prefill-0", port, "--speed-factor", "0.5", netns=topology.netns(LOCAL))
+        spawn("local-prefill-0", port, speed_factor=0.5, netns=topology.netns(LOCAL))
         spawn("local-decode-0", port, netns=topology.netns(LOCAL), kv_addr=topology.address(LOCAL))
         hello = await gw.wait("local-decode-0", "hello")
         await gw.wait("local-prefill-0", "hello")
@@ -155,7 +155,7 @@ def test_continuous_batching_never_exceeds_max_batch_and_matches_the_reference(s
         gw = ControlServer()
         port = await gw.start()
         spawn("local-prefill-0", port)
-        spawn("local-decode-0", port, "--max-batch", "2")
+        spawn("local-decode-0", port, max_batch=2)
         hello = await gw.wait("local-decode-0", "hello")
         target = ("127.0.0.1", hello.kv_port)
         await gw.send("local-prefill-0", *(prefill(rid, prompts[rid], target, n)
@@ -286,12 +286,20 @@ def test_workers_exit_cleanly_and_fail_what_they_hold(spawn):
     assert not [c for c in children if Path(f"/proc/{c}").exists()]
 
 
-def test_bad_arguments_exit_2_with_one_line(capsys):
+def test_bad_arguments_exit_2_with_one_line(capsys, tmp_path):
     assert main(["--node", "remote-decode-0", "--gateway", "127.0.0.1:1"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--node" in err and "remote-prefill-<i>" in err
     assert main(["--node", "local-decode-0", "--gateway", "nowhere"]) == 2
     assert "--gateway: 'nowhere' is not HOST:PORT" in capsys.readouterr().err
-    slower = ["--node", "local-decode-0", "--gateway", "127.0.0.1:1", "--speed-factor", "2"]
-    assert main(slower) == 2
-    assert "--speed-factor: 2.0 is out of range" in capsys.readouterr().err
+    for settings, words in (('{"speed_factor": 2}', "settings.speed_factor: Input should be less than or equal to 1"),
+                            ('{"conections": 2}', "settings.conections: Extra inputs are not permitted"),
+                            ('{"preset": "gpt"}', "settings.preset: 'gpt' is not a preset"),
+                            ("{", "settings.settings: Invalid JSON")):
+        path = tmp_path / "settings.json"
+        path.write_text(settings)
+        assert main(["--node", "local-decode-0", "--gateway", "127.0.0.1:1", "--settings", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and words in err, err
+    assert main(["--node", "local-decode-0", "--gateway", "127.0.0.1:1", "--settings", "/nonexistent"]) == 2
+    assert "--settings: /nonexistent cannot be read" in capsys.readouterr().err

@@ -1,0 +1,72 @@
+"""A worker's settings: one schema the launcher fills from the scenario and the worker validates.
+
+They travel as a JSON file in the run's log dir (`--settings PATH`), not as flags: one place holds
+each default and bound, and `ps` shows only the node and the gateway.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from emulator.errors import WorkerError
+from emulator.limits import MAX_DECODE_BATCH
+from model_stub.config import PRESET_NAMES, SIZES
+
+MAX_WORKER_THREADS = 256
+MAX_KV_CONNECTIONS_PER_TARGET = 64  # the scenario's transport.connections bound
+
+
+class WorkerSettings(BaseModel):
+    """Everything a worker needs besides its identity (--node) and its gateway (--gateway)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    netns: str = ""  # namespace for KV sockets ('' = the host's)
+    kv_addr: str = Field("127.0.0.1", min_length=1)  # the decode receiver binds here
+    preset: str = "kimi-linear-mini"
+    size: str = "tiny"
+    seed: int = 1234
+    device: Literal["auto", "cpu", "cuda"] = "cpu"
+    threads: Annotated[int, Field(ge=1, le=MAX_WORKER_THREADS)] = 1
+    speed_factor: Annotated[float, Field(gt=0, le=1)] = 1.0  # < 1 emulates slower hardware
+    max_batch: Annotated[int, Field(ge=1, le=MAX_DECODE_BATCH)] = 8
+    prefix_capacity_mib: Annotated[float, Field(ge=0)] = 256.0
+    connections: Annotated[int, Field(ge=1, le=MAX_KV_CONNECTIONS_PER_TARGET)] = 4  # per KV target
+    congestion: Literal["cubic", "reno", "bbr"] = "cubic"
+    orphan_timeout_s: Annotated[float, Field(gt=0)] = 30.0  # drop a cache whose decode never came
+    verbose: bool = False
+
+    @field_validator("preset")
+    @classmethod
+    def _preset(cls, value: str) -> str:
+        if value not in PRESET_NAMES:
+            raise ValueError(f"{value!r} is not a preset; use one of {', '.join(PRESET_NAMES)}")
+        return value
+
+    @field_validator("size")
+    @classmethod
+    def _size(cls, value: str) -> str:
+        if value not in SIZES:
+            raise ValueError(f"{value!r} is not a size; use one of {', '.join(SIZES)}")
+        return value
+
+    def write(self, path: Path) -> Path:
+        path.write_text(self.model_dump_json(indent=1) + "\n")
+        return path
+
+
+def read_settings(path: Path | None) -> WorkerSettings:
+    """The settings in `path` (the defaults when None); WorkerError names the first bad field."""
+    if path is None:
+        return WorkerSettings()
+    try:
+        return WorkerSettings.model_validate_json(path.read_bytes())
+    except OSError as err:
+        raise WorkerError(f"--settings: {path} cannot be read ({err.strerror})") from None
+    except ValidationError as err:
+        first = err.errors(include_url=False)[0]
+        field = ".".join(str(p) for p in first["loc"]) or "settings"
+        raise WorkerError(f"settings.{field}: {first['msg'].removeprefix('Value error, ')}") from None
