@@ -9,14 +9,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from emulator.errors import WorkerError
 from emulator.limits import MAX_DECODE_BATCH
+from emulator.scenario.parts import MAX_CONNECTIONS
 from model_stub.config import PRESET_NAMES, SIZES
 
 MAX_WORKER_THREADS = 256
-MAX_KV_CONNECTIONS_PER_TARGET = 64  # the scenario's transport.connections bound
+MAX_SETTINGS_BYTES = 64 * 1024  # the launcher writes under 1 KiB
 
 
 class WorkerSettings(BaseModel):
@@ -34,23 +35,17 @@ class WorkerSettings(BaseModel):
     speed_factor: Annotated[float, Field(gt=0, le=1)] = 1.0  # < 1 emulates slower hardware
     max_batch: Annotated[int, Field(ge=1, le=MAX_DECODE_BATCH)] = 8
     prefix_capacity_mib: Annotated[float, Field(ge=0)] = 256.0
-    connections: Annotated[int, Field(ge=1, le=MAX_KV_CONNECTIONS_PER_TARGET)] = 4  # per KV target
+    connections: Annotated[int, Field(ge=1, le=MAX_CONNECTIONS)] = 4  # per KV target
     congestion: Literal["cubic", "reno", "bbr"] = "cubic"
     orphan_timeout_s: Annotated[float, Field(gt=0)] = 30.0  # drop a cache whose decode never came
     verbose: bool = False
 
-    @field_validator("preset")
+    @field_validator("preset", "size")
     @classmethod
-    def _preset(cls, value: str) -> str:
-        if value not in PRESET_NAMES:
-            raise ValueError(f"{value!r} is not a preset; use one of {', '.join(PRESET_NAMES)}")
-        return value
-
-    @field_validator("size")
-    @classmethod
-    def _size(cls, value: str) -> str:
-        if value not in SIZES:
-            raise ValueError(f"{value!r} is not a size; use one of {', '.join(SIZES)}")
+    def _known(cls, value: str, info: ValidationInfo) -> str:
+        choices = PRESET_NAMES if info.field_name == "preset" else SIZES
+        if value not in choices:
+            raise ValueError(f"{value!r} is not a {info.field_name}; use one of {', '.join(choices)}")
         return value
 
     def write(self, path: Path) -> Path:
@@ -63,9 +58,14 @@ def read_settings(path: Path | None) -> WorkerSettings:
     if path is None:
         return WorkerSettings()
     try:
-        return WorkerSettings.model_validate_json(path.read_bytes())
+        with open(path, "rb") as file:
+            text = file.read(MAX_SETTINGS_BYTES + 1)
     except OSError as err:
         raise WorkerError(f"--settings: {path} cannot be read ({err.strerror})") from None
+    if len(text) > MAX_SETTINGS_BYTES:
+        raise WorkerError(f"--settings: {path} is over {MAX_SETTINGS_BYTES} bytes; pass the file the launcher wrote")
+    try:
+        return WorkerSettings.model_validate_json(text)
     except ValidationError as err:
         first = err.errors(include_url=False)[0]
         field = ".".join(str(p) for p in first["loc"]) or "settings"

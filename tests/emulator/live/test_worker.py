@@ -295,7 +295,9 @@ def test_bad_arguments_exit_2_with_one_line(capsys, tmp_path):
     for settings, words in (('{"speed_factor": 2}', "settings.speed_factor: Input should be less than or equal to 1"),
                             ('{"conections": 2}', "settings.conections: Extra inputs are not permitted"),
                             ('{"preset": "gpt"}', "settings.preset: 'gpt' is not a preset"),
-                            ("{", "settings.settings: Invalid JSON")):
+                            ('{"size": "huge"}', "settings.size: 'huge' is not a size"),
+                            ("{", "settings.settings: Invalid JSON"),
+                            (" " * 70_000 + "{}", "is over 65536 bytes")):
         path = tmp_path / "settings.json"
         path.write_text(settings)
         assert main(["--node", "local-decode-0", "--gateway", "127.0.0.1:1", "--settings", str(path)]) == 2
