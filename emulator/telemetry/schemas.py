@@ -33,6 +33,7 @@ TOPIC_ROOT = "prfaas"
 KINDS = ("metrics", "events", "status")
 MAX_SHOWN_PROBLEMS = 3  # an error line names at most this many problems, then counts the rest
 MAX_SHOWN_CHARS = 60  # a value or name from outside is clipped to this in an error line
+MAX_ERROR_CHARS = 400  # a whole error line, however many problems it names
 
 # --- outgoing messages -------------------------------------------------------------------------
 
@@ -255,7 +256,7 @@ class LinkChange:
         try:
             return parse_link_spec(base.model_dump() | dict(self.changes), where="control/link")
         except LinkSpecError as err:
-            raise TelemetryError(str(err).replace("\n", "; ")) from None
+            raise _refusal(str(err).replace("\n", "; ")) from None
 
 
 ControlValue = int | float | str | bool | SchedulerChange | LinkChange | None
@@ -321,8 +322,8 @@ def parse_control(knob: str, payload: bytes, link_base: LinkSpec | None = None) 
         if known is Knob.LINK:  # worded as the link's own errors, each fix naming its bounds
             lines = format_validation_error(err, where, model=LinkControl,
                                             hints=_LINK_HINTS).splitlines()
-            raise TelemetryError("; ".join(lines[:MAX_SHOWN_PROBLEMS])) from None
-        raise TelemetryError(f"{where}: {_one_line(err)}; {hint}") from None
+            raise _refusal("; ".join(lines[:MAX_SHOWN_PROBLEMS])) from None
+        raise _refusal(f"{where}: {_one_line(err)}; {hint}") from None
     command = ControlCommand(known, _value_of(model))
     if isinstance(command.value, LinkChange):
         command.value.apply_to(link_base or LinkSpec())
@@ -375,6 +376,11 @@ def _shown(value: object) -> str:
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     return json.dumps(value, default=str)
+
+
+def _refusal(line: str) -> TelemetryError:
+    """A refused control message: one line of at most MAX_ERROR_CHARS, however many problems."""
+    return TelemetryError(_clip(line, MAX_ERROR_CHARS))
 
 
 def _clip(text: str, limit: int = MAX_SHOWN_CHARS) -> str:

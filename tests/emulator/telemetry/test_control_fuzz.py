@@ -7,16 +7,22 @@ import json
 import tracemalloc
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from emulator.errors import PrfaasError
 from emulator.limits import MAX_CONTROL_BYTES, MAX_RATE_PER_S, MAX_TOKENS
 from emulator.net.spec import MAX_BANDWIDTH_MBIT, MAX_DELAY_MS
-from emulator.telemetry.schemas import ControlCommand, Knob, LinkChange, parse_control, parse_message
+from emulator.telemetry.schemas import (
+    MAX_ERROR_CHARS,
+    ControlCommand,
+    Knob,
+    LinkChange,
+    parse_control,
+    parse_message,
+)
 
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 MEMORY_BUDGET_BYTES = 1 << 20  # what one parse may allocate, for any input up to the size cap
-MAX_ERROR_CHARS = 400
 
 KNOB_NAMES = st.one_of(st.sampled_from([k.value for k in Knob]), st.text(max_size=64))
 FIELDS = ["v", "tokens", "policy", "enabled", "short_term", "long_term", "bandwidth_mbit",
@@ -68,6 +74,7 @@ def test_random_bytes(knob: str, payload: bytes) -> None:
 
 @FUZZ
 @given(st.sampled_from(list(Knob)), JSON_VALUES, st.booleans())
+@example(Knob.LINK, {"delay_ms": [None] * 4, "\x1f\U00011af9\U0001239a": None, "bandwidth_mbit": False}, True)
 def test_random_json(knob: Knob, value: object, with_v: bool) -> None:
     data = {"v": 1, **value} if with_v and isinstance(value, dict) else value
     parse_or_refuse(knob.value, json.dumps(data).encode())
