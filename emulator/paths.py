@@ -10,6 +10,7 @@ broker URL's syntax); this module only says where, and imports nothing of the pr
 from __future__ import annotations
 
 import os
+import stat
 from enum import StrEnum
 from pathlib import Path
 
@@ -77,3 +78,21 @@ def broker_url() -> str:
 def relay_log_level() -> str:
     """The link relays' log level: $PRFAAS_RELAY_LOG, else INFO."""
     return _get(Env.RELAY_LOG) or "INFO"
+
+
+class NotARegularFile(OSError):
+    """A path names a FIFO, a device, a socket or a folder where a data file was expected."""
+
+
+def open_regular(path: str | Path) -> int:
+    """A blocking read-only fd on `path`, refused (NotARegularFile) unless it is a regular file.
+
+    Opened non-blocking first, so a FIFO answers at once instead of hanging the caller, and the
+    type is checked on the open fd, so a path swapped after a stat cannot slip through.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise NotARegularFile(f"{path} is not a regular file")
+    os.set_blocking(fd, True)
+    return fd

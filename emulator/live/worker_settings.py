@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from emulator.errors import WorkerError
 from emulator.limits import MAX_DECODE_BATCH
+from emulator.paths import open_regular
 from emulator.scenario.parts import MAX_CONNECTIONS
 from model_stub.config import PRESET_NAMES, SIZES
 
@@ -58,7 +59,7 @@ def read_settings(path: Path | None) -> WorkerSettings:
     if path is None:
         return WorkerSettings()
     try:
-        with open(path, "rb") as file:
+        with open(open_regular(path), "rb") as file:
             text = file.read(MAX_SETTINGS_BYTES + 1)
     except OSError as err:
         raise WorkerError(f"--settings: {path} cannot be read ({err.strerror})") from None

@@ -18,6 +18,7 @@ from pydantic import Field, ValidationError, ValidationInfo, model_validator
 from emulator.errors import ScenarioError
 from emulator.limits import MAX_NESTING, MAX_SCENARIO_BYTES, MAX_TEXT_CHARS, MAX_TIMELINE_EVENTS
 from emulator.net.spec import FIELD_HINTS as LINK_HINTS, LinkSpec
+from emulator.paths import NotARegularFile, open_regular
 from emulator.scenario.overrides import PathError, check_override_path, parse_override, set_path
 from emulator.scenario.parts import (
     SECTION_HINTS,
@@ -110,11 +111,10 @@ def _read_text(path: Path) -> str:
         raise ScenarioError(f"{path}: larger than {MAX_SCENARIO_BYTES:,} bytes; a scenario is a few "
                             "KiB, point workload.trace at large data instead")
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # never blocks, even if swapped for a FIFO
-        with os.fdopen(fd, "rb") as handle:
-            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-                raise ScenarioError(f"{path}: not a regular file; name a scenario YAML file")
+        with os.fdopen(open_regular(path), "rb") as handle:  # never blocks, even if swapped for a FIFO
             raw = handle.read(MAX_SCENARIO_BYTES + 1)
+    except NotARegularFile:
+        raise ScenarioError(f"{path}: not a regular file; name a scenario YAML file") from None
     except OSError as err:
         raise ScenarioError(f"{path}: cannot read it ({err.strerror}); check the path") from None
     if len(raw) > MAX_SCENARIO_BYTES:

@@ -7,12 +7,11 @@ them (the file may be anything a path can name). Parsing the lines is left to th
 
 from __future__ import annotations
 
-import os
-import stat
 from collections.abc import Iterator
 from pathlib import Path
 
 from emulator.errors import ScenarioError
+from emulator.paths import NotARegularFile, open_regular
 
 MAX_LINE_CHARS = 1 << 20  # 1 MiB of text: far above any real trace row
 MAX_LINES = 10_000_000
@@ -26,14 +25,12 @@ def read_lines(
     A file is opened lazily, so a reader that stops early (a request cap) never reads the rest.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens at once, then is refused
+        fd = open_regular(path)
+    except NotARegularFile:
+        raise ScenarioError(f"{what} {path}: not a regular file; name a text file") from None
     except (OSError, ValueError) as exc:
         reason = getattr(exc, "strerror", None) or type(exc).__name__
         raise ScenarioError(f"{what} {path}: cannot open ({reason}); check the path") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise ScenarioError(f"{what} {path}: not a regular file; name a text file")
-    os.set_blocking(fd, True)
     with open(fd, encoding="utf-8", newline="") as handle:
         lineno = 0
         while True:
