@@ -14,7 +14,6 @@ from emulator.errors import ScenarioError
 from emulator.limits import LIVE_MEMORY_SHARE, LIVE_WORKER_BYTES, LIVE_WORKERS_PER_CORE
 from emulator.scenario import Scenario
 
-WORKERS_PER_CORE = LIVE_WORKERS_PER_CORE
 GIB = 1 << 30
 
 
@@ -27,7 +26,7 @@ def check_live_capacity(scenario: Scenario, cores: int, memory_bytes: int) -> No
     """Raise a one-line ScenarioError when the workers exceed LIVE_WORKERS_PER_CORE per core or
     their reserved memory (LIVE_WORKER_BYTES each) exceeds LIVE_MEMORY_SHARE of `memory_bytes`."""
     workers = live_workers(scenario)
-    by_cores = max(1, cores) * WORKERS_PER_CORE
+    by_cores = max(1, cores) * LIVE_WORKERS_PER_CORE
     by_memory = int(memory_bytes * LIVE_MEMORY_SHARE) // LIVE_WORKER_BYTES
     allowed = min(by_cores, by_memory)
     if workers <= allowed:
@@ -35,7 +34,7 @@ def check_live_capacity(scenario: Scenario, cores: int, memory_bytes: int) -> No
     raise ScenarioError(
         f"clusters.remote.instances + clusters.local.instances: {workers} live workers are too many "
         f"for this machine ({cores} cores and {memory_bytes / GIB:.0f} GiB: at most {allowed}, "
-        f"{WORKERS_PER_CORE} per core and {LIVE_WORKER_BYTES / GIB:g} GiB each); lower the instances "
+        f"{LIVE_WORKERS_PER_CORE} per core and {LIVE_WORKER_BYTES / GIB:g} GiB each); lower the instances "
         "or use --engine virtual"
     )
 

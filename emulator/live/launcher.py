@@ -22,10 +22,10 @@ from emulator.live.auth import WorkerGate
 from emulator.live.worker_settings import WorkerSettings
 from emulator.net.ledger import Ledger
 from emulator.net.topology import LOCAL, REMOTE, Topology
+from emulator.paths import REPO_ROOT
 from emulator.scenario import Scenario
 
 log = logging.getLogger(__name__)
-REPO_ROOT = Path(__file__).resolve().parents[2]
 DEVICES = {"cpu": "cpu", "cuda": "cuda", "gpu": "cuda"}  # any other device name: auto
 
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from emulator.errors import ScenarioError
-from emulator.live.capacity import LIVE_WORKER_BYTES, WORKERS_PER_CORE, check_live_capacity
+from emulator.limits import LIVE_WORKER_BYTES, LIVE_WORKERS_PER_CORE
+from emulator.live.capacity import check_live_capacity
 from emulator.scenario import apply_overrides, load_scenario
 
 REPO = Path(__file__).resolve().parents[3]
@@ -28,7 +29,7 @@ def test_too_many_workers_for_the_cores():
     text = str(err.value)
     assert text.startswith("clusters.remote.instances + clusters.local.instances: 102 live workers")
     assert "2 cores" in text and "1024 GiB" in text and "\n" not in text
-    assert f"at most {2 * WORKERS_PER_CORE}" in text
+    assert f"at most {2 * LIVE_WORKERS_PER_CORE}" in text
 
 
 def test_too_many_workers_for_the_memory():
