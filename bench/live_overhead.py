@@ -66,13 +66,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import aiomqtt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from emulator.live import gateway as gateway_module, protocol as p  # noqa: E402
+from emulator.live import gateway as gateway_module  # noqa: E402
 from emulator.live.session import run_live  # noqa: E402
 from emulator.net.names import new_run_id  # noqa: E402
 from emulator.scenario import parse_scenario  # noqa: E402
 from emulator.telemetry.broker import EmbeddedBroker, parse_broker_url  # noqa: E402
 from emulator.telemetry.schemas import control_topic, topic  # noqa: E402
 from emulator.transport.frames import HEADER_BYTES, split_layer  # noqa: E402
+from emulator.wire import protocol as p  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "live_overhead.json"
 PRESET, SIZE = "kimi-linear-mini", "tiny"

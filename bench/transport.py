@@ -26,11 +26,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.link_fidelity import iperf3  # noqa: E402
-from emulator.live.kv_decoder import ModelKVDecoder  # noqa: E402
 from emulator.net.spec import parse_link_spec  # noqa: E402
 from emulator.net.topology import LOCAL, REMOTE, Topology  # noqa: E402
 from emulator.transport.receiver import KVReceiver  # noqa: E402
 from emulator.transport.sender import KVSender  # noqa: E402
+from emulator.worker.kv_decoder import ModelKVDecoder  # noqa: E402
 from model_stub import HybridModel, get_preset  # noqa: E402
 from model_stub.cache import HybridCache, LayerCache, expected_shapes  # noqa: E402
 from model_stub.serialize import encode_cache, encode_layer  # noqa: E402

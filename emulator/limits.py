@@ -33,7 +33,7 @@ MAX_SCENARIO_BYTES = 1 << 20  # a scenario file (the paper's case study is 4 KiB
 MAX_NESTING = 32  # YAML / JSON depth of a scenario, an override value or a control message
 MAX_CONTROL_BYTES = 4_096  # one MQTT control message
 
-# The live gateway's worker port: a connection must prove its hello (emulator/live/auth.py) within
+# The live gateway's worker port: a connection must prove its hello (emulator/wire/auth.py) within
 # the timeout, in a line of at most MAX_HELLO_BYTES; at most MAX_PENDING_HANDSHAKES connections
 # may be unproven at once (a run has at most a few dozen workers, each answering in milliseconds).
 HANDSHAKE_TIMEOUT_S = 5.0

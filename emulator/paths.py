@@ -2,7 +2,7 @@
 
 Each variable is read here and nowhere else, so the README's Environment table has one place to
 match (a test checks both). The one exception is the worker's per-run secret
-(PRFAAS_WORKER_SECRET): emulator/live/auth.py takes it out of the environment itself, so that the
+(PRFAAS_WORKER_SECRET): emulator/wire/auth.py takes it out of the environment itself, so that the
 worker's own children never inherit it. Callers keep their checks (the state dir's privacy, the
 broker URL's syntax); this module only says where, and imports nothing of the project.
 """
@@ -29,7 +29,7 @@ class Env(StrEnum):
     ACCEL_DIR = "PRFAAS_ACCEL_DIR"
     BROKER_URL = "PRFAAS_BROKER_URL"
     RELAY_LOG = "PRFAAS_RELAY_LOG"
-    WORKER_SECRET = "PRFAAS_WORKER_SECRET"  # read (and removed) by emulator/live/auth.py only
+    WORKER_SECRET = "PRFAAS_WORKER_SECRET"  # read (and removed) by emulator/wire/auth.py only
 
 
 def _get(name: Env) -> str:

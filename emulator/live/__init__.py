@@ -1,1 +1,2 @@
-"""The live engine: gateway, prefill and decode worker processes, and the launcher starting them."""
+"""The live engine's gateway side: the gateway and its request tracker, node table and loops, the
+knobs, the launcher that spawns worker processes (`emulator.worker`), sessions and teardown."""

@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from emulator.control.types import Cluster, NodeId, Role
-from emulator.live.auth import WorkerGate
-from emulator.live.worker_settings import WorkerSettings
 from emulator.net.ledger import Ledger
 from emulator.net.topology import LOCAL, REMOTE, Topology
 from emulator.paths import REPO_ROOT
 from emulator.scenario import Scenario
+from emulator.wire.auth import WorkerGate
+from emulator.wire.worker_settings import WorkerSettings
 
 log = logging.getLogger(__name__)
 DEVICES = {"cpu": "cpu", "cuda": "cuda", "gpu": "cuda"}  # any other device name: auto
@@ -64,7 +64,7 @@ def speed_notes(scenario: Scenario) -> list[str]:
 
 
 class WorkerProcesses:
-    """Spawns, kills and restarts `python -m emulator.live.worker` processes; logs go to `log_dir`."""
+    """Spawns, kills and restarts `python -m emulator.worker` processes; logs go to `log_dir`."""
 
     def __init__(self, scenario: Scenario, topology: Topology, gateway_port: int, log_dir: Path,
                  ledger: Ledger) -> None:
@@ -90,7 +90,7 @@ class WorkerProcesses:
     def command(self, plan: WorkerPlan) -> list[str]:
         """The worker's command line: its identity and the settings file written next to its log."""
         path = self.settings(plan).write(self.log_dir / f"{plan.spawn_name}.settings.json")
-        return [sys.executable, "-m", "emulator.live.worker", "--node", plan.spawn_name,
+        return [sys.executable, "-m", "emulator.worker", "--node", plan.spawn_name,
                 "--gateway", f"127.0.0.1:{self.gateway_port}", "--settings", str(path)]
 
     def start(self, plan: WorkerPlan) -> subprocess.Popen:

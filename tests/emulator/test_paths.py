@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SOURCES = ("emulator", "app", "bench", "model_stub")
 NAME = re.compile(r"PRFAAS_[A-Z_]+")
 # The worker's per-run secret is taken out of the environment by the worker itself (auth.py).
-READERS = {"PRFAAS_WORKER_SECRET": {Path("emulator/live/auth.py")}}
+READERS = {"PRFAAS_WORKER_SECRET": {Path("emulator/wire/auth.py")}}
 
 
 def _variable_literals() -> dict[str, set[Path]]:

@@ -7,11 +7,11 @@ from pathlib import Path
 
 from emulator.control.types import Cluster, Role
 from emulator.live.launcher import WorkerPlan, WorkerProcesses
-from emulator.live.worker_settings import WorkerSettings, read_settings
 from emulator.net.ledger import Ledger
 from emulator.net.names import new_run_id
 from emulator.net.spec import parse_link_spec
 from emulator.net.topology import Topology
+from emulator.wire.worker_settings import WorkerSettings, read_settings
 
 from .test_engine import scenario
 

@@ -7,13 +7,13 @@ import socket
 
 import pytest
 
-from emulator.live.kv_decoder import ModelKVDecoder
 from emulator.net.spec import parse_link_spec
 from emulator.net.topology import LOCAL, REMOTE, Topology
 from emulator.transport.congestion import CongestionMonitor
 from emulator.transport.frames import HEADER_BYTES
 from emulator.transport.receiver import KVReceiver
 from emulator.transport.sender import KVSender, TransferFailure
+from emulator.worker.kv_decoder import ModelKVDecoder
 from model_stub import HybridModel, get_preset
 from model_stub.serialize import encode_layer
 

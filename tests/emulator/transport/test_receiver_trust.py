@@ -12,10 +12,10 @@ import time
 
 import pytest
 
-from emulator.live.kv_decoder import ModelKVDecoder
 from emulator.transport.frames import HEADER_BYTES, ChunkHeader, FrameType, decode_header, encode_header, split_layer
 from emulator.transport.receiver import KVReceiver
 from emulator.transport.sender import KVSender
+from emulator.worker.kv_decoder import ModelKVDecoder
 from model_stub import HybridModel, get_preset
 from model_stub.serialize import encode_cache
 
@@ -227,7 +227,7 @@ def test_silent_and_half_sent_connections_are_closed_but_an_idle_sender_is_not(s
 
 EMFILE_RECEIVER = textwrap.dedent("""
     import asyncio, logging, os, resource, socket, sys
-    from emulator.live.kv_decoder import ModelKVDecoder
+    from emulator.worker.kv_decoder import ModelKVDecoder
     from emulator.transport.receiver import KVReceiver
     from model_stub import get_preset
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from emulator.errors import WorkerError
 from emulator.limits import HANDSHAKE_TIMEOUT_S, MAX_HELLO_BYTES, MAX_PENDING_HANDSHAKES
-from emulator.live import protocol as p
+from emulator.wire import protocol as p
 
 log = logging.getLogger(__name__)
 SECRET_ENV = "PRFAAS_WORKER_SECRET"

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from emulator.live import auth, protocol as p
-from emulator.live.worker_settings import WorkerSettings
 from emulator.net.ledger import sweep
 from emulator.net.names import new_run_id
 from emulator.net.spec import parse_link_spec
 from emulator.net.topology import Topology
+from emulator.wire import auth, protocol as p
+from emulator.wire.worker_settings import WorkerSettings
 from model_stub import HybridModel, get_preset
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -114,14 +114,14 @@ class ControlServer:
 
 @pytest.fixture
 def spawn(tmp_path):
-    """Start `python -m emulator.live.worker` processes; kills any still alive at the end."""
+    """Start `python -m emulator.worker` processes; kills any still alive at the end."""
     procs: list[subprocess.Popen] = []
 
     def start(node: str, port: int, netns: str = "", kv_addr: str = "127.0.0.1", **settings):
         log_path = tmp_path / f"{node}.log"
         path = WorkerSettings(netns=netns, kv_addr=kv_addr, preset=PRESET, size=SIZE, seed=SEED, device="cpu",
                               threads=1, connections=2, **settings).write(tmp_path / f"{node}.settings.json")
-        command = [sys.executable, "-m", "emulator.live.worker", "--node", node,
+        command = [sys.executable, "-m", "emulator.worker", "--node", node,
                    "--gateway", f"127.0.0.1:{port}", "--settings", str(path)]
         env = {**os.environ, "OMP_NUM_THREADS": "1",
                auth.SECRET_ENV: SECRET}

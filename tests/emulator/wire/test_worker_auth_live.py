@@ -19,16 +19,16 @@ import pandas as pd
 import pytest
 
 from emulator.limits import MAX_PENDING_HANDSHAKES
-from emulator.live import auth
 from emulator.live.session import run_live
 from emulator.net.ledger import Ledger
 from emulator.net.names import new_run_id
 from emulator.telemetry.broker import parse_broker_url
+from emulator.wire import auth
 from emulator.workload.build import build_requests
 from emulator.workload.tokens import synthesize_tokens
 from model_stub import HybridModel, get_preset
 
-from .test_engine import assert_nothing_left, scenario
+from ..live.test_engine import assert_nothing_left, scenario
 
 pytestmark = [pytest.mark.root,
               pytest.mark.skipif(os.geteuid() != 0, reason="needs root: namespaces and TUN need CAP_NET_ADMIN")]

@@ -9,7 +9,7 @@ import pytest
 
 from emulator.control.types import FailReason
 from emulator.errors import WorkerError
-from emulator.live import protocol as p
+from emulator.wire import protocol as p
 
 PROMPT = p.encode_prompt(bytes(range(200)))
 LINK = p.LinkStats(goodput_bytes_per_s=1e6, retrans_rate=0.01, rtt_ms=5.2, rtt_inflation=1.3,

@@ -11,11 +11,11 @@ import socket
 import time
 
 from emulator.errors import WorkerError
-from emulator.live.protocol import LinkStats
 from emulator.net.netns import netns_socket
 from emulator.transport.congestion import CongestionMonitor
 from emulator.transport.sender import KVSender
 from emulator.transport.tcp_info import TcpInfoError, read_tcp_info
+from emulator.wire.protocol import LinkStats
 
 log = logging.getLogger(__name__)
 Target = tuple[str, int]

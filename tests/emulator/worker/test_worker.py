@@ -1,4 +1,4 @@
-"""Worker processes for real: the test plays the gateway, spawns `python -m emulator.live.worker`,
+"""Worker processes for real: the test plays the gateway, spawns `python -m emulator.worker`,
 and checks the tokens that come back against one-process generation with the same seed."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from emulator.control.types import FailReason
-from emulator.live import protocol as p
-from emulator.live.worker import main
 from emulator.net.topology import LOCAL, REMOTE
+from emulator.wire import protocol as p
+from emulator.worker.worker import main
 
 from .conftest import ControlServer
 

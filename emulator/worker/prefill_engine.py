@@ -14,10 +14,8 @@ from dataclasses import dataclass
 
 from emulator.control.types import FailReason
 from emulator.errors import WorkerError
-from emulator.live.compute import ComputeThread
-from emulator.live.kv_links import KvLinks
-from emulator.live.prefix_store import PrefixStore
-from emulator.live.protocol import (
+from emulator.transport.sender import KVSender, TransferFailure, TransferResult
+from emulator.wire.protocol import (
     Failed,
     Message,
     Prefill,
@@ -25,7 +23,9 @@ from emulator.live.protocol import (
     PrefillStarted,
     TransferDone,
 )
-from emulator.transport.sender import KVSender, TransferFailure, TransferResult
+from emulator.worker.compute import ComputeThread
+from emulator.worker.kv_links import KvLinks
+from emulator.worker.prefix_store import PrefixStore
 from model_stub.cache import HybridCache, LayerCache
 from model_stub.model import HybridModel
 from model_stub.serialize import encode_layer

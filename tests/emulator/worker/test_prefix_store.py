@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from emulator.live.prefix_store import PrefixStore, entry_bytes
+from emulator.worker.prefix_store import PrefixStore, entry_bytes
 from model_stub import HybridModel, get_preset
 
 

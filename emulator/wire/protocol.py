@@ -55,7 +55,7 @@ class _Msg(BaseModel):
 
 
 class Hello(_Msg):
-    """The first line a worker sends, answering the gateway's `challenge` (see live/auth.py)."""
+    """The first line a worker sends, answering the gateway's `challenge` (see wire/auth.py)."""
 
     op: Literal["hello"] = "hello"
     node: str = Field(min_length=1, max_length=MAX_NODE_CHARS)

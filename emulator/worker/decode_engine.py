@@ -18,10 +18,10 @@ from dataclasses import dataclass
 import torch
 
 from emulator.control.types import FailReason
-from emulator.live.compute import ComputeThread
-from emulator.live.kv_decoder import ModelKVDecoder
-from emulator.live.protocol import Completed, Decode, Failed, FirstToken, Message
 from emulator.transport.receiver import KVReceiver
+from emulator.wire.protocol import Completed, Decode, Failed, FirstToken, Message
+from emulator.worker.compute import ComputeThread
+from emulator.worker.kv_decoder import ModelKVDecoder
 from model_stub.cache import HybridCache
 from model_stub.model import HybridModel
 

@@ -16,15 +16,15 @@ from hypothesis import given, settings, strategies as st
 
 from emulator.control.types import Cluster, Role
 from emulator.errors import WorkerError
-from emulator.live import auth, protocol as p
 from emulator.live.launcher import WorkerPlan, WorkerProcesses
 from emulator.net.ledger import Ledger
 from emulator.net.names import new_run_id
 from emulator.net.spec import parse_link_spec
 from emulator.net.topology import Topology
+from emulator.paths import REPO_ROOT
+from emulator.wire import auth, protocol as p
 
-from .conftest import REPO_ROOT
-from .test_engine import scenario
+from ..live.test_engine import scenario
 
 NODE = "local-decode-1"
 HEX64 = st.binary(min_size=32, max_size=32).map(bytes.hex)
@@ -172,7 +172,7 @@ def test_a_worker_refuses_a_gateway_that_sends_no_challenge(tmp_path):
         env = {**os.environ, "OMP_NUM_THREADS": "1",
                auth.SECRET_ENV: auth.new_secret()}
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "emulator.live.worker", "--node", "remote-prefill-0", "--gateway",
+            sys.executable, "-m", "emulator.worker", "--node", "remote-prefill-0", "--gateway",
             f"127.0.0.1:{port}",  # the default settings: the tiny model on cpu
             cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         out, err = await asyncio.wait_for(proc.communicate(), 120)
@@ -187,7 +187,7 @@ def test_a_worker_refuses_a_gateway_that_sends_no_challenge(tmp_path):
 
 def test_a_worker_without_the_secret_exits_2_naming_the_variable(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != auth.SECRET_ENV}
-    done = subprocess.run([sys.executable, "-m", "emulator.live.worker", "--node", "local-decode-0",
+    done = subprocess.run([sys.executable, "-m", "emulator.worker", "--node", "local-decode-0",
                            "--gateway", "127.0.0.1:1"], cwd=REPO_ROOT, env=env, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 2 and f"{auth.SECRET_ENV}: missing" in done.stderr

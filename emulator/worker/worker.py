@@ -1,4 +1,4 @@
-"""A live worker process: `python -m emulator.live.worker --node remote-prefill-0 --gateway ...`.
+"""A live worker process: `python -m emulator.worker --node remote-prefill-0 --gateway ...`.
 
 It loads the model once, says hello to the gateway over TCP on the host (answering its challenge
 with the run's secret, which arrives in $PRFAAS_WORKER_SECRET, never argv), and serves its commands
@@ -25,15 +25,15 @@ import torch
 from emulator.control.types import Cluster, FailReason, NodeId, Role
 from emulator.errors import PrfaasError, WorkerError
 from emulator.limits import HANDSHAKE_TIMEOUT_S
-from emulator.live import protocol as p
-from emulator.live.auth import make_proof, take_secret
-from emulator.live.compute import ComputeThread
-from emulator.live.decode_engine import DecodeEngine
-from emulator.live.kv_links import KvLinks
-from emulator.live.prefill_engine import PrefillEngine
-from emulator.live.prefix_store import PrefixStore
-from emulator.live.worker_settings import WorkerSettings, read_settings
 from emulator.net.netns import netns_socket
+from emulator.wire import protocol as p
+from emulator.wire.auth import make_proof, take_secret
+from emulator.wire.worker_settings import WorkerSettings, read_settings
+from emulator.worker.compute import ComputeThread
+from emulator.worker.decode_engine import DecodeEngine
+from emulator.worker.kv_links import KvLinks
+from emulator.worker.prefill_engine import PrefillEngine
+from emulator.worker.prefix_store import PrefixStore
 from model_stub.config import get_preset
 from model_stub.model import HybridModel, resolve_device
 
@@ -44,13 +44,13 @@ SHUTTING_DOWN = "worker shutting down"
 
 
 def make_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m emulator.live.worker",
+    parser = argparse.ArgumentParser(prog="python -m emulator.worker",
                                      description="a PrfaaS Lab prefill/decode worker")
     add = parser.add_argument
     add("--node", required=True, help="remote-prefill-<i>, local-prefill-<i> or local-decode-<i>")
     add("--gateway", required=True, help="HOST:PORT of the gateway's control listener")
     add("--settings", type=Path, default=None,
-        help="a WorkerSettings JSON file (live/worker_settings.py); the defaults when absent")
+        help="a WorkerSettings JSON file (wire/worker_settings.py); the defaults when absent")
     return parser
 
 
@@ -265,6 +265,3 @@ def exit_at_once(code: int) -> NoReturn:
     sys.stderr.flush()
     os._exit(code)
 
-
-if __name__ == "__main__":
-    exit_at_once(main())

@@ -1,0 +1,5 @@
+"""`python -m emulator.worker --node NODE --gateway HOST:PORT [--settings FILE]`: one worker process."""
+
+from emulator.worker.worker import exit_at_once, main
+
+exit_at_once(main())
