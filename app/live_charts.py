@@ -9,6 +9,8 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
+from emulator.telemetry.timeseries import frame_rate_unit
+
 HEIGHT = 270
 LEGEND_TOP = {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom"}
 COLORS = {"p50": "#1f77b4", "p90": "#d62728", "threshold": "#7f7f7f", "egress": "#ff7f0e",
@@ -44,11 +46,14 @@ def ttft_figure(frame: pd.DataFrame) -> go.Figure:
 
 
 def egress_figure(frame: pd.DataFrame) -> go.Figure:
-    """Egress over the cross-datacenter link against the link's capacity."""
-    fig = _figure("Mbit/s")
-    _line(fig, frame, "egress_mbit", "egress", COLORS["egress"], fill="tozeroy")
-    _line(fig, frame, "link_capacity_mbit", "link capacity", COLORS["capacity"],
-          line={"dash": "dash", "shape": "hv"})
+    """Egress over the cross-datacenter link against the link's capacity: bit/s in the frame, shown
+    in Mbit/s or Gbit/s (whichever suits the larger)."""
+    unit, per_unit = frame_rate_unit(frame)
+    scaled = frame.assign(egress=frame["egress_bit_per_s"] / per_unit,
+                          capacity=frame["link_capacity_bit_per_s"].astype("float64") / per_unit)
+    fig = _figure(unit)
+    _line(fig, scaled, "egress", "egress", COLORS["egress"], fill="tozeroy")
+    _line(fig, scaled, "capacity", "link capacity", COLORS["capacity"], line={"dash": "dash", "shape": "hv"})
     return fig
 
 

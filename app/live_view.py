@@ -144,8 +144,8 @@ def run_phase(view: RunView, now_s: float, engine: str | None = None,
 # --- tables ------------------------------------------------------------------------------------
 
 
-METRIC_COLUMNS = ("t_s", "ttft_p50_s", "ttft_p90_s", "threshold_tokens", "egress_mbit",
-                  "link_capacity_mbit", "retrans_rate", "rtt_ms", "remote_prefill", "local_prefill",
+METRIC_COLUMNS = ("t_s", "ttft_p50_s", "ttft_p90_s", "threshold_tokens", "egress_bit_per_s",
+                  "link_capacity_bit_per_s", "retrans_rate", "rtt_ms", "remote_prefill", "local_prefill",
                   "decode", "arrived", "completed", "failed", "in_flight", "prfaas", "routed",
                   "remote_share")
 
@@ -157,8 +157,8 @@ def metrics_frame(snapshots: tuple[MetricsSnapshot, ...] | list[MetricsSnapshot]
         routed = s.requests.prfaas + s.requests.local
         rows.append({
             "t_s": s.t_s, "ttft_p50_s": s.ttft_p50_s, "ttft_p90_s": s.ttft_p90_s,
-            "threshold_tokens": s.threshold_tokens, "egress_mbit": s.egress_mbit,
-            "link_capacity_mbit": s.link_capacity_mbit, "retrans_rate": s.retrans_rate,
+            "threshold_tokens": s.threshold_tokens, "egress_bit_per_s": s.egress_bit_per_s,
+            "link_capacity_bit_per_s": s.link_capacity_bit_per_s, "retrans_rate": s.retrans_rate,
             "rtt_ms": s.rtt_ms, "remote_prefill": s.queues.remote_prefill,
             "local_prefill": s.queues.local_prefill, "decode": s.queues.decode,
             "arrived": s.requests.arrived, "completed": s.requests.completed,

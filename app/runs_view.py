@@ -21,6 +21,7 @@ from emulator.control.types import RequestStatus
 from emulator.errors import TelemetryError
 from emulator.paths import REPO_ROOT
 from emulator.telemetry.recorder import load_run
+from emulator.telemetry.timeseries import frame_rate_unit
 
 DEFAULT_RUNS_DIR = "runs"  # `python -m emulator run`'s default --out is runs/<scenario>-<time>
 MAX_GANTT_REQUESTS = 200
@@ -39,6 +40,7 @@ SUMMARY_METRICS: tuple[tuple[str, str], ...] = (
 )
 LISTING_COLUMNS = ("run", "scenario", "engine", "link_backend", "requests", "completed", "failed",
                    "ttft_p50_s", "ttft_p90_s", "modified")
+EGRESS_SERIES = {"egress_bit_per_s": "egress", "link_capacity_bit_per_s": "link capacity"}
 # The Gantt's segments, in drawing order; gantt_segments says where each starts and ends.
 SEGMENTS = ("queue", "prefill", "transfer", "decode")
 
@@ -209,6 +211,15 @@ def timeseries_lines(timeseries: pd.DataFrame, columns: Mapping[str, str]) -> pd
     long = long[long["value"].notna()].copy()
     long["series"] = long["series"].map(present)
     return long.reset_index(drop=True)
+
+
+def egress_lines(timeseries: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """Egress and link capacity as `timeseries_lines`, recorded in bit/s and shown in Mbit/s or
+    Gbit/s (whichever suits the larger); returns (lines, unit label)."""
+    unit, per_unit = frame_rate_unit(timeseries)
+    lines = timeseries_lines(timeseries, EGRESS_SERIES)
+    lines["value"] = lines["value"].astype("float64") / per_unit
+    return lines, unit
 
 
 def compare_table(runs: Mapping[str, Run]) -> pd.DataFrame:

@@ -23,6 +23,7 @@ from app.runs_view import (
     compare_cdfs,
     compare_table,
     csv_bytes,
+    egress_lines,
     file_bytes,
     first_tokens,
     format_number,
@@ -129,8 +130,8 @@ def _gantt_chart(run: Run) -> None:
                "arrival; the thin orange bar is the KV transfer, which may overlap the prefill.")
 
 
-def _line_chart(run: Run, columns: dict[str, str], key: str, y_title: str, shape: str) -> None:
-    lines = timeseries_lines(run.timeseries, columns)
+def _line_chart(lines: pd.DataFrame, key: str, y_title: str, shape: str) -> None:
+    """`lines` as timeseries_lines gives them, one colour per series."""
     if lines.empty:
         st.info(f"No {y_title} samples recorded.")
         return
@@ -167,12 +168,12 @@ def _open_run(listing: RunListing) -> None:
         _cdf_chart(ttft_cdf(run.requests), "ttft_cdf", "route")
     with right:
         st.markdown("**Egress vs link capacity**")
-        _line_chart(run, {"egress_mbit": "egress", "link_capacity_mbit": "link capacity"},
-                    "egress", "Mbit/s", "linear")
+        lines, unit = egress_lines(run.timeseries)
+        _line_chart(lines, "egress", unit, "linear")
     st.markdown("**Per-request timeline**: queue, prefill, KV transfer, decode")
     _gantt_chart(run)
     st.markdown("**Routing threshold over time**")
-    _line_chart(run, {"threshold_tokens": "threshold"}, "threshold", "tokens", "hv")
+    _line_chart(timeseries_lines(run.timeseries, {"threshold_tokens": "threshold"}), "threshold", "tokens", "hv")
     _downloads(run)
 
 

@@ -109,7 +109,7 @@ class RequestCounters:
 
 
 class EgressRateEstimator:
-    """Mbit/s from a monotonically growing byte counter (link or transport), sample to sample.
+    """bit/s from a monotonically growing byte counter (link or transport), sample to sample.
 
     `update` returns the rate between the previous sample and this one. A counter that went
     backwards (a restarted relay, a recreated qdisc) re-bases instead of reporting a negative
@@ -118,19 +118,19 @@ class EgressRateEstimator:
 
     def __init__(self) -> None:
         self._last: tuple[float, int] | None = None
-        self.rate_mbit = 0.0
+        self.rate_bit_per_s = 0.0
 
     def update(self, t_s: float, total_bytes: int) -> float:
         last, self._last = self._last, (t_s, total_bytes)
         if last is None or total_bytes < last[1]:
-            self.rate_mbit = 0.0
+            self.rate_bit_per_s = 0.0
         elif t_s > last[0]:
-            self.rate_mbit = (total_bytes - last[1]) * 8 / (t_s - last[0]) / 1e6
+            self.rate_bit_per_s = (total_bytes - last[1]) * 8 / (t_s - last[0])
         else:
             self._last = last
-        return self.rate_mbit
+        return self.rate_bit_per_s
 
 
-def utilization(egress_mbit: float, capacity_mbit: float | None) -> float | None:
-    """Egress as a fraction of the link's capacity; None for an unshaped link (no capacity)."""
-    return egress_mbit / capacity_mbit if capacity_mbit else None
+def utilization(egress_bit_per_s: float, capacity_bit_per_s: float | None) -> float | None:
+    """Egress as a fraction of the link's capacity, both in bit/s; None for an unshaped link."""
+    return egress_bit_per_s / capacity_bit_per_s if capacity_bit_per_s else None

@@ -2,7 +2,8 @@
 reads it back for the dashboard and `compare`.
 
 Every file is written to a temporary name and renamed, so a reader never sees half a run. The
-numbers come from `records.py`; the charts from `report.py`.
+numbers come from `records.py`, the timeseries row from `timeseries.py`, the charts from `report.py`.
+A run recorded by an earlier version reads back with today's timeseries columns (`upgrade_timeseries`).
 """
 
 from __future__ import annotations
@@ -22,11 +23,13 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from emulator.control.types import Cluster, NodeId, Role
 from emulator.errors import TelemetryError
 from emulator.telemetry.records import REQUEST_FIELDS, RequestRecord, check_expectations, summarize
 from emulator.telemetry.report import write_report
 from emulator.telemetry.run_meta import RunMeta
 from emulator.telemetry.schemas import MetricsSnapshot
+from emulator.telemetry.timeseries import COLUMNS, TimeseriesRow, upgrade_timeseries
 
 log = logging.getLogger(__name__)
 
@@ -49,12 +52,9 @@ assert tuple(REQUEST_SCHEMA.names) == REQUEST_FIELDS, "parquet schema and Reques
 # Runs recorded before fail_detail existed (fail_reason then held the words): still readable
 _ADDED_FIELDS = ("fail_detail",)
 
-# Always present (NaN where never sampled), so readers can rely on them; callers may add more.
-TIMESERIES_COLUMNS = (
-    "t_s", "threshold_tokens", "egress_mbit", "link_capacity_mbit", "link_utilization",
-    "queue_remote_prefill", "queue_local_prefill", "queue_decode", "ttft_p50_s", "ttft_p90_s",
-    "in_flight", "completed", "failed", "retrans_rate", "rtt_ms",
-)
+# The columns of timeseries.parquet, exactly these for both engines (emulator/telemetry/timeseries.py)
+TIMESERIES_COLUMNS = COLUMNS
+_COLUMN_SET = frozenset(COLUMNS)
 
 
 class RunRecorder:
@@ -73,10 +73,18 @@ class RunRecorder:
     def add_request(self, record: RequestRecord) -> None:
         self._records.append(record)
 
+    def add_row(self, row: TimeseriesRow) -> None:
+        """One timeseries row, every column stated (the samplers' way)."""
+        self.add_sample(**row.as_dict())
+
     def add_sample(self, t_s: float, **columns: float | int | None) -> None:
-        """One timeseries row; every value is a number or None (stored as float64, NaN)."""
+        """One timeseries row from TimeseriesRow's columns (one left out is recorded as missing);
+        every value is a number or None (stored as float64, NaN)."""
         row: dict[str, float | None] = {"t_s": self._float("timeseries", "t_s", t_s)}
         for name, value in columns.items():
+            if name not in _COLUMN_SET:
+                raise TelemetryError(f"timeseries: column {name!r} is not a TimeseriesRow column; "
+                                     "add it to emulator/telemetry/timeseries.py for both engines")
             is_number = isinstance(value, int | float) and not isinstance(value, bool)
             if value is not None and not is_number:
                 raise TelemetryError(f"timeseries: {name} = {value!r} is not a number; "
@@ -103,17 +111,7 @@ class RunRecorder:
 
     def add_snapshot(self, snapshot: MetricsSnapshot) -> None:
         """Record what was (or would have been) published, as one timeseries row."""
-        self.add_sample(
-            snapshot.t_s, threshold_tokens=snapshot.threshold_tokens,
-            egress_mbit=snapshot.egress_mbit, link_capacity_mbit=snapshot.link_capacity_mbit,
-            link_utilization=snapshot.link_utilization,
-            queue_remote_prefill=snapshot.queues.remote_prefill,
-            queue_local_prefill=snapshot.queues.local_prefill, queue_decode=snapshot.queues.decode,
-            ttft_p50_s=snapshot.ttft_p50_s, ttft_p90_s=snapshot.ttft_p90_s,
-            in_flight=snapshot.requests.in_flight, completed=snapshot.requests.completed,
-            failed=snapshot.requests.failed, retrans_rate=snapshot.retrans_rate,
-            rtt_ms=snapshot.rtt_ms,
-        )
+        self.add_row(snapshot_row(snapshot))
 
     def finish(self, meta: RunMeta | Mapping[str, Any],
                expect: Mapping[str, Mapping[str, float]] | None = None,
@@ -192,11 +190,40 @@ class RunRecorder:
         return max(ends) - min(starts) if starts else 0.0
 
     def _timeseries_table(self) -> pa.Table:
-        extra = sorted({k for row in self._samples for k in row} - set(TIMESERIES_COLUMNS))
-        names = [*TIMESERIES_COLUMNS, *extra]
         rows = sorted(self._samples, key=lambda row: row["t_s"] or 0.0)
-        schema = pa.schema([(name, pa.float64()) for name in names])
+        schema = pa.schema([(name, pa.float64()) for name in COLUMNS])
         return pa.Table.from_pylist(rows, schema=schema)
+
+
+def snapshot_row(snapshot: MetricsSnapshot) -> TimeseriesRow:
+    """The live engine's sample: a MetricsSnapshot flattened into the row both engines record
+    (what the snapshot does not carry is None; TimeseriesRow says which and why)."""
+    queues, requests = snapshot.queues, snapshot.requests
+    return TimeseriesRow(
+        t_s=snapshot.t_s, threshold_tokens=snapshot.threshold_tokens,
+        egress_bit_per_s=snapshot.egress_bit_per_s, link_capacity_bit_per_s=snapshot.link_capacity_bit_per_s,
+        link_utilization=snapshot.link_utilization, queue_remote_prefill=queues.remote_prefill,
+        queue_local_prefill=queues.local_prefill, queue_decode=queues.decode,
+        ttft_p50_s=snapshot.ttft_p50_s, ttft_p90_s=snapshot.ttft_p90_s, in_flight=requests.in_flight,
+        completed=requests.completed, failed=requests.failed, retrans_rate=snapshot.retrans_rate,
+        rtt_ms=snapshot.rtt_ms, num_local_prefill=_num_local_prefill(snapshot.roles),
+        num_decode_active=None, num_transfers_active=None,
+    )
+
+
+def _num_local_prefill(roles: Mapping[str, str]) -> int | None:
+    """Local nodes in the prefill role, from the snapshot's node names; None before any node."""
+    if not roles:
+        return None
+    count = 0
+    for name in roles:
+        try:
+            node = NodeId.parse(name)
+        except ValueError:
+            continue
+        if node.cluster is Cluster.LOCAL and node.role is Role.PREFILL:
+            count += 1
+    return count
 
 
 def _short(value: object) -> str:
@@ -221,8 +248,8 @@ def _write_atomic(path: Path, write: Callable[[str], object]) -> None:
 
 
 def load_run(run_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
-    """(requests, timeseries, summary.json document) of a recorded run; TelemetryError if `run_dir`
-    is missing, incomplete or not a run directory."""
+    """(requests, timeseries, summary.json document) of a recorded run, the timeseries in today's
+    columns; TelemetryError if `run_dir` is missing, incomplete or not a run directory."""
     path = Path(run_dir)
     if not path.is_dir():
         raise TelemetryError(f"run dir {str(path)!r} does not exist; pass the --out directory "
@@ -251,4 +278,4 @@ def load_run(run_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame, dict[str,
     if tuple(requests.columns) != REQUEST_FIELDS:
         raise TelemetryError(f"run dir {str(path)!r}: requests.parquet has columns "
                              f"{list(requests.columns)}; expected the design.md record fields")
-    return requests, timeseries, doc
+    return requests, upgrade_timeseries(timeseries), doc

@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
 from emulator.control.types import RequestStatus
+from emulator.telemetry.timeseries import frame_rate_unit
 
 TITLES = {
     "ttft_time": "TTFT over time",
@@ -24,6 +25,7 @@ TITLES = {
     "queues": "Queue depths over time",
     "threshold": "Routing threshold over time",
 }
+RATE_LABELS = {"egress_bit_per_s": "egress", "link_capacity_bit_per_s": "link capacity"}
 QUEUE_COLUMNS = {"queue_remote_prefill": "remote prefill", "queue_local_prefill": "local prefill",
                  "queue_decode": "decode"}
 _STYLE = """
@@ -43,9 +45,7 @@ def write_report(path: str | Path, requests_df: pd.DataFrame, timeseries_df: pd.
                                           summary.get("expect_failures", []))),
         _chart(TITLES["ttft_time"], _ttft_over_time(requests_df), "arrival (s)", "TTFT (s)"),
         _chart(TITLES["ttft_cdf"], _ttft_cdf(requests_df), "TTFT (s)", "fraction of requests"),
-        _chart(TITLES["egress"], _lines(timeseries_df, {"egress_mbit": "egress",
-                                                        "link_capacity_mbit": "link capacity"}),
-               "time (s)", "Mbit/s"),
+        _egress_chart(timeseries_df),
         _chart(TITLES["queues"], _lines(timeseries_df, QUEUE_COLUMNS), "time (s)", "requests"),
         _chart(TITLES["threshold"], _lines(timeseries_df, {"threshold_tokens": "threshold"},
                                            shape="hv"), "time (s)", "tokens"),
@@ -68,6 +68,13 @@ def _chart(title: str, traces: list[go.Scatter], x_title: str, y_title: str) -> 
     figure.update_layout(xaxis_title=x_title, yaxis_title=y_title, height=380,
                          margin={"l": 60, "r": 20, "t": 20, "b": 50}, template="plotly_white")
     return _section(title, figure.to_html(full_html=False, include_plotlyjs=False))
+
+
+def _egress_chart(timeseries_df: pd.DataFrame) -> str:
+    """Egress against link capacity, recorded in bit/s, shown in Mbit/s or Gbit/s (whichever suits
+    the larger of the two)."""
+    unit, per_unit = frame_rate_unit(timeseries_df)
+    return _chart(TITLES["egress"], _lines(timeseries_df, RATE_LABELS, scale=1 / per_unit), "time (s)", unit)
 
 
 def _summary_html(numbers: dict[str, Any], meta: dict[str, Any], failures: list[str]) -> str:
@@ -112,12 +119,12 @@ def _ttft_cdf(requests_df: pd.DataFrame) -> list[go.Scatter]:
 
 
 def _lines(timeseries_df: pd.DataFrame, columns: dict[str, str],
-           shape: str = "linear") -> list[go.Scatter]:
-    """One line per column that holds at least one value."""
+           shape: str = "linear", scale: float = 1.0) -> list[go.Scatter]:
+    """One line per column that holds at least one value, times `scale`."""
     traces = []
     for column, label in columns.items():
         if column in timeseries_df and timeseries_df[column].notna().any():
             rows = timeseries_df[timeseries_df[column].notna()]
-            traces.append(go.Scatter(x=rows["t_s"], y=rows[column], mode="lines", name=label,
+            traces.append(go.Scatter(x=rows["t_s"], y=rows[column] * scale, mode="lines", name=label,
                                      line_shape=shape))
     return traces

@@ -1,4 +1,5 @@
-"""MQTT payloads (pydantic, `v` = 1), topic names, and the validation of control messages.
+"""MQTT payloads (pydantic, `v` = 1; metrics `v` = 2), topic names, and the validation of control
+messages.
 
 Outgoing messages (metrics, events, status, errors) and incoming control knobs live here; how they
 travel (the bus) and what the gateway does with a knob do not. Every control payload is checked
@@ -12,7 +13,7 @@ import json
 import math
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
@@ -29,6 +30,9 @@ from emulator.telemetry.bounded_json import loads_bounded
 from emulator.validation import format_validation_error
 
 SCHEMA_VERSION = 1
+# A payload's `v` changes when a field is renamed or changes unit: metrics went to 2 when egress and
+# link capacity moved from Mbit/s (`egress_mbit`) to bit/s (`egress_bit_per_s`).
+METRICS_VERSION: Final = 2
 TOPIC_ROOT = "prfaas"
 KINDS = ("metrics", "events", "status")
 MAX_SHOWN_PROBLEMS = 3  # an error line names at most this many problems, then counts the rest
@@ -38,9 +42,11 @@ MAX_ERROR_CHARS = 400  # a whole error line, however many problems it names
 # --- outgoing messages -------------------------------------------------------------------------
 
 
-class _Message(BaseModel):
+class _Payload(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
+
+class _Message(_Payload):
     v: Literal[1] = 1
     run_id: str = Field(min_length=1)
     t_s: float = Field(ge=0)  # seconds since the run started
@@ -69,15 +75,19 @@ class QueueDepths(BaseModel):
     decode: int = Field(default=0, ge=0)
 
 
-class MetricsSnapshot(_Message):
-    """What the dashboard plots, published at >= 2 Hz. None means "no data yet" or "unshaped"."""
+class MetricsSnapshot(_Payload):
+    """What the dashboard plots, published at >= 2 Hz. None means "no data yet" or "unshaped".
+    Rates are bit/s; the recorder flattens a snapshot into a timeseries row (`snapshot_row`)."""
 
+    v: Literal[2] = METRICS_VERSION
+    run_id: str = Field(min_length=1)
+    t_s: float = Field(ge=0)  # seconds since the run started
     ttft_p50_s: float | None = Field(default=None, ge=0)
     ttft_p90_s: float | None = Field(default=None, ge=0)
     requests: RequestCounts = RequestCounts()
     queues: QueueDepths = QueueDepths()
-    egress_mbit: float = Field(default=0.0, ge=0)
-    link_capacity_mbit: float | None = Field(default=None, gt=0)
+    egress_bit_per_s: float = Field(default=0.0, ge=0)
+    link_capacity_bit_per_s: float | None = Field(default=None, gt=0)
     link_utilization: float | None = Field(default=None, ge=0)
     retrans_rate: float | None = Field(default=None, ge=0)
     rtt_ms: float | None = Field(default=None, ge=0)

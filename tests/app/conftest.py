@@ -68,7 +68,7 @@ def write_run(out: Path, scale: float = 1.0, engine: str = "live") -> dict:
         recorder.add_request(record)
     for i in range(6):
         recorder.add_sample(0.5 * i, threshold_tokens=2048 if i < 3 else 4096,
-                            egress_mbit=100.0 * i, link_capacity_mbit=1000.0,
+                            egress_bit_per_s=100e6 * i, link_capacity_bit_per_s=1e9,
                             ttft_p50_s=0.7 * scale)
     meta = {"engine": engine, "scenario": f"fixture-{scale:g}"}
     if engine == "live":
@@ -137,7 +137,7 @@ class FakeRun:
         link = {"bandwidth_mbit": 200.0, "delay_ms": 10.0, "jitter_ms": 0.0, "loss_pct": 0.0,
                 "loss_correlation_pct": 0.0, "queue_packets": 1000}
         roles = {"remote-prefill-0": "prefill", "local-prefill-0": "prefill", "local-decode-1": "decode"}
-        fields = {"link_capacity_mbit": 200.0, "link": link, "roles": roles} | fields
+        fields = {"link_capacity_bit_per_s": 200e6, "link": link, "roles": roles} | fields
         self.probe.publish(topic(self.run_id, "metrics"), MetricsSnapshot(
             run_id=self.run_id, t_s=t_s, threshold_tokens=threshold, **fields))
 

@@ -53,8 +53,8 @@ def _metrics(app: AppTest) -> dict[str, str]:
 def _watching(fake_run) -> AppTest:
     """The page on `fake_run`, running, with two snapshots and one request in."""
     fake_run.status("running")
-    fake_run.snapshot(0.5, egress_mbit=0.0)
-    fake_run.snapshot(1.0, egress_mbit=42.0, ttft_p50_s=0.8, ttft_p90_s=1.2)
+    fake_run.snapshot(0.5, egress_bit_per_s=0.0)
+    fake_run.snapshot(1.0, egress_bit_per_s=42e6, ttft_p50_s=0.8, ttft_p90_s=1.2)
     fake_run.event("rq-1", "arrived", 0.2, detail={"input_len": 3000})
     fake_run.event("rq-1", "routed", 0.2, route="prfaas", node="remote-prefill-0", reason="3000 > t 2048")
     fake_run.event("rq-1", "prefill_start", 0.3, route="prfaas", node="remote-prefill-0")
@@ -133,7 +133,7 @@ def test_link_knob_sends_all_four_fields_and_is_checked_against_the_run(fake_run
     _ok(app.button(key="live_apply_link").click().run())
     assert fake_run.control("link") == {"v": 1, "bandwidth_mbit": 50.0, "delay_ms": 25.0,
                                         "jitter_ms": 0.0, "loss_pct": 0.0}
-    fake_run.snapshot(2.0, link_capacity_mbit=50.0,
+    fake_run.snapshot(2.0, link_capacity_bit_per_s=50e6,
                       link={"bandwidth_mbit": 50.0, "delay_ms": 25.0, "jitter_ms": 0.0, "loss_pct": 0.0})
     _until(app, lambda a: any("**link -> 50 Mbit/s, 25 ms ± 0 ms, 0 % loss**: applied" in s.value
                               for s in a.success))

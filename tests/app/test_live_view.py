@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import threading
 
 import pytest
 
+from app.live_charts import egress_figure
 from app.live_view import (
     REQUEST_COLUMNS,
     FeedBuffer,
@@ -121,6 +123,20 @@ def test_metrics_frame_shares_and_gaps() -> None:
     assert frame["ttft_p50_s"].isna().tolist() == [True, False, True, True]  # no data is not zero
     assert frame["decode"].tolist() == [0, 0, 0, 2]
     assert metrics_frame([]).empty
+
+
+@pytest.mark.parametrize(("capacity", "unit", "shown"), [(50e6, "Mbit/s", [40.0, 50.0]),
+                                                         (10e9, "Gbit/s", [0.04, 10.0]),
+                                                         (None, "Mbit/s", [40.0, math.nan])])
+def test_egress_chart_converts_bit_per_s_at_display_time(capacity: float | None, unit: str,
+                                                         shown: list[float]) -> None:
+    frame = metrics_frame([snap(1.0, egress_bit_per_s=40e6, link_capacity_bit_per_s=capacity)])
+    assert frame["egress_bit_per_s"].tolist() == [40e6]  # the frame keeps the snapshot's unit
+    figure = egress_figure(frame)
+    assert figure.layout.yaxis.title.text == unit
+    egress, cap = figure.data
+    assert [egress.y[0], cap.y[0]] == pytest.approx(shown, nan_ok=True)  # an unshaped link: a gap
+    assert egress_figure(metrics_frame([])).layout.yaxis.title.text == "Mbit/s"
 
 
 def test_requests_table_has_route_reason_and_ttft_breakdown() -> None:

@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 from streamlit.testing.v1 import AppTest
 
 PAGE = Path(__file__).resolve().parents[2] / "app" / "pages" / "2_Runs.py"
@@ -61,9 +64,22 @@ def test_opens_a_run_with_summary_charts_and_downloads(runs_dir: Path) -> None:
     gantt_names = [t["name"] for t in charts["gantt"]["data"]]
     assert gantt_names == ["queue", "prefill", "transfer", "decode", "first token"]
     assert sorted(t["name"] for t in charts["egress"]["data"]) == ["egress", "link capacity"]
+    assert charts["egress"]["layout"]["yaxis"]["title"]["text"] == "Gbit/s"  # recorded in bit/s
 
     buttons = {b.key for b in app.get("download_button")}
     assert buttons == {"runs_dl_parquet", "runs_dl_requests_csv", "runs_dl_timeseries_csv", "runs_dl_report"}
+
+
+def test_opens_a_run_recorded_in_mbit(runs_dir: Path) -> None:
+    """A run written before bit/s (timeseries column egress_mbit) still opens, its egress charted."""
+    frame = pd.DataFrame({"t_s": [0.0, 0.5], "egress_mbit": [10.0, 40.0], "link_capacity_mbit": [50.0, 50.0]})
+    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), runs_dir / "fast-live" / "timeseries.parquet")
+    app = _page(runs_dir)
+    app.selectbox(key="runs_open").set_value("fast-live").run()
+    assert not app.exception, [e.message for e in app.exception]
+    egress = _charts(app)["egress"]
+    assert egress["layout"]["yaxis"]["title"]["text"] == "Mbit/s"
+    assert {t["name"] for t in egress["data"]} == {"egress", "link capacity"}
 
 
 def test_compares_two_runs(runs_dir: Path) -> None:

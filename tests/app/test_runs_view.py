@@ -6,12 +6,15 @@ import io
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from app.runs_view import (
     compare_cdfs,
     compare_table,
     csv_bytes,
+    egress_lines,
     find_run_dirs,
     first_tokens,
     format_number,
@@ -91,11 +94,33 @@ def test_gantt_segments_by_hand(runs_dir: Path) -> None:
 
 def test_timeseries_lines_drop_missing_samples(runs_dir: Path) -> None:
     run = list_runs(runs_dir).by_name()["fast-live"]
-    lines = timeseries_lines(run.timeseries, {"egress_mbit": "egress", "link_capacity_mbit": "cap",
+    lines = timeseries_lines(run.timeseries, {"egress_bit_per_s": "egress", "link_capacity_bit_per_s": "cap",
                                               "queue_decode": "never sampled", "nope": "absent"})
     assert set(lines["series"]) == {"egress", "cap"}
-    assert lines[lines["series"] == "egress"]["value"].tolist() == [0, 100, 200, 300, 400, 500]
-    assert timeseries_lines(run.timeseries.iloc[:0], {"egress_mbit": "e"}).empty
+    assert lines[lines["series"] == "egress"]["value"].tolist() == [0, 100e6, 200e6, 300e6, 400e6, 500e6]
+    assert timeseries_lines(run.timeseries.iloc[:0], {"egress_bit_per_s": "e"}).empty
+
+
+def test_egress_lines_show_the_recorded_bit_per_s_in_mbit(runs_dir: Path) -> None:
+    run = list_runs(runs_dir).by_name()["fast-live"]  # egress 0..500 Mbit/s on a 1 Gbit/s link
+    lines, unit = egress_lines(run.timeseries)
+    assert unit == "Gbit/s"  # the capacity, 1e9 bit/s, sets the unit
+    assert lines[lines["series"] == "egress"]["value"].tolist() == pytest.approx([0, 0.1, 0.2, 0.3, 0.4, 0.5])
+    slow = run.timeseries.assign(link_capacity_bit_per_s=float("nan"))
+    lines, unit = egress_lines(slow)
+    assert unit == "Mbit/s" and set(lines["series"]) == {"egress"}
+    assert lines["value"].max() == pytest.approx(500.0)
+
+
+def test_a_run_recorded_in_mbit_lists_and_charts_in_bit_per_s(runs_dir: Path) -> None:
+    """Runs recorded before bit/s: timeseries columns egress_mbit and link_capacity_mbit."""
+    old = runs_dir / "fast-live"
+    frame = pd.DataFrame({"t_s": [0.0, 0.5], "egress_mbit": [0.0, 100.0], "link_capacity_mbit": [1000.0, 1000.0]})
+    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), old / "timeseries.parquet")
+    run = list_runs(runs_dir).by_name()["fast-live"]
+    assert run.timeseries["egress_bit_per_s"].tolist() == [0.0, 100e6]
+    lines, unit = egress_lines(run.timeseries)
+    assert unit == "Gbit/s" and lines[lines["series"] == "link capacity"]["value"].tolist() == [1.0, 1.0]
 
 
 def test_compare_table_and_cdfs_side_by_side(runs_dir: Path) -> None:
@@ -134,8 +159,6 @@ def test_csv_bytes_round_trip(runs_dir: Path) -> None:
 def test_a_run_recorded_before_fail_detail_still_lists_and_compares(runs_dir: Path) -> None:
     """Runs recorded before issue 14: no fail_detail column, `fail_reasons` with live sentences."""
     import json
-
-    import pyarrow.parquet as pq
 
     old = runs_dir / "fast-live"
     table = pq.read_table(old / "requests.parquet")

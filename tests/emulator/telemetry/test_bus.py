@@ -27,7 +27,7 @@ from .mqtt_helpers import client_for, next_events, run, until
 
 def messages_of(run_id: str) -> list[tuple[str, object]]:
     return [
-        ("metrics", MetricsSnapshot(run_id=run_id, t_s=1.0, ttft_p50_s=0.5, egress_mbit=12.0,
+        ("metrics", MetricsSnapshot(run_id=run_id, t_s=1.0, ttft_p50_s=0.5, egress_bit_per_s=12e6,
                                     threshold_tokens=2048, roles={"local-decode-0": "decode"})),
         ("events", RequestEvent(run_id=run_id, t_s=1.5, request_id="q1", event="first_token",
                                 route="local", node="local-decode-0", detail={"ttft_s": 0.4})),

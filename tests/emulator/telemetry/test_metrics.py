@@ -72,13 +72,13 @@ def test_request_counters() -> None:
 def test_egress_rate_between_samples() -> None:
     egress = EgressRateEstimator()
     assert egress.update(0.0, 0) == 0.0  # one sample: no rate yet
-    assert egress.update(2.0, 25_000_000) == pytest.approx(100.0)  # 200 Mbit over 2 s
-    assert egress.update(2.0, 26_000_000) == pytest.approx(100.0)  # same instant: keep the last
-    assert egress.update(3.0, 26_250_000) == pytest.approx(10.0)  # counted from t = 2.0
+    assert egress.update(2.0, 25_000_000) == pytest.approx(100e6)  # 200 Mbit over 2 s, in bit/s
+    assert egress.update(2.0, 26_000_000) == pytest.approx(100e6)  # same instant: keep the last
+    assert egress.update(3.0, 26_250_000) == pytest.approx(10e6)  # counted from t = 2.0
     assert egress.update(4.0, 1_000) == 0.0  # counter reset: re-base, never negative
-    assert egress.update(5.0, 126_000) == pytest.approx(1.0)
+    assert egress.update(5.0, 126_000) == pytest.approx(1e6)
 
 
-def test_utilization() -> None:
-    assert utilization(250.0, 1000.0) == 0.25
-    assert utilization(250.0, None) is None
+def test_utilization_takes_bit_per_s() -> None:
+    assert utilization(250e6, 1e9) == 0.25
+    assert utilization(250e6, None) is None

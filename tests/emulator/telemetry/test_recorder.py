@@ -24,13 +24,15 @@ def recorded_run(out: Path, records: list[RequestRecord]) -> dict:
     recorder = RunRecorder(out)
     for record in records:
         recorder.add_request(record)
-    recorder.add_sample(0.5, threshold_tokens=4096, egress_mbit=0.0, link_capacity_mbit=1000,
-                        queue_decode=0, ttft_p50_s=None, kv_cache_blocks=12)
+    recorder.add_sample(0.5, threshold_tokens=4096, egress_bit_per_s=0.0, link_capacity_bit_per_s=1e9,
+                        queue_decode=0, ttft_p50_s=None, num_decode_active=12)
     recorder.add_snapshot(MetricsSnapshot(
         run_id="r", t_s=1.0, ttft_p50_s=0.3, ttft_p90_s=0.9,
         requests=RequestCounts(arrived=3, completed=1, in_flight=2),
-        queues=QueueDepths(remote_prefill=2, decode=1), egress_mbit=640.0,
-        link_capacity_mbit=1000.0, link_utilization=0.64, threshold_tokens=8192))
+        queues=QueueDepths(remote_prefill=2, decode=1), egress_bit_per_s=640e6,
+        link_capacity_bit_per_s=1e9, link_utilization=0.64, threshold_tokens=8192,
+        roles={"remote-prefill-0": "prefill", "local-prefill-0": "prefill", "local-prefill-1": "prefill",
+               "local-decode-2": "decode"}))
     return recorder.finish(META, expect={"ttft_p90_s": {"max": 0.5}}, duration_s=10.0)
 
 
@@ -50,12 +52,14 @@ def test_run_dir_round_trip(tmp_path: Path, records: list[RequestRecord],
     assert summary["meta"] == META
     assert summary["expect_failures"] == ["ttft_p90_s = 0.88 > max 0.5"]
 
-    assert list(timeseries.columns) == [*TIMESERIES_COLUMNS, "kv_cache_blocks"]
+    assert list(timeseries.columns) == list(TIMESERIES_COLUMNS)
     assert timeseries["t_s"].tolist() == [0.5, 1.0]
     assert timeseries["threshold_tokens"].tolist() == [4096.0, 8192.0]
+    assert timeseries["egress_bit_per_s"].tolist() == [0.0, 640e6]
     assert timeseries["queue_remote_prefill"].isna().tolist() == [True, False]
     assert timeseries["in_flight"].tolist()[1] == 2.0
-    assert timeseries["kv_cache_blocks"].tolist()[0] == 12.0
+    assert timeseries["num_decode_active"].tolist()[0] == 12.0
+    assert timeseries["num_local_prefill"].tolist()[1] == 2.0  # the snapshot's local prefill roles
 
 
 def test_empty_run_still_writes_valid_files(tmp_path: Path,
@@ -84,8 +88,14 @@ def test_report_is_self_contained_with_every_chart(tmp_path: Path,
 
 
 def test_sample_values_must_be_numbers(tmp_path: Path) -> None:
-    with pytest.raises(TelemetryError, match="roles = "):
-        RunRecorder(tmp_path).add_sample(1.0, roles="prefill")
+    with pytest.raises(TelemetryError, match="threshold_tokens = "):
+        RunRecorder(tmp_path).add_sample(1.0, threshold_tokens="4096")
+
+
+def test_a_column_outside_the_row_definition_is_refused(tmp_path: Path) -> None:
+    """Both engines record exactly TimeseriesRow's columns: an engine's own extra is refused."""
+    with pytest.raises(TelemetryError, match="'kv_cache_blocks' is not a TimeseriesRow column"):
+        RunRecorder(tmp_path).add_sample(1.0, kv_cache_blocks=12)
 
 
 def test_load_run_refuses_missing_and_foreign_directories(tmp_path: Path,

@@ -17,12 +17,12 @@ def test_a_400_digit_threshold_sample_is_recorded_as_missing(tmp_path) -> None:
     recorder = RunRecorder(tmp_path)
     for record in hand_made_records():
         recorder.add_request(record)
-    recorder.add_sample(0.5, threshold_tokens=HUGE, egress_mbit=3.0)
-    recorder.add_sample(1.0, threshold_tokens=2048, egress_mbit=math.inf)
+    recorder.add_sample(0.5, threshold_tokens=HUGE, egress_bit_per_s=3e6)
+    recorder.add_sample(1.0, threshold_tokens=2048, egress_bit_per_s=math.inf)
     doc = recorder.finish({"engine": "live", "threshold_start": HUGE, "ratio": math.inf})
     requests, timeseries, loaded = load_run(tmp_path)
     assert len(requests) == 5 and loaded["summary"]["requests"] == 5
-    assert math.isnan(timeseries.loc[0, "threshold_tokens"]) and timeseries.loc[0, "egress_mbit"] == 3.0
+    assert math.isnan(timeseries.loc[0, "threshold_tokens"]) and timeseries.loc[0, "egress_bit_per_s"] == 3e6
     assert timeseries.loc[1, "threshold_tokens"] == 2048
     assert doc["meta"]["ratio"] is None  # JSON has no infinity
     assert any("threshold_tokens" in line for line in loaded["record_notes"])

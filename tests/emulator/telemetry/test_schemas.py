@@ -10,6 +10,7 @@ from emulator.errors import TelemetryError
 from emulator.limits import MAX_CONTROL_BYTES, MAX_NESTING, MAX_RATE_PER_S, MAX_TOKENS
 from emulator.net.spec import MAX_BANDWIDTH_MBIT, MAX_DELAY_MS, LinkSpec
 from emulator.telemetry.schemas import (
+    METRICS_VERSION,
     ControlCommand,
     ErrorEvent,
     Knob,
@@ -30,8 +31,8 @@ from emulator.telemetry.schemas import (
 SNAPSHOT = MetricsSnapshot(
     run_id="r1", t_s=12.5, ttft_p50_s=0.8, ttft_p90_s=None,
     requests=RequestCounts(arrived=10, completed=7, failed=1, in_flight=2, prfaas=4, local=6),
-    queues=QueueDepths(remote_prefill=1, local_prefill=0, decode=3), egress_mbit=420.0,
-    link_capacity_mbit=1000.0, link_utilization=0.42, retrans_rate=0.001, rtt_ms=20.4,
+    queues=QueueDepths(remote_prefill=1, local_prefill=0, decode=3), egress_bit_per_s=420e6,
+    link_capacity_bit_per_s=1e9, link_utilization=0.42, retrans_rate=0.001, rtt_ms=20.4,
     threshold_tokens=4096, roles={"local-prefill-0": "prefill", "local-decode-0": "decode"},
     link={"bandwidth_mbit": 1000.0, "delay_ms": 10.0, "jitter_ms": 0.0, "loss_pct": 0.0},
 )
@@ -60,14 +61,25 @@ def test_topics() -> None:
 @pytest.mark.parametrize(("kind", "message"), MESSAGES, ids=[type(m).__name__ for _, m in MESSAGES])
 def test_message_round_trip(kind: str, message) -> None:
     payload = message.model_dump_json().encode()
-    assert json.loads(payload)["v"] == 1
+    assert json.loads(payload)["v"] == (METRICS_VERSION if kind == "metrics" else 1)
     assert parse_message(kind, payload) == message
 
 
+def test_a_v1_metrics_payload_in_mbit_is_refused_in_one_line() -> None:
+    """Metrics v2 carries bit/s (`egress_bit_per_s`); a v1 payload (`egress_mbit`) names the version."""
+    old = {"v": 1, "run_id": "r", "t_s": 1.0, "egress_mbit": 12.0}
+    with pytest.raises(TelemetryError, match="v = 1 is invalid") as refused:
+        parse_message("metrics", json.dumps(old).encode())
+    assert "\n" not in str(refused.value)
+
+
 def test_message_with_unknown_field_or_version_is_refused() -> None:
-    data = SNAPSHOT.model_dump() | {"v": 2}
-    with pytest.raises(TelemetryError, match="v = 2"):
+    data = SNAPSHOT.model_dump() | {"v": 3}
+    with pytest.raises(TelemetryError, match="v = 3"):
         parse_message("metrics", json.dumps(data).encode())
+    with pytest.raises(TelemetryError, match="v = 2"):
+        parse_message("status", json.dumps({"v": 2, "run_id": "r", "t_s": 0, "state": "running",
+                                            "engine": "live"}).encode())
     with pytest.raises(TelemetryError, match="extra is not a known field"):
         parse_message("status", json.dumps({"run_id": "r", "t_s": 0, "state": "running",
                                             "engine": "live", "extra": 1}).encode())

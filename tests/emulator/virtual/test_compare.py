@@ -7,6 +7,9 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from emulator.cli import compare as compare_cli
@@ -14,6 +17,7 @@ from emulator.compare import compare_runs, format_table
 from emulator.control.types import FailReason
 from emulator.errors import TelemetryError
 from emulator.scenario import Scenario
+from emulator.telemetry.recorder import load_run
 from emulator.virtual.engine import run_virtual
 
 
@@ -33,6 +37,15 @@ def test_compare_lines_up_the_summaries_with_relative_differences(two_runs: tupl
     assert comparison.ttft_a.size == comparison.ttft_b.size > 0
     table = format_table(comparison)
     assert "TTFT P90 (s)" in table and "a (virtual)" in table and "%" in table
+
+
+def test_a_run_recorded_in_mbit_still_compares(two_runs: tuple[Path, Path]) -> None:
+    """A run written before bit/s: its timeseries holds egress_mbit (read back as egress_bit_per_s)."""
+    old = pd.DataFrame({"t_s": [0.0, 1.0], "egress_mbit": [0.0, 80.0], "link_capacity_mbit": [10000.0, 10000.0]})
+    pq.write_table(pa.Table.from_pandas(old, preserve_index=False), two_runs[0] / "timeseries.parquet")
+    assert load_run(two_runs[0])[1]["egress_bit_per_s"].tolist() == [0.0, 80e6]
+    comparison = compare_runs(*two_runs)
+    assert comparison.row("ttft_mean_s").a is not None and comparison.ttft_a.size > 0
 
 
 def test_the_command_prints_the_table_and_writes_both_cdfs(two_runs: tuple[Path, Path], tmp_path: Path,
