@@ -36,9 +36,11 @@ COMPILED = (
     "emulator/virtual/core.py", "emulator/virtual/link.py", "emulator/virtual/nodes.py",
     "emulator/virtual/gateway.py", "emulator/virtual/loops.py", "emulator/virtual/costs.py",
     "emulator/control/router.py", "emulator/control/prefix_cache.py", "emulator/control/estimators.py",
-    "emulator/control/scheduler.py", "emulator/telemetry/records.py", "emulator/telemetry/metrics.py",
+    "emulator/control/scheduler.py", "emulator/control/placement.py", "emulator/telemetry/records.py",
+    "emulator/telemetry/metrics.py", "emulator/run/journey.py", "emulator/run/board.py", "emulator/run/core.py",
+    "emulator/run/ttft_window.py", "emulator/run/workload_clock.py",
 )
-PACKAGES = ("emulator.control", "emulator.telemetry", "emulator.virtual")
+PACKAGES = ("emulator.control", "emulator.telemetry", "emulator.virtual", "emulator.run")
 MYPY_OPTIONS = ("--ignore-missing-imports", "--follow-imports=silent")
 RUNS_AS_BEFORE = "interpreted: not activated (only the virtual engine's entry points activate the build)"
 RUNS_AS = RUNS_AS_BEFORE

@@ -1,8 +1,10 @@
-"""The live gateway: admits each request, asks the control plane where it goes, hands it to workers,
-and follows it to its end over the workers' control connections.
+"""The live gateway: the live engine's mechanics around the run core (emulator.run). The core
+routes, places, retries, ends each request once and keeps the node board; this module turns its
+answers into commands to the workers, and the workers' reports (over their control connections,
+stamped on the shared monotonic clock) into the core's events.
 
-Policy lives in the control plane (router, prefix index, scheduler); this module is the mechanism:
-wire ids, retries, node loss, lifecycle events. Every request ends `completed` or `failed` once.
+Every attempt gets a fresh wire id (`rid`), so a late report from an attempt already given up on
+is recognised and ignored.
 """
 
 from __future__ import annotations
@@ -14,16 +16,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from emulator.control.prefix_cache import PrefixCacheIndex
-from emulator.control.router import Router
-from emulator.control.scheduler import DualTimescaleScheduler
+from emulator.control.router import RouteDecision
 from emulator.control.types import Cluster, FailReason, RequestSpec, Role
 from emulator.errors import PrfaasError
-from emulator.live import protocol as p
 from emulator.live.nodes import NodeState, NodeTable
-from emulator.live.tracker import MAX_ATTEMPTS, RequestState, Tracker
-from emulator.telemetry.metrics import RequestCounters, SlidingWindow
-from emulator.telemetry.schemas import RequestEvent
+from emulator.plane import ControlPlane
+from emulator.run.core import RunCore
+from emulator.run.journey import ENDED, TRANSFERRING, Journey
+from emulator.run.ttft_window import TtftWindow
+from emulator.telemetry.schemas import RequestCounts, RequestEvent
+from emulator.wire import protocol as p
 from emulator.workload.tokens import synthesize_tokens
 
 log = logging.getLogger(__name__)
@@ -46,16 +48,19 @@ class Gateway:
     """Dispatch and bookkeeping. `kv_target(cluster, port)` says where a prefill worker in
     `cluster` connects to reach a decode worker's KV port; the launcher knows the topology."""
 
-    def __init__(self, settings: GatewaySettings, router: Router, index: PrefixCacheIndex,
-                 scheduler: DualTimescaleScheduler | None, nodes: NodeTable,
+    def __init__(self, settings: GatewaySettings, plane: ControlPlane, nodes: NodeTable,
                  kv_target: Callable[[Cluster, int], tuple[str, int]], events: EventSink) -> None:
-        self.settings, self.router, self.index, self.scheduler = settings, router, index, scheduler
-        self.nodes, self.kv_target, self.events = nodes, kv_target, events
-        self.tracker = Tracker()
-        self.counters = RequestCounters()
-        self.ttft = SlidingWindow(30.0)
+        self.settings, self.nodes, self.kv_target, self.events = settings, nodes, kv_target, events
+        self.router, self.scheduler = plane.router, plane.scheduler
+        self.board = nodes.board
+        self.core = RunCore(plane.router, plane.index, plane.scheduler, self.board,
+                            block_tokens=settings.block_tokens)
+        for slot in self.board.slots:  # up once its worker has connected and proven who it is
+            self.board.set_up(slot, False)
+        self.by_rid: dict[int, Journey] = {}  # every attempt's wire id -> its journey
+        self.tokens: dict[str, list[int]] = {}  # request id -> generated tokens, once completed
+        self._next_rid = 1
         self.t0 = time.monotonic()
-        self.is_stopping = False
         self.changed = asyncio.Event()  # set whenever a request ends or a node comes or goes
 
     def now(self) -> float:
@@ -65,52 +70,50 @@ class Gateway:
         """A worker's monotonic stamp as seconds since the run started (CLOCK_MONOTONIC is shared)."""
         return t_monotonic - self.t0
 
+    @property
+    def ttft(self) -> TtftWindow:
+        return self.core.ttft
+
+    def counts(self) -> RequestCounts:
+        core = self.core
+        return RequestCounts(arrived=core.num_arrived, completed=core.num_completed, failed=core.num_failed,
+                             in_flight=core.in_flight, prfaas=core.num_prfaas, local=core.num_local)
+
     # ---- admission and dispatch ----
 
-    async def admit(self, spec: RequestSpec) -> RequestState:
+    async def admit(self, spec: RequestSpec) -> Journey:
         now = self.now()
-        state = self.tracker.arrive(spec, now)
-        self.counters.on_arrived()
-        if self.scheduler is not None:
-            self.scheduler.observe_arrival(now, spec.input_len)
-        await self._event(state, "arrived", detail={"input_len": spec.input_len})
-        await self.dispatch(state)
-        return state
+        journey = self.core.arrive(spec, now)
+        await self._event(journey, "arrived", detail={"input_len": spec.input_len})
+        await self.dispatch(journey, self.core.route(journey, now))
+        return journey
 
-    async def dispatch(self, state: RequestState) -> None:
-        """Route and hand out one attempt; a request nothing can take ends failed with the reason."""
-        rid = self.tracker.new_attempt(state)
-        decision = self.router.decide(state.spec, self.nodes.prefill_loads(), self.now())
-        if decision.route is None or decision.node is None:
-            await self.fail(state, FailReason.NO_PREFILL_NODE, decision.reason)
+    async def dispatch(self, journey: Journey, decision: RouteDecision | None) -> None:
+        """Hand a routed attempt out: its decode node is placed now, since the prefill worker
+        streams the KV straight to it. A request nothing can take has ended failed."""
+        if decision is None or self.core.place_decode(journey, self.now()) < 0:
+            await self._ended(journey)
             return
-        prefill, decode = self.nodes.get(decision.node), self.nodes.pick_decode()
-        if prefill is None:
-            await self.fail(state, FailReason.NO_PREFILL_NODE, f"{decision.node} is unknown")
-            return
-        if decode is None or decode.kv_port is None:
-            await self.fail(state, FailReason.NO_DECODE_NODE, "no decode node is up" if decode is None
-                            else f"{decode.name} has no KV port")
-            return
-        state.decision, state.prefill_node, state.decode_node = decision, prefill.name, decode.name
-        if state.attempts == 1:
-            self.counters.on_routed(decision.route.value)
+        prefill, decode = self.nodes.at(journey.prefill_slot), self.nodes.at(journey.decode_slot)
+        rid, self._next_rid = self._next_rid, self._next_rid + 1
+        journey.handle, self.by_rid[rid] = rid, journey
         try:
-            command = self._prefill_command(state, rid, decode, prefill.cluster)
+            command = self._prefill_command(journey, decision, rid, decode, prefill.cluster)
         except (ValueError, PrfaasError) as err:  # pydantic's ValidationError is a ValueError
-            await self.fail(state, FailReason.REFUSED, f"prefill command: {err}".replace("\n", "; "))
+            self.core.fail(journey, FailReason.REFUSED, f"prefill command: {err}".replace("\n", "; "), self.now())
+            await self._ended(journey)
             return
-        prefill.prefill_rids.add(rid)
-        prefill.prefill_tokens[rid] = decision.incremental_len
-        decode.decode_rids.add(rid)
-        await self._event(state, "routed", node=prefill.name, reason=decision.reason)
+        await self._event(journey, "routed", node=prefill.name, reason=decision.reason)
         if not await prefill.send(command):
             await self.node_lost(prefill, "its control connection is closed")
 
-    def _prefill_command(self, state: RequestState, rid: int, decode: NodeState, cluster: Cluster) -> p.Prefill:
-        spec, block = state.spec, self.settings.block_tokens
+    def _prefill_command(self, journey: Journey, decision: RouteDecision, rid: int, decode: NodeState,
+                         cluster: Cluster) -> p.Prefill:
+        spec, block = journey.spec, self.settings.block_tokens
+        if decode.kv_port is None:
+            raise PrfaasError(f"{decode.name} has no KV port")
         tokens = synthesize_tokens(spec, block, self.settings.seed)
-        cached = state.decision.cached_len if state.decision is not None else 0
+        cached = decision.cached_len
         resume = cached if 0 < cached < spec.input_len and cached % MIN_BLOCK == 0 and cached % block == 0 else 0
         full_blocks = min(spec.input_len // block, len(spec.block_hashes))
         store = ([(full_blocks * block, _key(spec.block_hashes[full_blocks - 1]))]
@@ -131,137 +134,148 @@ class Gateway:
         if isinstance(msg, p.RoleSet):
             self._on_role_set(node, Role(msg.role))
             return
-        if isinstance(msg, p.TransferDone) and self.tracker.get(msg.rid) is None:
-            # the DONE reply often returns after the decode side already finished the request
-            self.tracker.late_transfer(msg.rid, self.rel(msg.t_start), self.rel(msg.t_end))
+        rid = getattr(msg, "rid", -1)
+        journey = self.by_rid.get(rid)
+        if journey is None or journey.handle != rid:
+            return  # not an attempt of this run, or a retried one: nothing to update
+        if journey.stage == ENDED:
+            if isinstance(msg, p.TransferDone):  # DONE often comes after the decode side finished
+                self.core.late_transfer(journey, self.rel(msg.t_start), self.rel(msg.t_end))
             return
-        state = self.tracker.get(getattr(msg, "rid", -1))
-        if state is None:
-            return  # a stale attempt (retried or failed already): nothing to update
         handler = {p.PrefillStarted: self._on_prefill_started, p.PrefillDone: self._on_prefill_done,
                    p.TransferDone: self._on_transfer_done, p.FirstToken: self._on_first_token,
                    p.Completed: self._on_completed, p.Failed: self._on_failed}.get(type(msg))
         if handler is not None:
-            await handler(node, state, msg)
+            await handler(node, journey, msg)
 
-    async def _on_prefill_started(self, node: NodeState, state: RequestState, msg: p.PrefillStarted) -> None:
-        state.prefill_start_s = self.rel(msg.t)
-        await self._event(state, "prefill_start", node=node.name)
+    async def _on_prefill_started(self, node: NodeState, journey: Journey, msg: p.PrefillStarted) -> None:
+        self.core.prefill_started(journey, self.rel(msg.t))
+        await self._event(journey, "prefill_start", node=node.name)
 
-    async def _on_prefill_done(self, node: NodeState, state: RequestState, msg: p.PrefillDone) -> None:
-        state.prefill_end_s, state.cached_len = self.rel(msg.t_end), msg.cached_len
-        state.kv_bytes, state.first_token = msg.kv_bytes, msg.first_token
-        node.prefill_rids.discard(msg.rid)
-        node.prefill_tokens.pop(msg.rid, None)
-        spec, block = state.spec, self.settings.block_tokens
-        full_blocks = min(spec.input_len // block, len(spec.block_hashes))
-        if full_blocks:
-            self.index.insert(node.node, spec.block_hashes[:full_blocks], self.now())
-        if self.scheduler is not None:
-            self.scheduler.observe_prefill(node.cluster, spec.input_len - msg.cached_len,
-                                           msg.t_end - msg.t_start, self.now())
-        await self._event(state, "prefill_end", node=node.name,
+    async def _on_prefill_done(self, node: NodeState, journey: Journey, msg: p.PrefillDone) -> None:
+        journey.cached_len, journey.kv_bytes = msg.cached_len, msg.kv_bytes  # what the worker really did
+        self.core.prefill_finished(journey, self.now(), msg.t_end - msg.t_start)
+        journey.prefill_end_s = self.rel(msg.t_end)
+        await self._event(journey, "prefill_end", node=node.name,
                           detail={"kv_bytes": msg.kv_bytes, "cached_len": msg.cached_len})
-        decode = self.nodes.get(state.decode_node or "")
+        spec, decode = journey.spec, self.nodes.at(journey.decode_slot)
         command = p.Decode(rid=msg.rid, first_token=msg.first_token, output_len=spec.output_len,
                            prompt_len=spec.input_len)
-        if decode is None or not await decode.send(command):
-            await self.retry_or_fail(state, FailReason.WORKER_LOST, f"decode node {state.decode_node} is gone")
+        if not await decode.send(command):
+            await self.retry_or_fail(journey, FailReason.WORKER_LOST, f"decode node {decode.name} is gone")
+        await self._flip_due()
 
-    async def _on_transfer_done(self, node: NodeState, state: RequestState, msg: p.TransferDone) -> None:
-        state.transfer_start_s, state.transfer_end_s = self.rel(msg.t_start), self.rel(msg.t_end)
+    async def _on_transfer_done(self, node: NodeState, journey: Journey, msg: p.TransferDone) -> None:
         if msg.status == "failed":
-            await self.retry_or_fail(state, msg.reason or FailReason.TRANSFER_FAILED,
+            journey.transfer_start_s, journey.transfer_end_s = self.rel(msg.t_start), self.rel(msg.t_end)
+            await self.retry_or_fail(journey, msg.reason or FailReason.TRANSFER_FAILED,
                                      f"transfer from {node.name}: {msg.detail}")
             return
-        await self._event(state, "transfer_end", node=node.name)
+        if journey.stage == TRANSFERRING:
+            self.core.kv_arrived(journey, self.rel(msg.t_end))
+        journey.transfer_start_s, journey.transfer_end_s = self.rel(msg.t_start), self.rel(msg.t_end)
+        await self._event(journey, "transfer_end", node=node.name)
 
-    async def _on_first_token(self, node: NodeState, state: RequestState, msg: p.FirstToken) -> None:
-        state.first_token_s = self.rel(msg.t)
-        await self._event(state, "first_token", node=node.name,
-                          detail={"ttft_s": state.first_token_s - state.arrival_s})
+    async def _on_first_token(self, node: NodeState, journey: Journey, msg: p.FirstToken) -> None:
+        t = self.rel(msg.t)
+        if journey.stage == TRANSFERRING:  # the decode side has the KV before its sender said DONE
+            self.core.kv_arrived(journey, t)
+        self.core.first_token(journey, t)
+        await self._event(journey, "first_token", node=node.name, detail={"ttft_s": t - journey.arrival_s})
 
-    async def _on_completed(self, node: NodeState, state: RequestState, msg: p.Completed) -> None:
-        node.decode_rids.discard(msg.rid)
-        state.tokens = list(msg.tokens)
-        record = self.tracker.finish(state, self.rel(msg.t), tpot_s=msg.tpot_s)
+    async def _on_completed(self, node: NodeState, journey: Journey, msg: p.Completed) -> None:
+        # the gateway's clock ends it: workers' stamps may arrive out of order for the TTFT window
+        record = self.core.completed(journey, self.now(), msg.tpot_s)
         if record is not None:
-            self.counters.on_completed()
-            if record.ttft_s is not None:  # the gateway's clock: workers' stamps may arrive out of order
-                self.ttft.add(self.now(), record.ttft_s)
-            await self._event(state, "completed", node=node.name, detail={"ttft_s": record.ttft_s or 0.0})
+            self.tokens[journey.spec.id] = list(msg.tokens)
+            await self._event(journey, "completed", node=node.name, detail={"ttft_s": record.ttft_s or 0.0})
         self.changed.set()
+        await self._flip_due()
 
-    async def _on_failed(self, node: NodeState, state: RequestState, msg: p.Failed) -> None:
-        await self.retry_or_fail(state, msg.reason, f"{msg.stage} on {node.name}: {msg.detail}")
+    async def _on_failed(self, node: NodeState, journey: Journey, msg: p.Failed) -> None:
+        await self.retry_or_fail(journey, msg.reason, f"{msg.stage} on {node.name}: {msg.detail}")
 
     def _on_role_set(self, node: NodeState, role: Role) -> None:
         if role is not node.role:
-            self.index.drop_node(node.node)  # its prefix entries belonged to the old role
-        node.role, node.is_draining = role, False
+            self.core.flipped(node.slot)
         log.info("%s now serves as %s", node.spawn_name, role.value)
         self.changed.set()
 
     # ---- failures ----
 
-    async def retry_or_fail(self, state: RequestState, reason: FailReason, detail: str) -> None:
+    async def retry_or_fail(self, journey: Journey, reason: FailReason, detail: str) -> None:
         """Give the request another attempt elsewhere, or end it failed with `reason` (and `detail`)."""
-        if state.is_done:
+        if journey.stage == ENDED:
             return
-        await self._release(state)
-        if state.attempts < MAX_ATTEMPTS and not self.is_stopping:
-            log.info("request %s: %s; retrying (attempt %d)", state.spec.id, detail, state.attempts + 1)
-            await self.dispatch(state)
+        await self._let_go(journey)
+        decision = self.core.retry_or_fail(journey, reason, detail, self.now())
+        if journey.stage == ENDED:
+            await self._ended(journey)
         else:
-            await self.fail(state, reason, detail)
+            log.info("request %s: %s; retrying (attempt %d)", journey.spec.id, detail, journey.attempts)
+            await self.dispatch(journey, decision)
 
-    async def _release(self, state: RequestState) -> None:
-        """Take the attempt off its nodes; the decode node drops whatever it holds for it."""
-        rid = state.rid
-        for name in (state.prefill_node, state.decode_node):
-            node = self.nodes.get(name or "")
-            if node is None or rid is None:
-                continue
-            node.prefill_rids.discard(rid)
-            node.prefill_tokens.pop(rid, None)
-            if rid in node.decode_rids:
-                node.decode_rids.discard(rid)
-                if node.is_up:
-                    await node.send(p.Cancel(rid=rid))
+    async def _let_go(self, journey: Journey) -> None:
+        """The decode node drops whatever it holds for the attempt."""
+        rid, slot = journey.handle, journey.decode_slot
+        if isinstance(rid, int) and slot >= 0:
+            decode = self.nodes.at(slot)
+            if decode.is_up:
+                await decode.send(p.Cancel(rid=rid))
 
-    async def fail(self, state: RequestState, reason: FailReason, detail: str) -> None:
-        await self._release(state)
-        if self.tracker.finish(state, self.now(), fail_reason=reason, fail_detail=detail) is not None:
-            self.counters.on_failed()
-            await self._event(state, "failed", reason=f"{reason.value}: {detail}")
+    async def _ended(self, journey: Journey) -> None:
+        record = journey.record
+        if record is not None and record.fail_reason is not None:
+            await self._event(journey, "failed", reason=f"{record.fail_reason}: {record.fail_detail}")
+        self.changed.set()
+
+    async def node_joined(self, node: NodeState) -> None:
+        """A worker connected and proved who it is: it takes work again."""
+        node.is_up = True
+        self.core.node_up(node.slot)
         self.changed.set()
 
     async def node_lost(self, node: NodeState, why: str) -> None:
         """A worker went away: everything it held is retried elsewhere or failed."""
         if not node.is_up:
             return
-        (log.info if self.is_stopping else log.warning)("%s lost: %s", node.name, why)
+        (log.info if self.core.is_stopping else log.warning)("%s lost: %s", node.name, why)
         node.is_up, node.writer = False, None
-        self.index.drop_node(node.node)
-        held = [s for s in self.tracker.open if s.rid in node.prefill_rids | node.decode_rids]
-        node.prefill_rids.clear()
-        node.prefill_tokens.clear()
-        node.decode_rids.clear()
-        for state in held:
-            await self.retry_or_fail(state, FailReason.WORKER_LOST, f"worker lost: {node.name} ({why})")
+        for journey in self.core.node_down(node.slot):
+            await self.retry_or_fail(journey, FailReason.WORKER_LOST, f"worker lost: {node.name} ({why})")
         self.changed.set()
 
     async def fail_open(self, reason: FailReason, detail: str) -> None:
         """End every request still open (the run is over or interrupted)."""
-        self.is_stopping = True
-        for state in self.tracker.open:
-            await self.fail(state, reason, detail)
+        for journey in self.core.fail_open(reason, detail, self.now()):
+            await self._let_go(journey)
+            await self._ended(journey)
 
-    async def _event(self, state: RequestState, event: str, node: str | None = None,
+    # ---- role flips: the core drains, the worker flips ----
+
+    async def request_flip(self, slot: int, role: Role) -> bool:
+        asked = self.core.request_flip(slot, role)
+        await self._flip_due()
+        return asked
+
+    async def set_split(self, target: int) -> str:
+        words = self.core.set_split(target)
+        await self._flip_due()
+        return words
+
+    async def _flip_due(self) -> None:
+        """Tell each drained node to take its new role; it answers RoleSet (then `flipped`)."""
+        for slot in self.board.take_flips():
+            node = self.nodes.at(slot)
+            to_role = Role.DECODE if node.role is Role.PREFILL else Role.PREFILL
+            if not await node.send(p.SetRole(role=to_role.value)):
+                await self.node_lost(node, "its control connection is closed")
+
+    async def _event(self, journey: Journey, event: str, node: str | None = None,
                      reason: str | None = None, detail: dict[str, float] | None = None) -> None:
         await self.events.publish_event(RequestEvent(
-            run_id=self.settings.run_id, t_s=max(self.now(), 0.0), request_id=state.spec.id, event=event,
-            route=state.route, node=node, reason=reason, detail=detail or {}))
+            run_id=self.settings.run_id, t_s=max(self.now(), 0.0), request_id=journey.spec.id, event=event,
+            route=journey.route, node=node, reason=reason, detail=detail or {}))
 
 
 def _key(block_hash: int) -> str:

@@ -30,19 +30,16 @@ class Knobs:
 
     async def apply_command(self, command: ControlCommand) -> str:
         """One MQTT control message; returns what changed, in words."""
-        return await self._perform(registry.apply_command(
+        return await self.perform(registry.apply_command(
             self.state, command, link=self.link(), has_scheduler=self.has_scheduler))
 
     async def apply_setting(self, path: str, value: Any) -> str:
         """One `set:` entry of the scenario timeline."""
-        return await self._perform(registry.apply_setting(
+        return await self.perform(registry.apply_setting(
             self.state, path, value, link=self.link(), has_scheduler=self.has_scheduler))
 
-    async def change_link(self, changes: dict[str, Any]) -> str:
-        """A timeline `link:` event: these fields change, the rest stay."""
-        return await self._perform(registry.link_change(self.link(), changes))
-
-    async def _perform(self, effect: KnobEffect) -> str:
+    async def perform(self, effect: KnobEffect) -> str:
+        """Carry out what a knob asks of the live mechanics; returns its words."""
         match effect.action:
             case SetLink(spec=spec):
                 await self.update_link(spec)

@@ -13,9 +13,8 @@ import statistics
 from collections.abc import Awaitable, Callable
 
 from emulator.control.scheduler import RoleChange, ThresholdChange
-from emulator.control.types import RequestSpec, Role
+from emulator.control.types import RequestSpec
 from emulator.errors import PrfaasError
-from emulator.live import protocol as p
 from emulator.live.gateway import Gateway
 from emulator.live.knobs import Knobs
 from emulator.live.launcher import WorkerProcesses
@@ -24,10 +23,14 @@ from emulator.live.teardown import BUDGET_S, Step, in_thread, settle
 from emulator.net.backend import TO_LOCAL
 from emulator.net.spec import LinkSpec
 from emulator.net.topology import Topology
+from emulator.run import feed, timeline
+from emulator.run.feed import Interval
+from emulator.run.timeline import NodeAction
 from emulator.scenario import Scenario
 from emulator.telemetry.bus import TelemetryBus
 from emulator.telemetry.metrics import EgressRateEstimator, utilization
 from emulator.telemetry.schemas import MetricsSnapshot, QueueDepths
+from emulator.telemetry.timeseries import BIT_PER_MBIT
 
 log = logging.getLogger(__name__)
 METRICS_PERIOD_S = 0.5  # >= 2 Hz, as design.md asks
@@ -45,7 +48,7 @@ class RunLoops:
         arrival = scenario.workload.arrival
         self.clock = WorkloadClock(arrival.rate_per_s if arrival is not None else None)
         self.knobs = Knobs(gateway.router, gateway.scheduler, self.clock, lambda: topology.spec,
-                           self._update_link, self.set_prefill_instances)
+                           self._update_link, gateway.set_split)
         self.egress = EgressRateEstimator()
         self.snapshots: list[MetricsSnapshot] = []  # the recorded timeseries: one per METRICS_PERIOD_S
         self.latest: MetricsSnapshot | None = None  # what was last published (knobs publish at once)
@@ -84,12 +87,12 @@ class RunLoops:
             for task in tasks:  # a loop that died is a bug: end the run loudly, not at the deadline
                 if task.done() and not task.cancelled() and task.exception() is not None:
                     raise task.exception()
-            ended = len(gateway.tracker.records)
+            ended = len(gateway.core.records)
             if progress is not None:
                 progress(ended, total, gateway.now())
             if stop.is_set():
                 return "run interrupted by a signal before this request ended"
-            if self._arrivals_done.is_set() and not gateway.tracker.open:
+            if self._arrivals_done.is_set() and not gateway.core.open:
                 return "run ended"
             if gateway.now() > deadline:
                 return (f"run ended: not finished within {DRAIN_S:g} s "
@@ -115,22 +118,20 @@ class RunLoops:
             await asyncio.sleep(max(0.0, event.at_s - self.gateway.now()))
             if self._ended.is_set():
                 return
+            if event.burst is not None:
+                continue  # part of the arrivals already
+            plan = timeline.interpret(event, self.gateway.router.state, self.topology.spec,
+                                      has_scheduler=self.gateway.scheduler is not None)
+            self.gateway.core.refresh_feed()
+            done, refused = [], plan.refused
             try:
-                if event.link is not None:
-                    what = await self.knobs.change_link(event.link)
-                elif event.set is not None:
-                    what = "; ".join([await self.knobs.apply_setting(k, v) for k, v in event.set.items()])
-                elif event.kill is not None:
-                    ok = self.workers.kill(self._spawn_name(event.kill))
-                    what = f"kill {event.kill}: {'done' if ok else 'not running'}"
-                elif event.restart is not None:
-                    ok = self.workers.restart(self._spawn_name(event.restart))
-                    what = f"restart {event.restart}: {'started' if ok else 'still running'}"
-                else:
-                    continue  # bursts are part of the arrivals already
+                for step in plan.steps:
+                    done.append(await self._node_action(step) if isinstance(step, NodeAction)
+                                else await self.knobs.perform(step))
             except PrfaasError as err:
-                what = f"refused: {err}"
-            self._note(f"t={self.gateway.now():.1f}s timeline: {what}", self.knob_changes)
+                refused = str(err)
+            self._note(timeline.note(self.gateway.now(), "timeline", timeline.words(done, refused)),
+                       self.knob_changes)
             await self._snapshot(record=False)
 
     async def _update_link(self, spec: LinkSpec) -> None:
@@ -138,9 +139,14 @@ class RunLoops:
         machine, and metrics, knobs and workers must keep flowing meanwhile."""
         await in_thread(lambda: self.topology.update(spec))
 
-    def _spawn_name(self, name: str) -> str:
-        node = self.gateway.nodes.get(name)
-        return node.spawn_name if node is not None else name
+    async def _node_action(self, action: NodeAction) -> str:
+        """Kill or restart a worker's process; its connection closing (or a new hello) tells the
+        gateway, which hands the run core the node loss (or return)."""
+        node = self.gateway.nodes.get(action.node)
+        spawn_name = node.spawn_name if node is not None else str(action.node)
+        if action.kill:
+            return f"kill {action.node}: {'done' if self.workers.kill(spawn_name) else 'not running'}"
+        return f"restart {action.node}: {'started' if self.workers.restart(spawn_name) else 'still running'}"
 
     async def _commands(self) -> None:
         async for command in self.bus.commands():
@@ -150,7 +156,8 @@ class RunLoops:
                 what = await self.knobs.apply_command(command)
             except PrfaasError as err:
                 what = f"refused {command.knob.value}: {err}"
-            self._note(f"t={self.gateway.now():.1f}s control: {what}", self.knob_changes)
+            self.gateway.core.refresh_feed()
+            self._note(timeline.note(self.gateway.now(), "control", what), self.knob_changes)
             # publish the effect at once (knob-to-effect is measured on it); the recorded timeseries
             # keeps its METRICS_PERIOD_S cadence, so a flood of commands cannot grow it
             await self._snapshot(record=False)
@@ -169,13 +176,14 @@ class RunLoops:
         if counters is not None:
             self.link_bytes_to_local = counters.bytes
         egress = self.egress.update(max(now, 0.0), counters.bytes if counters else 0)
+        capacity = None if spec.bandwidth_mbit is None else spec.bandwidth_mbit * BIT_PER_MBIT
         retrans, rtt = self._link_view()
         depths = gateway.nodes.queue_depths()
         snapshot = MetricsSnapshot(
             run_id=gateway.settings.run_id, t_s=max(now, 0.0),
             ttft_p50_s=gateway.ttft.percentile(50, now), ttft_p90_s=gateway.ttft.percentile(90, now),
-            requests=gateway.counters.snapshot(), queues=QueueDepths(**depths), egress_mbit=egress,
-            link_capacity_mbit=spec.bandwidth_mbit, link_utilization=utilization(egress, spec.bandwidth_mbit),
+            requests=gateway.counts(), queues=QueueDepths(**depths), egress_bit_per_s=egress,
+            link_capacity_bit_per_s=capacity, link_utilization=utilization(egress, capacity),
             retrans_rate=retrans, rtt_ms=rtt, threshold_tokens=gateway.router.config.threshold_tokens,
             roles=gateway.nodes.roles(), link=_link_fields(spec),
         )
@@ -193,51 +201,37 @@ class RunLoops:
         return statistics.fmean(s.retrans_rate for s in links), max(s.rtt_ms for s in links)
 
     async def _schedule(self) -> None:
-        scheduler = self.gateway.scheduler
-        if scheduler is None:
+        if self.gateway.scheduler is None:
             return
         while not self._ended.is_set():
             await asyncio.sleep(SCHEDULER_PERIOD_S)
-            self._observe(scheduler)
-            for decision in scheduler.tick(self.gateway.now()):
+            scheduler, interval, now = self.gateway.core.fed, self._interval(), self.gateway.now()
+            if scheduler is None or interval is None:
+                continue  # every loop is off, or nothing measured yet
+            for decision in feed.tick(scheduler, now, interval):
                 await self._apply(decision)
 
-    def _observe(self, scheduler) -> None:
-        now, snapshot = self.gateway.now(), self.latest
+    def _interval(self) -> Interval | None:
+        """The last interval as the scheduler reads it: the remote senders' TCP view of the link
+        (the link counters' egress before any sender reported) and the pools' queues."""
+        snapshot = self.latest
         if snapshot is None:
-            return
+            return None
         links = [n.stats.link for n in self.gateway.nodes if n.stats and n.stats.link and n.cluster.value == "remote"]
-        goodput = sum(s.goodput_bytes_per_s for s in links) or snapshot.egress_mbit * 1e6 / 8
+        goodput = sum(s.goodput_bytes_per_s for s in links) or snapshot.egress_bit_per_s / 8
         inflation = max((s.rtt_inflation for s in links), default=1.0)
-        scheduler.observe_link(now, goodput, snapshot.link_utilization or 0.0, snapshot.retrans_rate or 0.0,
-                               max(inflation, 1.0))
         q = snapshot.queues
-        scheduler.observe_queues(now, q.remote_prefill, q.local_prefill, q.decode)
+        return Interval(goodput, snapshot.link_utilization or 0.0, snapshot.retrans_rate or 0.0, inflation,
+                        q.remote_prefill, q.local_prefill, q.decode)
 
     async def _apply(self, decision: ThresholdChange | RoleChange) -> None:
-        """A threshold change is in the control state already (the scheduler wrote it there)."""
+        """A threshold change is in the control state already (the scheduler wrote it there); a
+        role change drains the node first (the run core flips it once it holds nothing)."""
         if isinstance(decision, RoleChange):
-            await self._flip(decision.node, decision.to_role)
-        self._note(f"t={self.gateway.now():.1f}s scheduler: {decision.reason}", self.decisions)
-
-    async def _flip(self, node_id, role: Role) -> bool:
-        """Drain, then flip: the node takes no new work; the worker finishes what it holds first."""
-        node = self.gateway.nodes.get(node_id)
-        if node is None or not node.is_up or node.role is role:
-            return False
-        node.is_draining = True
-        return await node.send(p.SetRole(role=role.value))
-
-    async def set_prefill_instances(self, target: int) -> str:
-        """Flip local nodes toward `target` prefill instances (lowest decode / highest prefill first)."""
-        local = sorted((n for n in self.gateway.nodes if n.cluster.value == "local"), key=lambda n: n.index)
-        prefill = [n for n in local if n.role is Role.PREFILL]
-        decode = [n for n in local if n.role is Role.DECODE]
-        flips = ([(n, Role.PREFILL) for n in decode[: max(0, target - len(prefill))]] +
-                 [(n, Role.DECODE) for n in reversed(prefill)][: max(0, len(prefill) - target)])
-        for node, role in flips:
-            await self._flip(node.node, role)
-        return f"local prefill instances {len(prefill)} -> {target} ({len(flips)} flips, drained first)"
+            slot = self.gateway.board.slot_of(decision.node)
+            if slot >= 0:
+                await self.gateway.request_flip(slot, decision.to_role)
+        self._note(timeline.note(self.gateway.now(), "scheduler", decision.reason), self.decisions)
 
     def _note(self, line: str, into: list[str]) -> None:
         log.info("%s", line)

@@ -1,48 +1,51 @@
-"""The gateway's view of its workers: connection, role, what each holds, and the last stats.
-
-Load is what the gateway itself handed out and has not heard back about, so it is exact and needs
-no polling; the worker's `stats` add the link view (goodput, retransmits) of prefill nodes.
+"""The gateway's hands on its workers: each one's control connection, KV port, process and last
+stats. Role, up/draining and what each node holds are the run core's (emulator.run.board): this
+table reads them from there, so the live and virtual engines weigh and name nodes alike.
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 
-from emulator.control.router import NodeLoad
 from emulator.control.types import Cluster, NodeId, Role
-from emulator.live import protocol as p
+from emulator.run.board import NodeBoard
+from emulator.wire import protocol as p
 
 
 @dataclass(slots=True)
 class NodeState:
-    """One worker. Its slot (cluster, index) is fixed; its role, and so its NodeId, may flip."""
+    """One worker at a fixed slot of the board; its role, and so its NodeId, may flip."""
 
-    cluster: Cluster
-    index: int
-    role: Role
+    board: NodeBoard
+    slot: int
     spawn_name: str  # the --node it was started with: a restarted worker keeps it
     writer: asyncio.StreamWriter | None = None
     kv_port: int | None = None
     pid: int | None = None
-    is_up: bool = False
-    is_draining: bool = False  # a role flip is pending: no new work
-    prefill_rids: set[int] = field(default_factory=set)  # prefills handed out, not yet done
-    prefill_tokens: dict[int, int] = field(default_factory=dict)  # rid -> incremental tokens
-    decode_rids: set[int] = field(default_factory=set)  # decodes handed out, not yet ended
+    is_up: bool = False  # connected and proven: the board hears of every change
     stats: p.Stats | None = None
 
     @property
     def node(self) -> NodeId:
-        return NodeId(self.cluster, self.role, self.index)
+        return self.board.ids[self.slot]
 
     @property
     def name(self) -> str:
-        return str(self.node)
+        return self.board.names[self.slot]
 
     @property
-    def slot(self) -> tuple[Cluster, int]:
-        return (self.cluster, self.index)
+    def cluster(self) -> Cluster:
+        return self.node.cluster
+
+    @property
+    def index(self) -> int:
+        return self.node.index
+
+    @property
+    def role(self) -> Role:
+        return Role.PREFILL if self.board.is_prefill[self.slot] else Role.DECODE
 
     @property
     def pool(self) -> str:
@@ -52,8 +55,9 @@ class NodeState:
         return f"{self.cluster.value}_prefill"
 
     @property
-    def can_take_work(self) -> bool:
-        return self.is_up and not self.is_draining and self.writer is not None
+    def num_held(self) -> int:
+        board, slot = self.board, self.slot
+        return board.prefill_held[slot] if board.is_prefill[slot] else board.decode_held[slot]
 
     async def send(self, msg: p.Message) -> bool:
         """Write one message; False when the connection is gone (the caller treats the node as lost)."""
@@ -70,11 +74,15 @@ class NodeState:
 class NodeTable:
     """Every node the scenario defines, up or not, by slot; looked up by any of its names."""
 
-    def __init__(self, nodes: list[NodeState]) -> None:
-        self.by_slot = {n.slot: n for n in nodes}
+    def __init__(self, board: NodeBoard, spawn_names: list[str]) -> None:
+        self.board = board
+        self.by_slot = [NodeState(board, slot, spawn_name) for slot, spawn_name in enumerate(spawn_names)]
 
-    def __iter__(self):
-        return iter(self.by_slot.values())
+    def __iter__(self) -> Iterator[NodeState]:
+        return iter(self.by_slot)
+
+    def at(self, slot: int) -> NodeState:
+        return self.by_slot[slot]
 
     def get(self, name: str | NodeId) -> NodeState | None:
         """By NodeId or its text, current role or not (`local-decode-3` finds slot 3 after a flip)."""
@@ -82,29 +90,16 @@ class NodeTable:
             node = name if isinstance(name, NodeId) else NodeId.parse(name)
         except ValueError:
             return None
-        return self.by_slot.get((node.cluster, node.index))
-
-    def prefill_loads(self) -> list[NodeLoad]:
-        """What the router weighs: every prefill node, with queued tokens and requests."""
-        return [
-            NodeLoad(n.node, sum(n.prefill_tokens.values()), len(n.prefill_rids), n.can_take_work)
-            for n in self if n.role is Role.PREFILL
-        ]
-
-    def pick_decode(self) -> NodeState | None:
-        """The up decode node holding the fewest requests (ties: lowest id)."""
-        candidates = [n for n in self if n.role is Role.DECODE and n.can_take_work and n.kv_port]
-        return min(candidates, key=lambda n: (len(n.decode_rids), n.index), default=None)
+        slot = self.board.slot_of(node)
+        return self.by_slot[slot] if slot >= 0 else None
 
     def queue_depths(self) -> dict[str, int]:
         """Requests WAITING per pool (not those in service or in a decode batch), as the worker's
         last stats say; before its first stats, what the gateway handed out beyond one in service."""
         depths = {"remote_prefill": 0, "local_prefill": 0, "decode": 0}
         for n in self:
-            if not n.is_up:
-                continue
-            held = len(n.decode_rids) if n.role is Role.DECODE else len(n.prefill_rids)
-            depths[n.pool] += n.stats.queue_depth if n.stats is not None else max(held - 1, 0)
+            if n.is_up:
+                depths[n.pool] += n.stats.queue_depth if n.stats is not None else max(n.num_held - 1, 0)
         return depths
 
     def roles(self) -> dict[str, str]:

@@ -33,6 +33,7 @@ from emulator.net.ledger import Ledger
 from emulator.net.names import check_run_id, new_run_id
 from emulator.net.topology import LOCAL, Topology
 from emulator.plane import ControlPlane, make_control_plane
+from emulator.run.board import NodeBoard
 from emulator.scenario import Scenario
 from emulator.telemetry.broker import EmbeddedBroker
 from emulator.telemetry.bus import TelemetryBus
@@ -170,10 +171,10 @@ class LiveSession:
         self.link_bytes_to_local: int | None = None
         self.out_dir = Path(out_dir)
         self.plans = plan_workers(scenario, plane.n_p)
-        self.nodes = NodeTable([NodeState(w.cluster, w.index, w.role, w.spawn_name) for w in self.plans])
+        board = NodeBoard(scenario.clusters.remote.instances, scenario.clusters.local.instances, plane.n_p)
+        self.nodes = NodeTable(board, [w.spawn_name for w in self.plans])  # the plans are in slot order
         settings = GatewaySettings(run_id, scenario.seed, scenario.prefix_cache.block_tokens)
-        self.gateway = Gateway(settings, plane.router, plane.index, plane.scheduler, self.nodes,
-                               self._kv_target, bus)
+        self.gateway = Gateway(settings, plane, self.nodes, self._kv_target, bus)
         self.log_dir = self.out_dir / "logs"  # one file per worker, kept with the run's record
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.workers: WorkerProcesses | None = None
@@ -238,10 +239,7 @@ class LiveSession:
 
     def _fail_rest(self, reason: FailReason, detail: str) -> None:
         """End, without any I/O, whatever `fail_open` did not reach within its budget."""
-        for state in self.gateway.tracker.open:
-            if self.gateway.tracker.finish(state, self.gateway.now(), fail_reason=reason,
-                                           fail_detail=detail) is not None:
-                self.gateway.counters.on_failed()
+        self.gateway.core.fail_open(reason, detail, self.gateway.now())
 
     async def _wait_for_workers(self, stop: asyncio.Event) -> None:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
@@ -302,7 +300,8 @@ class LiveSession:
         if node is None:
             gate.refuse(admission.claimed, admission.reason)
             return None
-        node.writer, node.kv_port, node.pid, node.is_up = writer, hello.kv_port, hello.pid, True
+        node.writer, node.kv_port, node.pid = writer, hello.kv_port, hello.pid
+        await self.gateway.node_joined(node)
         return node
 
     async def _stop_workers(self) -> None:
@@ -340,12 +339,13 @@ class LiveSession:
         """Write the run's directory; first right after every request has ended (`complete=False`),
         then again after the teardown, with its steps. Each write replaces the files whole."""
         recorder = RunRecorder(self.out_dir)
-        for record in self.gateway.tracker.records:
+        for record in self.gateway.core.records:
             recorder.add_request(record)
         for snapshot in list(self.loops.snapshots if self.loops is not None else []):
             recorder.add_snapshot(snapshot)
-        outputs = [json.dumps({"id": s.spec.id, "tokens": s.tokens}) + "\n" for s in self.gateway.tracker.by_id.values()
-                   if s.record is not None and s.record.status == "completed"]
+        tokens = self.gateway.tokens  # completed requests' tokens, listed in arrival order
+        outputs = [json.dumps({"id": r.id, "tokens": tokens[r.id]}) + "\n"
+                   for r in sorted(self.gateway.core.records, key=lambda r: r.arrival_s) if r.id in tokens]
         meta = self._meta(complete)
 
         def write() -> dict[str, Any]:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import emulator.accel_on  # noqa: F401  (first: the compiled build, when current, runs the modules below)
-from emulator.control.types import RequestSpec
+from emulator.control.types import FailReason, RequestSpec
 from emulator.plane import ControlPlane, make_control_plane
 from emulator.scenario import Scenario
 from emulator.telemetry.recorder import RunRecorder
@@ -23,7 +23,7 @@ from emulator.telemetry.records import RequestRecord
 from emulator.telemetry.run_meta import EngineKind, RunMeta, make_run_meta
 from emulator.virtual.core import Simulator
 from emulator.virtual.costs import CostModel
-from emulator.virtual.gateway import UNFINISHED, Gateway
+from emulator.virtual.gateway import Gateway
 from emulator.virtual.link import FluidLink
 from emulator.virtual.loops import Arrivals, Progress, RunLoops, link_states
 from emulator.workload.build import build_requests
@@ -137,7 +137,7 @@ def run_duration_s(records: list[RequestRecord]) -> float:
 
 def run_meta(scenario: Scenario, result: Simulation) -> RunMeta:
     """summary.json's `meta`: what ran, with which settings, and what the engine assumed."""
-    ended = ("run ended" if not any(r.fail_reason == UNFINISHED for r in result.records)
+    ended = ("run ended" if not any(r.fail_reason == FailReason.UNFINISHED for r in result.records)
              else "run ended: requests still open when the simulation stopped")
     return make_run_meta(
         scenario, result.plane, engine=EngineKind.VIRTUAL, link_backend="simulated",

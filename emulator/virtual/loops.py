@@ -14,11 +14,15 @@ from typing import Any
 from emulator.control.scheduler import RoleChange
 from emulator.control.types import RequestSpec
 from emulator.errors import PrfaasError
-from emulator.run import knobs as registry
+from emulator.run import feed, timeline
+from emulator.run.feed import Interval
 from emulator.run.knobs import KnobEffect, Pause, SetLink, SetRate, SetSplit
+from emulator.run.timeline import NodeAction
+from emulator.run.workload_clock import WorkloadTime
 from emulator.scenario import Scenario
 from emulator.scenario.parts import TimelineEvent
 from emulator.telemetry.metrics import sorted_percentile
+from emulator.telemetry.timeseries import TimeseriesRow
 from emulator.virtual.core import Simulator
 from emulator.virtual.gateway import Gateway
 from emulator.virtual.link import LinkState
@@ -40,18 +44,16 @@ def link_states(spec: Any, connections: int) -> tuple[LinkState, LinkState]:
 class Arrivals:
     """Hands the gateway one request at a time, so the heap holds one pending arrival.
 
-    Workload time (the requests' `arrival_s`) maps to simulated time as
-    sim = anchor_s + (workload_s - workload_anchor_s) / speed; the rate knob changes `speed`
-    (new rate / the scenario's rate, or a trace's gap factor), keeping the arrival pattern's shape.
+    The requests' `arrival_s` are workload time, played against simulated time by the run core's
+    WorkloadTime: the rate knob changes its speed, keeping the arrival pattern's shape; while
+    paused nothing is pending, and a resume or rate change re-plans the next arrival.
     """
 
     def __init__(self, sim: Simulator, gateway: Gateway, requests: list[RequestSpec],
                  base_rate_per_s: float | None) -> None:
         self.sim, self.gateway, self.requests = sim, gateway, requests
-        self.base_rate_per_s = base_rate_per_s or 1.0
+        self.clock = WorkloadTime(base_rate_per_s, sim.now)
         self.next_index = 0
-        self._anchor_s = self._workload_anchor_s = 0.0
-        self._speed = 1.0
         self._gen = 0
 
     @property
@@ -62,18 +64,25 @@ class Arrivals:
         self._arm()
 
     def set_rate(self, rate_per_s: float) -> None:
-        now = self.sim.now
-        self._workload_anchor_s += (now - self._anchor_s) * self._speed
-        self._anchor_s, self._speed = now, rate_per_s / self.base_rate_per_s
+        self.clock.set_rate(rate_per_s, self.sim.now)
+        self._arm()
+
+    def pause(self) -> None:
+        self.clock.pause(self.sim.now)
+        self._arm()
+
+    def resume(self) -> None:
+        self.clock.resume(self.sim.now)
         self._arm()
 
     def _arm(self) -> None:
+        """Schedule the next arrival (a generation number voids the one planned before)."""
         self._gen = gen = self._gen + 1
         requests, index = self.requests, self.next_index
         if index < len(requests):  # not is_done (once per request: no property call)
-            at = self._anchor_s + (requests[index].arrival_s - self._workload_anchor_s) / self._speed
-            now = self.sim.now
-            self.sim.schedule(now if now > at else at, self._arrive, gen)  # max(at, now)
+            at = self.clock.due_at(requests[index].arrival_s, self.sim.now)
+            if at < math.inf:  # paused: resume() arms it again
+                self.sim.schedule(at, self._arrive, gen)
 
     def _arrive(self, gen: int) -> None:
         if gen != self._gen:
@@ -119,17 +128,17 @@ class RunLoops:
         ttfts = gateway.ttft.sorted_values(now)
         completed, failed = gateway.num_completed, gateway.num_failed
         in_flight = gateway.num_arrived - completed - failed
-        self.samples.append({
-            "t_s": now, "threshold_tokens": gateway.router.config.threshold_tokens,
-            "egress_mbit": sent * 8e-6 / dt if dt > 0 else None,
-            "link_capacity_mbit": capacity * 8e-6 if has_rate else None,
-            "link_utilization": utilization, "queue_remote_prefill": remote,
-            "queue_local_prefill": local, "queue_decode": decode,
-            "ttft_p50_s": sorted_percentile(ttfts, 50), "ttft_p90_s": sorted_percentile(ttfts, 90),
-            "in_flight": in_flight, "completed": completed, "failed": failed,
-            "retrans_rate": state.loss, "rtt_ms": state.rtt_s * 1e3, "n_p": gateway.n_p,
-            "decode_active": decode_active, "transfers_active": len(link.active),
-        })
+        self.samples.append(TimeseriesRow(
+            t_s=now, threshold_tokens=gateway.router.config.threshold_tokens,
+            egress_bit_per_s=sent * 8 / dt if dt > 0 else None,
+            link_capacity_bit_per_s=capacity * 8 if has_rate else None,
+            link_utilization=utilization, queue_remote_prefill=remote, queue_local_prefill=local,
+            queue_decode=decode, ttft_p50_s=sorted_percentile(ttfts, 50),
+            ttft_p90_s=sorted_percentile(ttfts, 90), in_flight=in_flight, completed=completed,
+            failed=failed, retrans_rate=state.loss, rtt_ms=state.rtt_s * 1e3,
+            num_local_prefill=gateway.n_p, num_decode_active=decode_active,
+            num_transfers_active=len(link.active),
+        ).as_dict())
         if gateway.fed_scheduler is not None and dt > 0:
             self._tick(now, sent / dt, utilization or 0.0, state.loss, remote, local, decode)
         if self.progress is not None:
@@ -139,43 +148,32 @@ class RunLoops:
 
     def _tick(self, now: float, goodput: float, utilization: float, loss: float,
               remote: int, local: int, decode: int) -> None:
-        """One interval's observations, then whatever loop is due (as the live gateway's loop)."""
+        """One interval's observations, then whatever loop is due (run.feed, as the live engine)."""
         scheduler = self.gateway.fed_scheduler
         assert scheduler is not None  # the sampler ticks only a scheduler it feeds
-        scheduler.observe_link(now, goodput, utilization, loss, 1.0)  # fluid link: no standing queue
-        scheduler.observe_queues(now, remote, local, decode)
-        for decision in scheduler.tick(now):  # a threshold change is in the control state already
+        interval = Interval(goodput, utilization, loss, 1.0, remote, local, decode)  # fluid link: no queue
+        for decision in feed.tick(scheduler, now, interval):
             if isinstance(decision, RoleChange):
                 self.gateway.request_flip(decision.node.index, decision.to_role)
-            self._note(f"t={now:.1f}s scheduler: {decision.reason}", self.decisions)
+            self._note(timeline.note(now, "scheduler", decision.reason), self.decisions)
 
     # ---- timeline ----
 
     def _on_timeline(self, event: TimelineEvent) -> None:
         gateway = self.gateway
+        plan = timeline.interpret(event, gateway.router.state, self.link_spec,
+                                  has_scheduler=gateway.scheduler is not None)
+        gateway.core.refresh_feed()  # a loop switched off stops the scheduler's feed too
+        done, refused = [], plan.refused
         try:
-            if event.link is not None:
-                what = self._perform(registry.link_change(self.link_spec, event.link))
-            elif event.set is not None:
-                what = "; ".join(self._apply_setting(path, value) for path, value in event.set.items())
-            elif event.node_id is not None and event.kill is not None:
-                what = gateway.kill(event.node_id)
-            elif event.node_id is not None:
-                what = gateway.restart(event.node_id)
-            else:  # the scenario's validation lets no other event through
-                raise ValueError(f"timeline event at {event.at_s} s has nothing to do")
+            for step in plan.steps:
+                if isinstance(step, NodeAction):
+                    done.append(gateway.kill(step.node) if step.kill else gateway.restart(step.node))
+                else:
+                    done.append(self._perform(step))
         except PrfaasError as err:  # as the live engine: a refused knob is noted, the run goes on
-            what = f"refused: {err}"
-        self._note(f"t={self.sim.now:.1f}s timeline: {what}", self.knob_changes)
-
-    def _apply_setting(self, path: str, value: Any) -> str:
-        """One `set:` knob, through the registry both engines share."""
-        gateway = self.gateway
-        effect = registry.apply_setting(gateway.router.state, path, value, link=self.link_spec,
-                                        has_scheduler=gateway.scheduler is not None)
-        if gateway.scheduler is not None:  # a loop switched off stops the scheduler's feed too
-            gateway.fed_scheduler = gateway.scheduler if gateway.router.state.is_scheduling else None
-        return self._perform(effect)
+            refused = str(err)
+        self._note(timeline.note(self.sim.now, "timeline", timeline.words(done, refused)), self.knob_changes)
 
     def _perform(self, effect: KnobEffect) -> str:
         """What the registry asks of the virtual mechanics: the fluid link, the arrival clock, the

@@ -1,6 +1,6 @@
-"""The simulated instances: a request's mutable journey (`Journey`), FIFO prefill instances and
-continuously batching decode instances. They keep time and queues; the gateway decides routes,
-retries and role flips, and hears back through the callbacks it gives each node.
+"""The simulated instances: FIFO prefill instances and continuously batching decode instances.
+They keep time and queues; the run core (emulator.run) decides routes, retries and role flips and
+keeps the loads the router sees, and the gateway hears back through the callbacks it gives each node.
 """
 
 from __future__ import annotations
@@ -8,47 +8,10 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 
-from emulator.control.router import NodeLoad
-from emulator.control.types import NodeId, RequestSpec, Role
+from emulator.control.types import NodeId
+from emulator.run.journey import Journey
 from emulator.virtual.core import Simulator
 from emulator.virtual.costs import Curve
-from emulator.virtual.link import Transfer
-
-
-class Journey:
-    """One request's progress through the current attempt; the gateway turns it into a record."""
-
-    __slots__ = ("spec", "arrival_s", "attempts", "route", "prefill_node", "decode_node", "cached_len",
-                 "incremental_len", "prefill_start_s", "prefill_end_s", "transfer_start_s",
-                 "transfer_end_s", "kv_bytes", "first_token_s", "transfer", "is_done")
-
-    route: str | None
-    prefill_node: str | None
-    decode_node: str | None
-    prefill_start_s: float | None
-    prefill_end_s: float | None
-    transfer_start_s: float | None
-    transfer_end_s: float | None
-    kv_bytes: int | None
-    first_token_s: float | None
-    transfer: Transfer | None
-
-    def __init__(self, spec: RequestSpec, arrival_s: float) -> None:
-        self.spec = spec
-        self.arrival_s = arrival_s  # at the gateway: the workload's time played at the knob's rate
-        self.attempts = 0
-        self.is_done = False
-        self.reset()
-
-    def reset(self) -> None:
-        """Forget what the previous attempt reached (arrival and attempts stay)."""
-        self.route = self.prefill_node = self.decode_node = None
-        self.cached_len = 0
-        self.incremental_len = self.spec.input_len
-        self.prefill_start_s = self.prefill_end_s = self.transfer_start_s = None
-        self.transfer_end_s = self.first_token_s = None
-        self.kv_bytes = None
-        self.transfer = None
 
 
 class PrefillNode:
@@ -56,8 +19,6 @@ class PrefillNode:
 
     `on_start(node, journey, service_s)` and `on_end(node, journey, service_s)` tell the gateway;
     `epoch` grows at every kill, so a completion scheduled before it is recognised as stale.
-    `load` is what the router sees; every change writes it to `board[seat]` too, the gateway's
-    list of all prefill loads, so a dispatch hands the router that list as it stands.
     """
 
     def __init__(self, sim: Simulator, node: NodeId, prefill_s: Curve,
@@ -69,41 +30,24 @@ class PrefillNode:
         self.on_start, self.on_end = on_start, on_end
         self.queue: deque[Journey] = deque()
         self.busy: Journey | None = None
-        self.queued_tokens = 0  # incremental tokens handed to this node and not yet prefilled
         self.is_up = True
-        self.is_draining = False
         self.epoch = 0
-        self._idle_load = self.load = NodeLoad(node, 0, 0, True)  # up and empty: the usual load
-        self.board: list[NodeLoad] = [self.load]  # its own until the gateway seats it
-        self.seat = 0
-
-    def refresh(self) -> None:
-        """Rebuild `load` after a change. A draining node is not up for routing: it finishes what
-        it holds, then flips."""
-        is_up, num_queued = self.is_up and not self.is_draining, len(self.queue) + (self.busy is not None)
-        if is_up and not num_queued and not self.queued_tokens:
-            load = self._idle_load
-        else:
-            load = NodeLoad(self.node, self.queued_tokens, num_queued, is_up)
-        self.load = self.board[self.seat] = load
 
     @property
     def is_idle(self) -> bool:
         return self.busy is None and not self.queue
 
     def enqueue(self, journey: Journey) -> None:
-        self.queued_tokens += journey.incremental_len
         if self.busy is None:
             self._start(journey)
         else:
             self.queue.append(journey)
-        self.refresh()
 
     def _start(self, journey: Journey) -> None:
         service_s = self.prefill_s(journey.incremental_len)
         self.busy = journey
-        now = journey.prefill_start_s = self.sim.now
-        self.on_start(self, journey, service_s)  # starts a transfer; time does not move
+        now = self.sim.now
+        self.on_start(self, journey, service_s)  # stamps the start, starts a transfer; time does not move
         self.sim.schedule(now + service_s, self._end, (journey, self.epoch, service_s))
 
     def _end(self, event: tuple[Journey, int, float]) -> None:
@@ -111,29 +55,18 @@ class PrefillNode:
         if epoch != self.epoch:
             return
         self.busy = None
-        self.queued_tokens -= journey.incremental_len
-        journey.prefill_end_s = self.sim.now
-        self.on_end(self, journey, service_s)  # routes nothing: the load may wait for the refresh
+        self.on_end(self, journey, service_s)
         if self.queue and self.busy is None:
             self._start(self.queue.popleft())
-        self.refresh()
 
-    def kill(self) -> list[Journey]:
-        """Go down; return what it held (in service first, then the queue in order)."""
-        held = ([self.busy] if self.busy is not None else []) + list(self.queue)
-        self.busy, self.queue, self.queued_tokens = None, deque(), 0
+    def kill(self) -> None:
+        """Go down, dropping what it held (the run core says which requests that was)."""
+        self.busy, self.queue = None, deque()
         self.is_up = False
         self.epoch += 1
-        self.refresh()
-        return held
 
     def restart(self) -> None:
         self.is_up = True
-        self.refresh()
-
-    def set_draining(self, draining: bool) -> None:
-        self.is_draining = draining
-        self.refresh()
 
 
 class DecodeNode:
@@ -155,7 +88,6 @@ class DecodeNode:
         self.waiting: deque[Journey] = deque()
         self.peak_active = 0
         self.is_up = True
-        self.is_draining = False
         self.epoch = 0
 
     @property
@@ -167,7 +99,6 @@ class DecodeNode:
         return not self.active and not self.waiting
 
     def admit(self, journey: Journey) -> None:
-        journey.decode_node = self.name
         if len(self.active) < self.max_batch:
             self._join(journey)
         else:
@@ -194,20 +125,14 @@ class DecodeNode:
         if not self.active and not waiting:  # is_idle
             self.on_idle(self)
 
-    def kill(self) -> list[Journey]:
-        """Go down; return the active requests, then the waiting ones in order."""
-        held = list(self.active.values()) + list(self.waiting)
+    def kill(self) -> None:
+        """Go down, dropping what it held (the run core says which requests that was)."""
         self.active, self.waiting = {}, deque()
         self.is_up = False
         self.epoch += 1
-        return held
 
     def restart(self) -> None:
         self.is_up = True
 
 
 AnyNode = PrefillNode | DecodeNode
-
-
-def role_of(node: AnyNode) -> Role:
-    return Role.PREFILL if isinstance(node, PrefillNode) else Role.DECODE

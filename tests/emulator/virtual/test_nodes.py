@@ -8,9 +8,10 @@ import pytest
 
 from emulator.control.profiles import PiecewiseLinear
 from emulator.control.types import Cluster, NodeId, RequestSpec, Role
+from emulator.run.journey import Journey
 from emulator.virtual.core import Simulator
 from emulator.virtual.costs import Curve
-from emulator.virtual.nodes import DecodeNode, Journey, PrefillNode
+from emulator.virtual.nodes import DecodeNode, PrefillNode
 
 US_PER_TOKEN = Curve.from_table(PiecewiseLinear((0.0, 1e6), (0.0, 1.0)))  # 1 token = 1 us
 
@@ -43,11 +44,11 @@ def test_prefill_serves_in_arrival_order_one_at_a_time() -> None:
                        on_end=lambda _n, j, _s: log.append(("end", j.spec.id, sim.now, None)))
     for name, tokens in (("a", 2_000_000), ("b", 1_000_000)):
         node.enqueue(Journey(RequestSpec(name, 0.0, tokens, 1), 0.0))
-    assert node.load.queued_tokens == 3_000_000 and node.load.queued_requests == 2
+    assert node.busy is not None and len(node.queue) == 1
     sim.run()
     assert log == [("start", "a", 0.0, 2.0), ("end", "a", 2.0, None),
                    ("start", "b", 2.0, 1.0), ("end", "b", 3.0, None)]
-    assert node.load.queued_tokens == 0
+    assert node.is_idle
 
 
 def test_decode_batch_never_exceeds_bs_max_and_waiting_requests_join_in_order() -> None:
@@ -67,4 +68,4 @@ def test_decode_batch_never_exceeds_bs_max_and_waiting_requests_join_in_order() 
     joined = sorted(journeys, key=lambda j: (j.first_token_s, int(j.spec.id[1:])))
     assert [j.spec.id for j in joined] == [f"r{i}" for i in range(8)]  # FIFO admission
     assert all(tpot == pytest.approx(0.1) for *_, tpot in finished)
-    assert {j.decode_node for j in journeys} == {"local-decode-3"}
+    assert node.is_idle

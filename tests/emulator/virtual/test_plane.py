@@ -28,9 +28,9 @@ def test_the_gateway_holds_the_planes_objects_of_the_control_classes(small: Call
     scenario = small(scheduler={"short_term": {"enabled": True}, "long_term": {"enabled": False}})
     plane = make_control_plane(scenario)
     result = simulate(scenario, plane=plane)
-    gateway = result.gateway
-    assert gateway.router is plane.router and gateway.index is plane.index
-    assert gateway.scheduler is plane.scheduler and plane.router.index is plane.index
+    core = result.gateway.core
+    assert core.router is plane.router and core.index is plane.index
+    assert core.scheduler is plane.scheduler and plane.router.index is plane.index
     assert type(plane.router) is Router and type(plane.index) is PrefixCacheIndex
     assert type(plane.scheduler) is DualTimescaleScheduler
     assert result.plane is plane
