@@ -1,4 +1,5 @@
-"""Live metrics arithmetic: windowed percentiles, request counters, egress rate from byte counters.
+"""Metrics arithmetic: percentiles, link utilization, the egress rate from byte counters (the TTFT
+window and the request counts are the run core's: emulator.run).
 
 Pure and clock-free: every call is given the time. Percentiles interpolate linearly between order
 statistics, as numpy's default (`method="linear"`), so the dashboard, the recorder's summary and
@@ -8,10 +9,7 @@ a notebook using numpy agree. Publishing and recording live in `bus.py` and `rec
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Iterable, Sequence
-
-from emulator.telemetry.schemas import RequestCounts
 
 
 def percentile(values: Iterable[float], p: float) -> float | None:
@@ -33,79 +31,6 @@ def sorted_percentile(ordered: Sequence[float], p: float) -> float | None:
     lo = math.floor(rank)
     hi = min(lo + 1, len(ordered) - 1)
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (rank - lo)
-
-
-class SlidingWindow:
-    """(t, value) samples; queries see those with now - window_s < t <= now.
-
-    Samples must be added in non-decreasing t (a live gateway's clock does that); older ones
-    are evicted as time moves on, so memory stays bounded by the rate times the window.
-    """
-
-    def __init__(self, window_s: float = 30.0) -> None:
-        if not window_s > 0:
-            raise ValueError(f"window_s = {window_s} must be > 0")
-        self.window_s = window_s
-        self._samples: deque[tuple[float, float]] = deque()
-
-    def add(self, t_s: float, value: float) -> None:
-        if self._samples and t_s < self._samples[-1][0]:
-            raise ValueError(f"sliding window: t = {t_s} is before the last sample "
-                             f"{self._samples[-1][0]}; add samples in time order")
-        self._samples.append((t_s, value))
-
-    def values(self, now_s: float) -> list[float]:
-        """The values inside the window ending at `now_s` (evicting the ones that left it)."""
-        start = now_s - self.window_s
-        while self._samples and self._samples[0][0] <= start:
-            self._samples.popleft()
-        return [v for t, v in self._samples if t <= now_s]
-
-    def percentile(self, p: float, now_s: float) -> float | None:
-        return percentile(self.values(now_s), p)
-
-    def mean(self, now_s: float) -> float | None:
-        vals = self.values(now_s)
-        return sum(vals) / len(vals) if vals else None
-
-    def __len__(self) -> int:
-        return len(self._samples)
-
-
-class RequestCounters:
-    """Requests by status and route since the run began; `in_flight` is what has not ended."""
-
-    def __init__(self) -> None:
-        self.arrived = 0
-        self.completed = 0
-        self.failed = 0
-        self.prfaas = 0
-        self.local = 0
-
-    def on_arrived(self) -> None:
-        self.arrived += 1
-
-    def on_routed(self, route: str) -> None:
-        if route == "prfaas":
-            self.prfaas += 1
-        elif route == "local":
-            self.local += 1
-        else:
-            raise ValueError(f"route {route!r} is unknown; use 'prfaas' or 'local'")
-
-    def on_completed(self) -> None:
-        self.completed += 1
-
-    def on_failed(self) -> None:
-        self.failed += 1
-
-    @property
-    def in_flight(self) -> int:
-        return self.arrived - self.completed - self.failed
-
-    def snapshot(self) -> RequestCounts:
-        return RequestCounts(arrived=self.arrived, completed=self.completed, failed=self.failed,
-                             in_flight=max(self.in_flight, 0), prfaas=self.prfaas, local=self.local)
 
 
 class EgressRateEstimator:

@@ -9,12 +9,9 @@ import pytest
 
 from emulator.telemetry.metrics import (
     EgressRateEstimator,
-    RequestCounters,
-    SlidingWindow,
     percentile,
     utilization,
 )
-from emulator.telemetry.schemas import RequestCounts
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 10, 101, 1000])
@@ -30,43 +27,6 @@ def test_percentile_by_hand_and_edge_cases() -> None:
     assert percentile([], 50) is None
     with pytest.raises(ValueError, match="outside"):
         percentile([1.0], 101)
-
-
-def test_sliding_window_keeps_only_the_last_window() -> None:
-    window = SlidingWindow(window_s=10.0)
-    rng = random.Random(3)
-    samples = [(t * 0.5, rng.uniform(0.1, 5.0)) for t in range(100)]  # t = 0 .. 49.5
-    for t, value in samples:
-        window.add(t, value)
-    now = 49.5
-    inside = [v for t, v in samples if now - 10.0 < t <= now]
-    assert window.values(now) == inside
-    for p in (50, 90, 99):
-        assert window.percentile(p, now) == pytest.approx(float(np.percentile(inside, p)))
-    assert window.mean(now) == pytest.approx(float(np.mean(inside)))
-    assert len(window) == len(inside)  # older samples were evicted
-    assert window.percentile(50, now + 100) is None
-
-
-def test_sliding_window_refuses_samples_out_of_order() -> None:
-    window = SlidingWindow()
-    window.add(5.0, 1.0)
-    with pytest.raises(ValueError, match="time order"):
-        window.add(4.0, 1.0)
-
-
-def test_request_counters() -> None:
-    counters = RequestCounters()
-    for route in ("prfaas", "local", "local", "prfaas", "local"):
-        counters.on_arrived()
-        counters.on_routed(route)
-    counters.on_completed()
-    counters.on_completed()
-    counters.on_failed()
-    assert counters.snapshot() == RequestCounts(arrived=5, completed=2, failed=1, in_flight=2,
-                                                prfaas=2, local=3)
-    with pytest.raises(ValueError, match="unknown"):
-        counters.on_routed("moon")
 
 
 def test_egress_rate_between_samples() -> None:
