@@ -211,22 +211,22 @@ class RunCore:
             fail_reason=None if reason is None else reason._value_, fail_detail=detail)
         self.records.append(record)
         journey.record = record
-        if failed or first is None:
+        if failed:
             self.num_failed += 1
         else:
             self.num_completed += 1
-            self.ttft.add(now, first - arrival)
+            if first is not None:
+                self.ttft.add(now, first - arrival)
         return record
 
     # ---- nodes ----
 
     def held_by(self, slot: int) -> list[Journey]:
-        """The open journeys that need the node at `slot`: a prefill node's until their KV has
-        arrived, a decode node's once placed there."""
-        if self.board.is_prefill[slot]:
-            return [j for j in self.open.values()
-                    if j.prefill_slot == slot and ROUTED <= j.stage <= TRANSFERRING]
-        return [j for j in self.open.values() if j.decode_slot == slot]
+        """The open journeys that need the node at `slot`, whatever its role now: those it
+        prefills until their KV has arrived (a node flipped to decode may still be sending KV it
+        produced), and those placed on it to decode."""
+        return [j for j in self.open.values()
+                if (j.prefill_slot == slot and ROUTED <= j.stage <= TRANSFERRING) or j.decode_slot == slot]
 
     def node_down(self, slot: int) -> list[Journey]:
         """The node at `slot` is lost: it takes no work, its cached prefixes are gone, and the

@@ -218,3 +218,29 @@ def test_a_flip_is_not_carried_out_while_a_retry_placed_work_on_the_node() -> No
     assert core.retry_or_fail(journey, FailReason.WORKER_LOST, LOST, 1.0) is not None
     assert core.place_decode(journey, 1.0) == DECODE_A
     assert core.board.take_flips() == []  # it holds the retried attempt's decode
+
+
+def test_a_node_flipped_to_decode_still_holds_the_kv_it_is_sending() -> None:
+    """local-prefill-0 prefills a request, drains and flips to decode while the request's KV is
+    still on its way; losing the node then must take that request with it (its KV is lost)."""
+    core = make_core()
+    journey = start(core, "r1", SHORT, 0.0)
+    assert journey.prefill_slot == LOCAL_PREFILL
+    core.prefill_started(journey, 0.1)
+    core.prefill_finished(journey, 0.5, 0.4)
+    assert core.request_flip(LOCAL_PREFILL, Role.DECODE)
+    assert core.board.take_flips() == [LOCAL_PREFILL]
+    core.flipped(LOCAL_PREFILL)
+    assert not core.board.is_prefill[LOCAL_PREFILL] and journey.stage == Stage.TRANSFERRING
+    assert core.node_down(LOCAL_PREFILL) == [journey]
+
+
+def test_a_completion_counts_as_completed_even_without_a_first_token_report() -> None:
+    core = make_core()
+    journey = start(core, "r1", SHORT, 0.0)
+    core.prefill_started(journey, 0.1)
+    core.prefill_finished(journey, 0.5, 0.4)
+    core.kv_arrived(journey, 0.6)
+    record = core.completed(journey, 1.0, 0.1)
+    assert record is not None and record.status == "completed"
+    assert (core.num_completed, core.num_failed, len(core.ttft)) == (1, 0, 0)
