@@ -23,7 +23,6 @@ from emulator.live.nodes import NodeState, NodeTable
 from emulator.plane import ControlPlane
 from emulator.run.core import RunCore
 from emulator.run.journey import ENDED, TRANSFERRING, Journey
-from emulator.run.ttft_window import TtftWindow
 from emulator.telemetry.schemas import RequestCounts, RequestEvent
 from emulator.wire import protocol as p
 from emulator.workload.tokens import synthesize_tokens
@@ -69,10 +68,6 @@ class Gateway:
     def rel(self, t_monotonic: float) -> float:
         """A worker's monotonic stamp as seconds since the run started (CLOCK_MONOTONIC is shared)."""
         return t_monotonic - self.t0
-
-    @property
-    def ttft(self) -> TtftWindow:
-        return self.core.ttft
 
     def counts(self) -> RequestCounts:
         core = self.core

@@ -181,7 +181,7 @@ class RunLoops:
         depths = gateway.nodes.queue_depths()
         snapshot = MetricsSnapshot(
             run_id=gateway.settings.run_id, t_s=max(now, 0.0),
-            ttft_p50_s=gateway.ttft.percentile(50, now), ttft_p90_s=gateway.ttft.percentile(90, now),
+            ttft_p50_s=gateway.core.ttft.percentile(50, now), ttft_p90_s=gateway.core.ttft.percentile(90, now),
             requests=gateway.counts(), queues=QueueDepths(**depths), egress_bit_per_s=egress,
             link_capacity_bit_per_s=capacity, link_utilization=utilization(egress, capacity),
             retrans_rate=retrans, rtt_ms=rtt, threshold_tokens=gateway.router.config.threshold_tokens,

@@ -79,10 +79,10 @@ def simulate(scenario: Scenario, *, until: float | None = None, progress: Progre
     loops.start()
     with cycle_collector_paused():
         sim.run(until)
-    if until is None and gateway.open:
-        log.warning("%d requests still open when the events ran out; failing them", len(gateway.open))
+    if until is None and gateway.core.open:
+        log.warning("%d requests still open when the events ran out; failing them", len(gateway.core.open))
         gateway.fail_open()
-    return Simulation(gateway.records, loops.samples, plane, costs, gateway, loops, len(requests),
+    return Simulation(gateway.core.records, loops.samples, plane, costs, gateway, loops, len(requests),
                       sim.num_events, sim.now, time.perf_counter() - wall_start)
 
 
@@ -144,7 +144,7 @@ def run_meta(scenario: Scenario, result: Simulation) -> RunMeta:
         link_backend_reason="the virtual engine's fluid link model", decisions=result.loops.decisions,
         knob_changes=result.loops.knob_changes, end_reason=ended, engine_details={
             "costs": result.costs.as_meta(),
-            "prefix_index": "used" if result.gateway.use_index else "skipped: no block is shared",
+            "prefix_index": "used" if result.gateway.core.use_index else "skipped: no block is shared",
             "sim": {"events": result.num_events, "end_s": result.end_s, "wall_s": round(result.wall_s, 4),
                     "link_bytes_delivered": result.gateway.link.bytes_delivered},
             "approximations": list(APPROXIMATIONS),

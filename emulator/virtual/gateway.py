@@ -9,14 +9,11 @@ from __future__ import annotations
 import logging
 
 from emulator.control.router import RouteDecision
-from emulator.control.scheduler import DualTimescaleScheduler
 from emulator.control.types import Cluster, FailReason, NodeId, RequestSpec, Role
 from emulator.plane import ControlPlane
 from emulator.run.board import NodeBoard
 from emulator.run.core import RunCore
 from emulator.run.journey import ENDED, Journey
-from emulator.run.ttft_window import TtftWindow
-from emulator.telemetry.records import RequestRecord
 from emulator.virtual.core import Simulator
 from emulator.virtual.costs import CostModel
 from emulator.virtual.link import FluidLink, Transfer
@@ -70,40 +67,6 @@ class Gateway:
     @property
     def n_p(self) -> int:
         return len(self.local_prefill_nodes)
-
-    # what the sampler and the engine read, kept by the core
-    @property
-    def records(self) -> list[RequestRecord]:
-        return self.core.records
-
-    @property
-    def open(self) -> dict[str, Journey]:
-        return self.core.open
-
-    @property
-    def ttft(self) -> TtftWindow:
-        return self.core.ttft
-
-    @property
-    def num_arrived(self) -> int:
-        return self.core.num_arrived
-
-    @property
-    def num_completed(self) -> int:
-        return self.core.num_completed
-
-    @property
-    def num_failed(self) -> int:
-        return self.core.num_failed
-
-    @property
-    def fed_scheduler(self) -> DualTimescaleScheduler | None:
-        """The scheduler while a loop of it runs."""
-        return self.core.fed
-
-    @property
-    def use_index(self) -> bool:
-        return self.core.use_index
 
     # ---- the request path ----
 

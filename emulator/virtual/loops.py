@@ -45,8 +45,8 @@ class Arrivals:
     """Hands the gateway one request at a time, so the heap holds one pending arrival.
 
     The requests' `arrival_s` are workload time, played against simulated time by the run core's
-    WorkloadTime: the rate knob changes its speed, keeping the arrival pattern's shape; while
-    paused nothing is pending, and a resume or rate change re-plans the next arrival.
+    WorkloadTime (the live engine's clock too): the rate knob changes its speed, keeping the
+    arrival pattern's shape, and re-plans the next arrival.
     """
 
     def __init__(self, sim: Simulator, gateway: Gateway, requests: list[RequestSpec],
@@ -67,22 +67,12 @@ class Arrivals:
         self.clock.set_rate(rate_per_s, self.sim.now)
         self._arm()
 
-    def pause(self) -> None:
-        self.clock.pause(self.sim.now)
-        self._arm()
-
-    def resume(self) -> None:
-        self.clock.resume(self.sim.now)
-        self._arm()
-
     def _arm(self) -> None:
         """Schedule the next arrival (a generation number voids the one planned before)."""
         self._gen = gen = self._gen + 1
         requests, index = self.requests, self.next_index
         if index < len(requests):  # not is_done (once per request: no property call)
-            at = self.clock.due_at(requests[index].arrival_s, self.sim.now)
-            if at < math.inf:  # paused: resume() arms it again
-                self.sim.schedule(at, self._arrive, gen)
+            self.sim.schedule(self.clock.due_at(requests[index].arrival_s, self.sim.now), self._arrive, gen)
 
     def _arrive(self, gen: int) -> None:
         if gen != self._gen:
@@ -125,9 +115,9 @@ class RunLoops:
         capacity = state.rate_bytes_per_s
         has_rate = capacity < math.inf
         utilization = busy / dt if dt > 0 and has_rate else None
-        ttfts = gateway.ttft.sorted_values(now)
-        completed, failed = gateway.num_completed, gateway.num_failed
-        in_flight = gateway.num_arrived - completed - failed
+        core = gateway.core
+        ttfts = core.ttft.sorted_values(now)
+        completed, failed, in_flight = core.num_completed, core.num_failed, core.in_flight
         self.samples.append(TimeseriesRow(
             t_s=now, threshold_tokens=gateway.router.config.threshold_tokens,
             egress_bit_per_s=sent * 8 / dt if dt > 0 else None,
@@ -139,7 +129,7 @@ class RunLoops:
             num_local_prefill=gateway.n_p, num_decode_active=decode_active,
             num_transfers_active=len(link.active),
         ).as_dict())
-        if gateway.fed_scheduler is not None and dt > 0:
+        if core.fed is not None and dt > 0:
             self._tick(now, sent / dt, utilization or 0.0, state.loss, remote, local, decode)
         if self.progress is not None:
             self.progress(completed + failed, len(self.arrivals.requests), now)
@@ -149,7 +139,7 @@ class RunLoops:
     def _tick(self, now: float, goodput: float, utilization: float, loss: float,
               remote: int, local: int, decode: int) -> None:
         """One interval's observations, then whatever loop is due (run.feed, as the live engine)."""
-        scheduler = self.gateway.fed_scheduler
+        scheduler = self.gateway.core.fed
         assert scheduler is not None  # the sampler ticks only a scheduler it feeds
         interval = Interval(goodput, utilization, loss, 1.0, remote, local, decode)  # fluid link: no queue
         for decision in feed.tick(scheduler, now, interval):

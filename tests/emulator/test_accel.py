@@ -27,7 +27,7 @@ for path, overrides in (("scenarios/paper-case-study.yaml", ["duration_s=400", "
                         ("scenarios/mooncake-replay.yaml", ["workload.trace.max_requests=300"])):
     result = simulate(apply_overrides(load_scenario(path), overrides))
     out[path] = {"records": [repr(r) for r in result.records], "samples": result.samples,
-                 "decisions": result.loops.decisions, "prefix_index": result.gateway.use_index}
+                 "decisions": result.loops.decisions, "prefix_index": result.gateway.core.use_index}
 json.dump(out, sys.stdout)
 """
 

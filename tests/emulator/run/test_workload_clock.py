@@ -88,22 +88,15 @@ SCENARIO: dict[str, Any] = {
 }
 
 
-def test_virtual_arrivals_hold_while_paused_and_resume_with_their_gaps() -> None:
-    scenario = parse_scenario(copy.deepcopy(SCENARIO), ROOT)
-    run = simulate(scenario, until=4.0)
-    sim, arrivals, core = run.gateway.sim, run.loops.arrivals, run.gateway.core
-    played = arrivals.next_index
-    assert 0 < played < 12
-    arrivals.pause()
-    sim.run(30.0)
-    assert arrivals.next_index == played and core.num_arrived == played
-    arrivals.resume()
-    sim.run()
-    assert arrivals.is_done and core.num_completed == 12
-    workload = {spec.id: spec.arrival_s for spec in arrivals.requests}
-    shift = {record.id: record.arrival_s - workload[record.id] for record in core.records}
-    assert all(shift[spec.id] == 0.0 for spec in arrivals.requests[:played])
-    assert all(shift[spec.id] == pytest.approx(26.0) for spec in arrivals.requests[played:])
+def test_virtual_arrivals_play_the_workload_at_the_rate_a_knob_sets() -> None:
+    """At 4 s the rate doubles: every later arrival comes at 4 s + its workload gap / 2."""
+    doc = copy.deepcopy(SCENARIO) | {"timeline": [{"at_s": 4.0, "set": {"workload.arrival.rate_per_s": 2.0}}]}
+    run = simulate(parse_scenario(doc, ROOT))
+    workload = {spec.id: spec.arrival_s for spec in run.loops.arrivals.requests}
+    assert len(run.gateway.core.records) == 12 and any(w > 4.0 for w in workload.values())
+    for record in run.gateway.core.records:
+        w = workload[record.id]
+        assert record.arrival_s == pytest.approx(w if w <= 4.0 else 4.0 + (w - 4.0) / 2.0)
 
 
 # ---- the live engine's wall clock ----

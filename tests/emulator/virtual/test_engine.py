@@ -155,7 +155,7 @@ def test_repository_scenarios_run_virtually(name: str) -> None:
     routes = Counter(r.route for r in result.records)
     assert routes["prfaas"] > 0 and routes["local"] > 0
     if name == "mooncake-replay":  # its hash ids share prefixes: the index is used and hits
-        assert result.gateway.use_index and sum(r.cached_len > 0 for r in result.records) > 0
+        assert result.gateway.core.use_index and sum(r.cached_len > 0 for r in result.records) > 0
     else:
         assert result.loops.decisions  # the scheduler's loops ran and acted
 
