@@ -8,8 +8,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import math
-from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -17,6 +15,7 @@ from emulator.live.pacing import WorkloadClock
 from emulator.run.workload_clock import WorkloadTime
 from emulator.scenario import parse_scenario
 from emulator.virtual.engine import simulate
+from tests.emulator.run.core_case import DOC, ROOT
 
 ARRIVALS = [0.5, 1.0, 1.25, 3.0]  # a workload's arrival times (workload seconds), bursty on purpose
 
@@ -71,26 +70,10 @@ def test_a_rate_that_is_not_positive_is_refused(base: float, rate: float, words:
 
 # ---- the virtual engine's arrivals ----
 
-ROOT = Path(__file__).resolve().parents[3]
-SCENARIO: dict[str, Any] = {
-    "name": "pace", "engine": "virtual", "seed": 3, "duration_s": 20,
-    "model": {"profile": {"name": "linear", "lengths_tokens": [1000, 100000], "kv_mib": [10.0, 500.0],
-                          "prefill_s": {"fast": [0.1, 2.0], "slow": [0.3, 6.0]},
-                          "decode_step_ms": {"slow": 20}}},
-    "clusters": {"remote": {"instances": 1, "device": "fast"},
-                 "local": {"instances": 2, "device": "slow", "prefill_instances": 1, "decode_max_batch": 8}},
-    "link": {"bandwidth_mbit": 10000, "delay_ms": 5},
-    "router": {"policy": "prfaas", "threshold_tokens": 8000},
-    "scheduler": {"short_term": {"enabled": False}, "long_term": {"enabled": False}},
-    "workload": {"arrival": {"kind": "poisson", "rate_per_s": 1.0},
-                 "input_len": {"kind": "uniform", "min": 500, "max": 2000},
-                 "output_len": {"kind": "fixed", "tokens": 2}, "max_requests": 12},
-}
-
-
 def test_virtual_arrivals_play_the_workload_at_the_rate_a_knob_sets() -> None:
     """At 4 s the rate doubles: every later arrival comes at 4 s + its workload gap / 2."""
-    doc = copy.deepcopy(SCENARIO) | {"timeline": [{"at_s": 4.0, "set": {"workload.arrival.rate_per_s": 2.0}}]}
+    doc = copy.deepcopy(DOC) | {"timeline": [{"at_s": 4.0, "set": {"workload.arrival.rate_per_s": 2.0}}]}
+    doc["workload"] |= {"arrival": {"kind": "poisson", "rate_per_s": 1.0}, "max_requests": 12}
     run = simulate(parse_scenario(doc, ROOT))
     workload = {spec.id: spec.arrival_s for spec in run.loops.arrivals.requests}
     assert len(run.gateway.core.records) == 12 and any(w > 4.0 for w in workload.values())
