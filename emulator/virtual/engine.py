@@ -35,7 +35,6 @@ APPROXIMATIONS = (
     "layer's share (1 / pipeline_layers) goes after the prefill ends",
     "decode: constant step time up to BS_max, joins not aligned to step boundaries",
     "local prefill -> decode KV over RDMA at a fixed rate, no sharing",
-    "decode instance chosen when the KV arrives (fewest held); the live gateway picks it at dispatch",
 )
 
 

@@ -13,7 +13,7 @@ from emulator.control.types import Cluster, FailReason, NodeId, RequestSpec, Rol
 from emulator.plane import ControlPlane
 from emulator.run.board import NodeBoard
 from emulator.run.core import RunCore
-from emulator.run.journey import ENDED, Journey
+from emulator.run.journey import ENDED, PREFILLING, ROUTED, Journey
 from emulator.virtual.core import Simulator
 from emulator.virtual.costs import CostModel
 from emulator.virtual.link import FluidLink, Transfer
@@ -76,9 +76,10 @@ class Gateway:
         self.dispatch(journey, core.route(journey, now))
 
     def dispatch(self, journey: Journey, decision: RouteDecision | None) -> None:
-        """Hand a routed attempt to its prefill instance (after a cached-prefix transfer)."""
-        if decision is None:
-            return  # the core ended it: no prefill node was up
+        """Hand a routed attempt to its prefill instance (after a cached-prefix transfer). Its
+        decode node is placed now, as the live engine must (its KV streams straight there)."""
+        if decision is None or self.core.place_decode(journey, self.sim.now) < 0:
+            return  # the core ended it: no prefill or no decode node was up
         node = self.node_at(journey.prefill_slot)
         assert isinstance(node, PrefillNode)
         journey.kv_bytes = int(self.costs.kv_bytes(journey.spec.input_len))
@@ -139,13 +140,17 @@ class Gateway:
             self._flip_due()
 
     def _let_go(self, journey: Journey) -> None:
-        """Stop what the attempt still has in motion (a transfer on either link direction); a
-        killed node dropped its queues already."""
+        """Stop what the attempt still has in motion: a transfer on either link direction, and
+        its place at a prefill node that is still up (a killed node dropped its queues already)."""
         transfer = journey.handle
         if isinstance(transfer, Transfer):
             self.link.cancel(transfer)
             self.reverse_link.cancel(transfer)
         journey.handle = None
+        if journey.stage == ROUTED or journey.stage == PREFILLING:
+            node = self.node_at(journey.prefill_slot)
+            if isinstance(node, PrefillNode) and node.is_up:
+                node.drop(journey)
 
     def fail_open(self) -> None:
         """End every request still open: the simulation stopped before they did."""

@@ -18,7 +18,7 @@ class PrefillNode:
     """A FIFO prefill instance: one prompt at a time, T_prefill(incremental length) each.
 
     `on_start(node, journey, service_s)` and `on_end(node, journey, service_s)` tell the gateway;
-    `epoch` grows at every kill, so a completion scheduled before it is recognised as stale.
+    `epoch` grows at every kill or drop, so a completion scheduled before it is recognised as stale.
     """
 
     def __init__(self, sim: Simulator, node: NodeId, prefill_s: Curve,
@@ -58,6 +58,17 @@ class PrefillNode:
         self.on_end(self, journey, service_s)
         if self.queue and self.busy is None:
             self._start(self.queue.popleft())
+
+    def drop(self, journey: Journey) -> None:
+        """Let go of one request given up on elsewhere (its decode node was lost): out of the
+        queue, or out of service (its scheduled end goes stale) with the next one started."""
+        if self.busy is journey:
+            self.busy = None
+            self.epoch += 1
+            if self.queue:
+                self._start(self.queue.popleft())
+        elif journey in self.queue:
+            self.queue.remove(journey)
 
     def kill(self) -> None:
         """Go down, dropping what it held (the run core says which requests that was)."""
