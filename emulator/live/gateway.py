@@ -84,9 +84,9 @@ class Gateway:
         return journey
 
     async def dispatch(self, journey: Journey, decision: RouteDecision | None) -> None:
-        """Hand a routed attempt out: its decode node is placed now, since the prefill worker
-        streams the KV straight to it. A request nothing can take has ended failed."""
-        if decision is None or self.core.place_decode(journey, self.now()) < 0:
+        """Hand a routed attempt out (the core placed its decode node too: the prefill worker
+        streams the KV straight to it). A request nothing can take has ended failed."""
+        if decision is None:
             await self._ended(journey)
             return
         prefill, decode = self.nodes.at(journey.prefill_slot), self.nodes.at(journey.decode_slot)

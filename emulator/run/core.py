@@ -5,10 +5,10 @@ EngineCore with the executors outside).
 
 Events and answers (a journey is one request, emulator.run.journey):
   arrive(spec, now) -> Journey              then route it
-  route(journey, now) -> RouteDecision|None dispatch the prefill there; None: it ended failed
-  place_decode(journey, now) -> slot|-1     (live: at dispatch) -1: it ended failed
+  route(journey, now) -> RouteDecision|None dispatch the prefill there (its decode node is placed
+                                            too: the KV streams straight to it); None: it ended failed
   prefill_started / prefill_finished        stamps, the prefix index, the scheduler's feed
-  kv_arrived(journey, now) -> slot|-1       admit it on that decode node (placing it if not yet)
+  kv_arrived(journey, now) -> slot          admit it on that decode node
   first_token / completed                   its one record
   retry_or_fail(journey, why, now) -> RouteDecision|None   after the engine let go of the attempt
   node_down(slot, now) -> [Journey]         let go of each, then retry_or_fail it
@@ -77,8 +77,8 @@ class RunCore:
         return journey
 
     def route(self, journey: Journey, now: float) -> RouteDecision | None:
-        """Start an attempt: choose its prefill node and count it there. None: no prefill node
-        could take it, and it has ended failed."""
+        """Start an attempt: choose its prefill node and its decode node and count it on both.
+        None: no prefill or no decode node could take it, and it has ended failed."""
         journey.attempts += 1
         spec, board = journey.spec, self.board
         decision = self.router.decide(spec, board.loads, now)
@@ -91,23 +91,18 @@ class RunCore:
         journey.prefill_slot, journey.prefill_node = slot, board.names[slot]
         journey.cached_len, journey.incremental_len = decision.cached_len, decision.incremental_len
         board.add_prefill(slot, decision.incremental_len)
+        decode = board.pick_decode()
+        if decode < 0:
+            self._end(journey, now, None, FailReason.NO_DECODE_NODE, "no decode node is up")
+            return None
+        journey.decode_slot, journey.decode_node = decode, board.names[decode]
+        board.add_decode(decode)
         if journey.attempts == 1:
             if route._value_ == "prfaas":
                 self.num_prfaas += 1
             else:
                 self.num_local += 1
         return decision
-
-    def place_decode(self, journey: Journey, now: float) -> int:
-        """Choose the decode node for the attempt's KV; -1: none is up, and it has ended failed."""
-        board = self.board
-        slot = board.pick_decode()
-        if slot < 0:
-            self.fail(journey, FailReason.NO_DECODE_NODE, "no decode node is up", now)
-            return -1
-        journey.decode_slot, journey.decode_node = slot, board.names[slot]
-        board.add_decode(slot)
-        return slot
 
     def prefill_started(self, journey: Journey, now: float) -> None:
         journey.stage, journey.prefill_start_s = PREFILLING, now
@@ -130,11 +125,9 @@ class RunCore:
             self.fed.observe_prefill(cluster, spec.input_len - journey.cached_len, service_s, now)
 
     def kv_arrived(self, journey: Journey, now: float) -> int:
-        """The KV is at the decode side: the decode slot to admit it on (placed now if it was not
-        at dispatch), or -1 when none is up (it has ended failed)."""
+        """The KV is at the decode side: the decode slot to admit it on."""
         journey.stage, journey.transfer_end_s = DECODING, now
-        slot = journey.decode_slot
-        return slot if slot >= 0 else self.place_decode(journey, now)
+        return journey.decode_slot
 
     def first_token(self, journey: Journey, now: float) -> None:
         journey.first_token_s = now

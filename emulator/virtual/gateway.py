@@ -76,9 +76,8 @@ class Gateway:
         self.dispatch(journey, core.route(journey, now))
 
     def dispatch(self, journey: Journey, decision: RouteDecision | None) -> None:
-        """Hand a routed attempt to its prefill instance (after a cached-prefix transfer). Its
-        decode node is placed now, as the live engine must (its KV streams straight there)."""
-        if decision is None or self.core.place_decode(journey, self.sim.now) < 0:
+        """Hand a routed attempt to its prefill instance (after a cached-prefix transfer)."""
+        if decision is None:
             return  # the core ended it: no prefill or no decode node was up
         node = self.node_at(journey.prefill_slot)
         assert isinstance(node, PrefillNode)
@@ -126,11 +125,9 @@ class Gateway:
         if journey.stage == ENDED or journey.attempts != attempt:
             return
         journey.handle = None
-        slot = self.core.kv_arrived(journey, self.sim.now)
-        if slot >= 0:
-            node = self.local[slot - self.board.num_remote]
-            assert isinstance(node, DecodeNode)
-            node.admit(journey)
+        node = self.local[self.core.kv_arrived(journey, self.sim.now) - self.board.num_remote]
+        assert isinstance(node, DecodeNode)
+        node.admit(journey)
 
     def _on_decode_finish(self, node: DecodeNode, journey: Journey, tpot_s: float) -> None:
         self.core.completed(journey, self.sim.now, tpot_s)

@@ -68,10 +68,8 @@ def held(core: RunCore) -> tuple[list[int], list[int]]:
     return list(core.board.prefill_held), list(core.board.decode_held)
 
 
-def start(core: RunCore, rid: str, input_len: int, now: float, *, place: bool = True) -> Journey:
-    """Arrive and route a request; `place`: choose its decode node at dispatch, as the live engine."""
+def start(core: RunCore, rid: str, input_len: int, now: float) -> Journey:
+    """Arrive and route a request (its prefill node and its decode node)."""
     journey = core.arrive(spec(rid, input_len), now)
     assert core.route(journey, now) is not None
-    if place:
-        assert core.place_decode(journey, now) >= 0
     return journey

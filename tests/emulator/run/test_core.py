@@ -28,7 +28,7 @@ IDLE_LOADS = [("remote-prefill-0", 0, 0, True), ("local-prefill-0", 0, 0, True)]
 NOTHING_HELD = ([0, 0, 0, 0], [0, 0, 0, 0])
 
 
-def test_a_remote_request_placed_at_dispatch_ends_in_one_completed_record() -> None:
+def test_a_remote_request_ends_in_one_completed_record() -> None:
     core = make_core()
     journey = core.arrive(spec("r1", LONG), 1.0)
     assert core.open == {"r1": journey} and (core.num_arrived, core.in_flight) == (1, 1)
@@ -37,7 +37,7 @@ def test_a_remote_request_placed_at_dispatch_ends_in_one_completed_record() -> N
     assert (journey.stage, journey.attempts, journey.route) == (Stage.ROUTED, 1, "prfaas")
     assert (journey.prefill_slot, journey.prefill_node) == (REMOTE, "remote-prefill-0")
     assert loads(core) == [("remote-prefill-0", LONG, 1, True), ("local-prefill-0", 0, 0, True)]
-    assert core.place_decode(journey, 1.0) == DECODE_A
+    assert (journey.decode_slot, journey.decode_node) == (DECODE_A, "local-decode-1")
     assert held(core) == ([1, 0, 0, 0], [0, 0, 1, 0])
 
     core.prefill_started(journey, 1.5)
@@ -67,17 +67,16 @@ def test_a_remote_request_placed_at_dispatch_ends_in_one_completed_record() -> N
     assert core.ttft.sorted_values(4.0) == [2.25]
 
 
-def test_a_local_request_placed_at_kv_arrival_ends_in_one_completed_record() -> None:
+def test_a_local_request_ends_in_one_completed_record() -> None:
     core = make_core()
-    journey = start(core, "r1", SHORT, 0.0, place=False)  # the virtual engine places at KV arrival
+    journey = start(core, "r1", SHORT, 0.0)
     assert (journey.route, journey.prefill_slot, journey.prefill_node) == ("local", LOCAL_PREFILL, "local-prefill-0")
     assert loads(core) == [("remote-prefill-0", 0, 0, True), ("local-prefill-0", SHORT, 1, True)]
-    assert held(core) == ([0, 1, 0, 0], [0, 0, 0, 0]) and journey.decode_slot == -1
+    assert held(core) == ([0, 1, 0, 0], [0, 0, 1, 0]) and journey.decode_node == "local-decode-1"
     core.prefill_started(journey, 0.0)
     core.prefill_finished(journey, 0.4, 0.4)
-    assert held(core) == NOTHING_HELD
+    assert held(core) == ([0, 0, 0, 0], [0, 0, 1, 0])
     assert core.kv_arrived(journey, 0.5) == DECODE_A
-    assert held(core) == ([0, 0, 0, 0], [0, 0, 1, 0]) and journey.decode_node == "local-decode-1"
     core.first_token(journey, 0.6)
     record = core.completed(journey, 0.9, 0.075)
     assert record is not None
@@ -120,10 +119,9 @@ def test_a_lost_attempt_is_routed_again_and_the_third_loss_ends_it_failed() -> N
     for attempt in range(2, MAX_ATTEMPTS + 1):
         decision = core.retry_or_fail(journey, FailReason.TRANSFER_FAILED, "connection reset", float(attempt))
         assert decision is not None and decision.route is Route.PRFAAS
-        assert (journey.attempts, journey.stage, journey.decode_slot) == (attempt, Stage.ROUTED, -1)
+        assert (journey.attempts, journey.stage, journey.decode_slot) == (attempt, Stage.ROUTED, DECODE_A)
         assert (journey.prefill_start_s, journey.transfer_start_s) == (None, None)  # the old attempt's
-        assert held(core) == ([1, 0, 0, 0], [0, 0, 0, 0])
-        assert core.place_decode(journey, float(attempt)) == DECODE_A
+        assert held(core) == ([1, 0, 0, 0], [0, 0, 1, 0])  # the new attempt's only
     assert core.retry_or_fail(journey, FailReason.TRANSFER_FAILED, "connection reset", 9.0) is None
     [record] = core.records
     assert (record.status, record.fail_reason, record.fail_detail) == ("failed", "transfer_failed", "connection reset")
@@ -171,32 +169,17 @@ def test_a_retry_that_finds_no_prefill_node_ends_no_prefill_node() -> None:
     assert held(core) == NOTHING_HELD
 
 
-def test_no_decode_node_at_dispatch_ends_the_request_no_decode_node() -> None:
+def test_no_decode_node_up_ends_the_request_no_decode_node() -> None:
     core = make_core()
     core.node_down(DECODE_A)
     core.node_down(DECODE_B)
     journey = core.arrive(spec("r1", LONG), 1.0)
-    core.route(journey, 1.0)
-    assert core.place_decode(journey, 1.0) == -1
+    assert core.route(journey, 1.0) is None
     [record] = core.records
     assert (record.status, record.fail_reason, record.fail_detail) == (
         "failed", "no_decode_node", "no decode node is up")
     assert (record.route, record.prefill_node, record.decode_node) == ("prfaas", "remote-prefill-0", None)
     assert held(core) == NOTHING_HELD and loads(core) == IDLE_LOADS  # its prefill let go of
-
-
-def test_no_decode_node_at_kv_arrival_ends_the_request_no_decode_node() -> None:
-    core = make_core()
-    journey = start(core, "r1", SHORT, 0.0, place=False)
-    core.prefill_started(journey, 0.0)
-    core.prefill_finished(journey, 0.4, 0.4)
-    core.node_down(DECODE_A)
-    core.node_down(DECODE_B)
-    assert core.kv_arrived(journey, 0.5) == -1
-    [record] = core.records
-    assert (record.fail_reason, record.prefill_end_s, record.transfer_end_s, record.decode_node) == (
-        "no_decode_node", 0.4, 0.5, None)
-    assert held(core) == NOTHING_HELD
 
 
 def test_a_late_completion_after_a_failure_changes_nothing() -> None:
@@ -219,7 +202,7 @@ def test_fail_open_ends_every_open_request_with_the_reason() -> None:
     core.first_token(done, 0.5)
     core.completed(done, 1.0, 0.1)
     routed = start(core, "routed", LONG, 1.0)
-    moving = start(core, "moving", SHORT, 1.0, place=False)
+    moving = start(core, "moving", SHORT, 1.0)
     core.prefill_started(moving, 1.0)
     core.prefill_finished(moving, 1.5, 0.5)
     ended = core.fail_open(FailReason.UNFINISHED, "still open when the run stopped", 9.0)

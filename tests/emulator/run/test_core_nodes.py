@@ -38,24 +38,21 @@ def advance(core: RunCore, journey: Journey, stage: Stage, now: float) -> None:
         assert core.kv_arrived(journey, now) >= 0
 
 
-def case(lost: str, placed: str, stage: Stage, is_taken: bool):  # noqa: ANN201  (a pytest.param)
-    return pytest.param(lost, placed, stage, is_taken, id=f"{lost}-lost-{stage.name.lower()}-placed-at-{placed}")
+def case(lost: str, stage: Stage, is_taken: bool):  # noqa: ANN201  (a pytest.param)
+    return pytest.param(lost, stage, is_taken, id=f"{lost}-lost-{stage.name.lower()}")
 
 
-# A remote request (prefill on slot 0, decode on slot 2) when its prefill node or its decode node is
-# lost: the prefill node's loss takes it until its KV has arrived; the decode node's once placed
-# there, at dispatch (live) or at KV arrival (virtual).
-LOSSES = [case("prefill", placed, stage, stage <= Stage.TRANSFERRING)
-          for placed in ("dispatch", "arrival") for stage in STEPS]
-LOSSES += [case("decode", "dispatch", stage, True) for stage in STEPS]
-LOSSES += [case("decode", "arrival", stage, stage == Stage.DECODING) for stage in STEPS]
+# A remote request (prefill on slot 0, decode on slot 2, both placed when it is routed) when its
+# prefill node or its decode node is lost: the prefill node's loss takes it until its KV has
+# arrived; the decode node's at every step.
+LOSSES = [case("prefill", stage, stage <= Stage.TRANSFERRING) for stage in STEPS]
+LOSSES += [case("decode", stage, True) for stage in STEPS]
 
 
-@pytest.mark.parametrize(("lost", "placed", "stage", "is_taken"), LOSSES)
-def test_a_lost_node_takes_the_journeys_that_still_need_it(lost: str, placed: str, stage: Stage,
-                                                          is_taken: bool) -> None:
+@pytest.mark.parametrize(("lost", "stage", "is_taken"), LOSSES)
+def test_a_lost_node_takes_the_journeys_that_still_need_it(lost: str, stage: Stage, is_taken: bool) -> None:
     core = make_core()
-    journey = start(core, "r1", LONG, 0.0, place=placed == "dispatch")
+    journey = start(core, "r1", LONG, 0.0)
     advance(core, journey, stage, 1.0)
     slot = REMOTE if lost == "prefill" else DECODE_A
     before = held(core)
@@ -80,8 +77,8 @@ def test_a_lost_node_takes_the_journeys_that_still_need_it(lost: str, placed: st
         reused = LONG // BLOCK_TOKENS * BLOCK_TOKENS if stage >= Stage.TRANSFERRING else 0
         assert (journey.route, journey.prefill_node, journey.cached_len) == ("prfaas", "remote-prefill-0", reused)
         assert loads(core) == [("remote-prefill-0", LONG - reused, 1, True), ("local-prefill-0", 0, 0, True)]
-    assert held(core)[1] == [0, 0, 0, 0] and journey.decode_slot == -1
-    assert core.place_decode(journey, 2.0) == (DECODE_B if lost == "decode" else DECODE_A)
+    assert journey.decode_slot == (DECODE_B if lost == "decode" else DECODE_A)
+    assert held(core)[1] == ([0, 0, 0, 1] if lost == "decode" else [0, 0, 1, 0])
     assert (core.num_prfaas, core.num_local, core.records) == (1, 0, [])
 
 
@@ -158,9 +155,10 @@ def test_a_node_lost_while_draining_drops_its_flip_and_comes_back_in_its_role() 
     assert not core.board.is_draining[DECODE_A]
     core.retry_or_fail(journey, FailReason.WORKER_LOST, LOST, 1.0)
     assert core.board.take_flips() == []
+    assert journey.decode_slot == DECODE_B
     core.node_up(DECODE_A)
     assert core.board.names[DECODE_A] == "local-decode-1" and core.board.decode_slots == [DECODE_A, DECODE_B]
-    assert core.place_decode(journey, 1.0) == DECODE_A
+    assert start(core, "r2", SHORT, 1.0).decode_slot == DECODE_A
 
 
 @pytest.mark.parametrize(("slot", "role", "why"), [
@@ -216,7 +214,7 @@ def test_a_flip_is_not_carried_out_while_a_retry_placed_work_on_the_node() -> No
     assert core.request_flip(DECODE_A, Role.PREFILL)
     assert core.node_down(REMOTE) == [journey]
     assert core.retry_or_fail(journey, FailReason.WORKER_LOST, LOST, 1.0) is not None
-    assert core.place_decode(journey, 1.0) == DECODE_A
+    assert journey.decode_slot == DECODE_A
     assert core.board.take_flips() == []  # it holds the retried attempt's decode
 
 
