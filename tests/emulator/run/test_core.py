@@ -1,5 +1,5 @@
 """The run core's request path, driven by scripted events with explicit times: routing, decode
-placement (at dispatch as the live engine, at KV arrival as the virtual one), the one record per
+placement (with the routing, on both engines), the one record per
 request, retries, the failures the core itself decides, and the TTFT window. No engine, no clock.
 Node loss and role flips: test_core_nodes.py."""
 
@@ -51,7 +51,7 @@ def test_a_remote_request_ends_in_one_completed_record() -> None:
     assert lookup.on_node(NodeId.parse("remote-prefill-0")) == full_blocks * BLOCK_TOKENS
 
     journey.kv_bytes = 4096
-    assert core.kv_arrived(journey, 3.0) == DECODE_A  # placed at dispatch: that node
+    assert core.kv_arrived(journey, 3.0) == DECODE_A  # placed when routed: that node
     assert journey.stage == Stage.DECODING
     core.first_token(journey, 3.25)
     record = core.completed(journey, 4.0, 0.05)

@@ -205,7 +205,7 @@ def test_the_latest_split_wins_over_a_flip_still_draining() -> None:
 
 
 def test_a_flip_is_not_carried_out_while_a_retry_placed_work_on_the_node() -> None:
-    """Live placement (at dispatch) with local-decode-2 down and local-decode-1 draining: a lost
+    """With local-decode-2 down and local-decode-1 draining: a lost
     prefill node's retry lets go of local-decode-1 (its flip falls due), then places the retried
     attempt back on it, the only decode node up. The flip taken after the retries must wait."""
     core = make_core()
