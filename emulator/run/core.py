@@ -34,7 +34,8 @@ MAX_ATTEMPTS: Final = 3  # a request whose node was lost or whose transfer faile
 TTFT_WINDOW_S: Final = 30.0
 _COMPLETED: Final = RequestStatus.COMPLETED.value
 _FAILED: Final = RequestStatus.FAILED.value
-_REMOTE: Final = Cluster.REMOTE
+_REMOTE: Final = Cluster.REMOTE  # bound once: Enum class attributes are slow (3.11)
+_LOCAL: Final = Cluster.LOCAL
 
 
 class RunCore:
@@ -121,7 +122,7 @@ class RunCore:
             if full_blocks:
                 self.index.insert(self.board.ids[slot], spec.block_hashes[:full_blocks], now)
         if self.fed is not None:
-            cluster = Cluster.REMOTE if slot < self.board.num_remote else Cluster.LOCAL
+            cluster = _REMOTE if slot < self.board.num_remote else _LOCAL
             self.fed.observe_prefill(cluster, spec.input_len - journey.cached_len, service_s, now)
 
     def kv_arrived(self, journey: Journey, now: float) -> int:

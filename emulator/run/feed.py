@@ -5,23 +5,24 @@ drains a node through the run core; a threshold change is in the control state a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from emulator.control.scheduler import DualTimescaleScheduler, RoleChange, ThresholdChange
 
 
-@dataclass(frozen=True, slots=True)
 class Interval:
     """What an engine measured over the last interval: the link's goodput (bytes/s), utilization,
-    loss and RTT inflation (1: no standing queue), and the requests waiting per pool."""
+    loss and RTT inflation (1: no standing queue), and the requests waiting per pool. A plain
+    class: compiled, it is a native object the virtual sampler builds every simulated second (a
+    frozen dataclass costs several times as much). Read-only by convention."""
 
-    goodput_bytes_per_s: float
-    utilization: float
-    loss: float
-    rtt_inflation: float
-    queue_remote_prefill: int
-    queue_local_prefill: int
-    queue_decode: int
+    __slots__ = ("goodput_bytes_per_s", "utilization", "loss", "rtt_inflation", "queue_remote_prefill",
+                 "queue_local_prefill", "queue_decode")
+
+    def __init__(self, goodput_bytes_per_s: float, utilization: float, loss: float, rtt_inflation: float,
+                 queue_remote_prefill: int, queue_local_prefill: int, queue_decode: int) -> None:
+        self.goodput_bytes_per_s, self.utilization, self.loss = goodput_bytes_per_s, utilization, loss
+        self.rtt_inflation = rtt_inflation
+        self.queue_remote_prefill, self.queue_local_prefill = queue_remote_prefill, queue_local_prefill
+        self.queue_decode = queue_decode
 
 
 def tick(scheduler: DualTimescaleScheduler, now_s: float, interval: Interval) -> list[ThresholdChange | RoleChange]:

@@ -7,8 +7,7 @@ the recorder writes rows, `load_run` upgrades what it reads.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -17,12 +16,12 @@ BIT_PER_MBIT = 1e6
 BIT_PER_GBIT = 1e9
 
 
-@dataclass(frozen=True, slots=True)
-class TimeseriesRow:
+class TimeseriesRow(NamedTuple):
     """One sample of a run: the virtual sampler's, every simulated second, or the live engine's
     MetricsSnapshot as the recorder flattens it, every 0.5 s. Every field is required, so a
     sampler that misses a column fails where it builds the row; None means "not measured" and is
-    stored as NaN (every column is float64 on disk).
+    stored as NaN (every column is float64 on disk). A tuple: the virtual sampler builds one per
+    simulated second, and a frozen dataclass costs several times as much to build.
 
     Empty by engine, and why:
     - live leaves `num_decode_active` and `num_transfers_active` empty: the recorder reads the
@@ -60,10 +59,10 @@ class TimeseriesRow:
 
     def as_dict(self) -> dict[str, float | None]:
         """Column name -> value, in COLUMNS order (the recorder's `add_sample` keywords)."""
-        return {name: getattr(self, name) for name in COLUMNS}
+        return dict(zip(COLUMNS, self, strict=True))
 
 
-COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(TimeseriesRow))
+COLUMNS: tuple[str, ...] = TimeseriesRow._fields
 
 # Columns earlier versions recorded under another name or unit: old name -> (name, factor).
 RENAMED: dict[str, tuple[str, float]] = {

@@ -21,6 +21,7 @@ from emulator.scenario import Scenario
 from emulator.telemetry.recorder import RunRecorder
 from emulator.telemetry.records import RequestRecord
 from emulator.telemetry.run_meta import EngineKind, RunMeta, make_run_meta
+from emulator.telemetry.timeseries import TimeseriesRow
 from emulator.virtual.core import Simulator
 from emulator.virtual.costs import CostModel
 from emulator.virtual.gateway import Gateway
@@ -43,7 +44,7 @@ class Simulation:
     """One simulated run, in memory. `gateway` and `loops` are kept for tests and tools."""
 
     records: list[RequestRecord]
-    samples: list[dict[str, float | None]]
+    samples: list[TimeseriesRow]
     plane: ControlPlane
     costs: CostModel
     gateway: Gateway
@@ -123,7 +124,7 @@ def record_run(scenario: Scenario, result: Simulation, out_dir: str | Path) -> d
     for record in result.records:
         recorder.add_request(record)
     for row in result.samples:
-        recorder.add_sample(**row)
+        recorder.add_row(row)
     expect = {str(metric): bounds.model_dump(exclude_none=True) for metric, bounds in scenario.expect.items()}
     return recorder.finish(run_meta(scenario, result), expect=expect,
                            duration_s=run_duration_s(result.records))

@@ -90,7 +90,7 @@ class RunLoops:
         self.sim, self.gateway, self.scenario, self.arrivals = sim, gateway, scenario, arrivals
         self.progress = progress
         self.link_spec = scenario.link
-        self.samples: list[dict[str, float | None]] = []
+        self.samples: list[TimeseriesRow] = []
         self.decisions: list[str] = []
         self.knob_changes: list[str] = []
         self._last = (0.0, 0.0, 0.0)  # (t, link bytes sent, link busy seconds) at the last sample
@@ -128,7 +128,7 @@ class RunLoops:
             failed=failed, retrans_rate=state.loss, rtt_ms=state.rtt_s * 1e3,
             num_local_prefill=gateway.n_p, num_decode_active=decode_active,
             num_transfers_active=len(link.active),
-        ).as_dict())
+        ))
         if core.fed is not None and dt > 0:
             self._tick(now, sent / dt, utilization or 0.0, state.loss, remote, local, decode)
         if self.progress is not None:

@@ -3,7 +3,6 @@ recorded in Mbit/s by an earlier version reads back converted."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from pathlib import Path
 
@@ -37,7 +36,7 @@ def _parquet_columns(run_dir: Path) -> tuple[str, ...]:
 
 def test_a_virtual_run_and_the_live_recording_path_write_the_same_columns(tmp_path: Path) -> None:
     virtual = simulate(parse_scenario(SMALL | {"duration_s": 5}, ROOT))
-    assert all(tuple(sample) == COLUMNS for sample in virtual.samples)
+    assert all(sample._fields == COLUMNS for sample in virtual.samples)
     run_virtual(parse_scenario(SMALL | {"duration_s": 5}, ROOT), tmp_path / "virtual")
     live = RunRecorder(tmp_path / "live")  # what session.write_record does with the loops' snapshots
     live.add_snapshot(LIVE_SNAPSHOT)
@@ -59,7 +58,7 @@ def test_a_row_names_every_column() -> None:
         TimeseriesRow(**{name: 0.0 for name in COLUMNS if name != "num_transfers_active"})
     row = TimeseriesRow(**{name: 1.0 for name in COLUMNS})
     assert tuple(row.as_dict()) == COLUMNS
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(AttributeError):
         row.t_s = 2.0  # type: ignore[misc]
 
 
