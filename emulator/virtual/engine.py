@@ -44,7 +44,7 @@ class Simulation:
     """One simulated run, in memory. `gateway` and `loops` are kept for tests and tools."""
 
     records: list[RequestRecord]
-    samples: list[TimeseriesRow]
+    samples: list[dict[str, float | None]]  # TimeseriesRow's columns
     plane: ControlPlane
     costs: CostModel
     gateway: Gateway
@@ -124,7 +124,7 @@ def record_run(scenario: Scenario, result: Simulation, out_dir: str | Path) -> d
     for record in result.records:
         recorder.add_request(record)
     for row in result.samples:
-        recorder.add_row(row)
+        recorder.add_row(TimeseriesRow(**row))
     expect = {str(metric): bounds.model_dump(exclude_none=True) for metric, bounds in scenario.expect.items()}
     return recorder.finish(run_meta(scenario, result), expect=expect,
                            duration_s=run_duration_s(result.records))

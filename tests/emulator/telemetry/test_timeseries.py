@@ -36,7 +36,7 @@ def _parquet_columns(run_dir: Path) -> tuple[str, ...]:
 
 def test_a_virtual_run_and_the_live_recording_path_write_the_same_columns(tmp_path: Path) -> None:
     virtual = simulate(parse_scenario(SMALL | {"duration_s": 5}, ROOT))
-    assert all(sample._fields == COLUMNS for sample in virtual.samples)
+    assert all(tuple(sample) == COLUMNS for sample in virtual.samples)
     run_virtual(parse_scenario(SMALL | {"duration_s": 5}, ROOT), tmp_path / "virtual")
     live = RunRecorder(tmp_path / "live")  # what session.write_record does with the loops' snapshots
     live.add_snapshot(LIVE_SNAPSHOT)
