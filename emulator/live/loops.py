@@ -31,6 +31,7 @@ from emulator.telemetry.bus import TelemetryBus
 from emulator.telemetry.metrics import EgressRateEstimator, utilization
 from emulator.telemetry.schemas import MetricsSnapshot, QueueDepths
 from emulator.telemetry.timeseries import BIT_PER_MBIT
+from emulator.workload.build import num_due
 
 log = logging.getLogger(__name__)
 METRICS_PERIOD_S = 0.5  # >= 2 Hz, as design.md asks
@@ -81,7 +82,7 @@ class RunLoops:
         return [task.get_name() for task in stuck]
 
     async def _wait_for_end(self, stop: asyncio.Event, progress, tasks: list[asyncio.Task]) -> str:
-        total, gateway = len(self.requests), self.gateway
+        total, gateway = num_due(self.requests, self.scenario.duration_s), self.gateway
         deadline = self.scenario.duration_s + DRAIN_S
         while True:
             for task in tasks:  # a loop that died is a bug: end the run loudly, not at the deadline
@@ -102,10 +103,15 @@ class RunLoops:
                 await asyncio.wait_for(gateway.changed.wait(), 0.5)
 
     async def _drive(self) -> None:
-        """Admit each request when its (possibly rescaled) arrival time comes."""
+        """Admit each request when its (possibly rescaled) arrival time comes, until the run's
+        duration is over (open loop: the list reaches past it, for a rate knob turned up)."""
         try:
             for spec in self.requests:
-                await self.clock.wait_until(spec.arrival_s)
+                left_s = self.scenario.duration_s - self.gateway.now()
+                try:
+                    await asyncio.wait_for(self.clock.wait_until(spec.arrival_s), max(left_s, 0.0))
+                except TimeoutError:
+                    return  # due after the duration: arrivals are over
                 if self._ended.is_set():
                     return
                 await self.gateway.admit(spec)

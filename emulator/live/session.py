@@ -41,7 +41,7 @@ from emulator.telemetry.recorder import RunRecorder
 from emulator.telemetry.run_meta import EngineKind, RunMeta, make_run_meta
 from emulator.telemetry.schemas import StatusMessage
 from emulator.wire import protocol as p
-from emulator.workload.build import build_requests
+from emulator.workload.build import LIVE_RATE_HEADROOM, arrival_horizon_s, build_requests
 
 log = logging.getLogger(__name__)
 Progress = Callable[[int, int, float], None]  # (requests ended, total, seconds since start)
@@ -65,7 +65,7 @@ async def run_live(scenario: Scenario, out_dir: Path, broker_url: str | None = N
         run_id = check_run_id(run_id) if run_id else new_run_id()
     except ValueError as err:
         raise PrfaasError(f"--{err}") from None
-    requests = build_requests(scenario)
+    requests = build_requests(scenario, arrival_horizon_s(scenario, headroom=LIVE_RATE_HEADROOM))
     plane = make_control_plane(scenario)
     topology = Topology(scenario.link, backend=link_backend, run_id=run_id)
     broker: EmbeddedBroker | None = None

@@ -27,7 +27,7 @@ from emulator.virtual.costs import CostModel
 from emulator.virtual.gateway import Gateway
 from emulator.virtual.link import FluidLink
 from emulator.virtual.loops import Arrivals, Progress, RunLoops, link_states
-from emulator.workload.build import build_requests
+from emulator.workload.build import arrival_horizon_s, build_requests
 
 log = logging.getLogger(__name__)
 APPROXIMATIONS = (
@@ -62,7 +62,7 @@ def simulate(scenario: Scenario, *, until: float | None = None, progress: Progre
     make_control_plane); passing them in saves rebuilding them for repeated runs."""
     wall_start = time.perf_counter()
     plane = plane or make_control_plane(scenario)
-    requests = build_requests(scenario) if requests is None else requests
+    requests = build_requests(scenario, arrival_horizon_s(scenario)) if requests is None else requests
     costs = CostModel.from_inputs(plane.inputs, plane.profile_source)
     sim = Simulator()
     to_local, to_remote = link_states(scenario.link, scenario.transport.connections)
@@ -73,7 +73,8 @@ def simulate(scenario: Scenario, *, until: float | None = None, progress: Progre
                       block_tokens=scenario.prefix_cache.block_tokens,
                       use_index=needs_index(scenario, requests))
     arrival = scenario.workload.arrival
-    arrivals = Arrivals(sim, gateway, requests, arrival.rate_per_s if arrival is not None else None)
+    arrivals = Arrivals(sim, gateway, requests, arrival.rate_per_s if arrival is not None else None,
+                        scenario.duration_s)
     loops = RunLoops(sim, gateway, scenario, arrivals, progress)
     arrivals.start()
     loops.start()

@@ -25,6 +25,7 @@ from emulator.telemetry.metrics import sorted_percentile
 from emulator.virtual.core import Simulator
 from emulator.virtual.gateway import Gateway
 from emulator.virtual.link import LinkState
+from emulator.workload.build import num_due
 
 log = logging.getLogger(__name__)
 SAMPLE_PERIOD_S = 1.0
@@ -49,15 +50,17 @@ class Arrivals:
     """
 
     def __init__(self, sim: Simulator, gateway: Gateway, requests: list[RequestSpec],
-                 base_rate_per_s: float | None) -> None:
+                 base_rate_per_s: float | None, end_s: float) -> None:
         self.sim, self.gateway, self.requests = sim, gateway, requests
         self.clock = WorkloadTime(base_rate_per_s, sim.now)
+        self.end_s = end_s  # the run's duration: no arrival is admitted after it (open loop)
         self.next_index = 0
+        self.is_stopped = False  # the next arrival falls after end_s
         self._gen = 0
 
     @property
     def is_done(self) -> bool:
-        return self.next_index >= len(self.requests)
+        return self.is_stopped or self.next_index >= len(self.requests)
 
     def start(self) -> None:
         self._arm()
@@ -71,7 +74,10 @@ class Arrivals:
         self._gen = gen = self._gen + 1
         requests, index = self.requests, self.next_index
         if index < len(requests):  # not is_done (once per request: no property call)
-            self.sim.schedule(self.clock.due_at(requests[index].arrival_s, self.sim.now), self._arrive, gen)
+            at = self.clock.due_at(requests[index].arrival_s, self.sim.now)
+            self.is_stopped = at >= self.end_s
+            if not self.is_stopped:
+                self.sim.schedule(at, self._arrive, gen)
 
     def _arrive(self, gen: int) -> None:
         if gen != self._gen:
@@ -88,6 +94,7 @@ class RunLoops:
                  progress: Progress | None = None) -> None:
         self.sim, self.gateway, self.scenario, self.arrivals = sim, gateway, scenario, arrivals
         self.progress = progress
+        self.expected = num_due(arrivals.requests, scenario.duration_s)  # the progress total, at its pace
         self.link_spec = scenario.link
         self.samples: list[dict[str, float | None]] = []  # TimeseriesRow's columns, one dict a second
         self.decisions: list[str] = []
@@ -134,8 +141,8 @@ class RunLoops:
         if core.fed is not None and dt > 0:
             self._tick(now, sent / dt, utilization or 0.0, state.loss, remote, local, decode)
         if self.progress is not None:
-            self.progress(completed + failed, len(self.arrivals.requests), now)
-        if in_flight or self.arrivals.next_index < len(self.arrivals.requests):
+            self.progress(completed + failed, self.expected, now)
+        if in_flight or not self.arrivals.is_done:
             self.sim.schedule(now + SAMPLE_PERIOD_S, self._on_sample)
 
     def _tick(self, now: float, goodput: float, utilization: float, loss: float,

@@ -123,13 +123,19 @@ def test_timeline_link_and_knob_changes_act_at_their_time(small: Small) -> None:
     assert sum(slow) / len(slow) > 3 * sum(fast) / len(fast)  # a tenth of the bandwidth shows
 
 
-def test_the_rate_knob_plays_the_same_arrivals_faster(small: Small) -> None:
+def test_the_rate_knob_plays_the_same_arrivals_faster_for_the_whole_duration(small: Small) -> None:
+    """Open loop: at twice the rate the same arrival pattern plays twice as fast, and arrivals go
+    on (further down the same seeded workload) until the run's duration, not until the list that
+    the base rate would have used is spent."""
     base = simulate(small(duration_s=40))
     fast = simulate(small(duration_s=40, timeline=[{"at_s": 10, "set": {"workload.arrival.rate_per_s": 6.0}}]))
-    arrivals = {r.id: r.arrival_s for r in base.records}
+    workload = {r.id: r.arrival_s for r in fast.loops.arrivals.requests}
+    assert {r.id: r.arrival_s for r in base.records}.items() <= workload.items()  # the same workload, extended
     for r in fast.records:
-        expected = arrivals[r.id] if arrivals[r.id] <= 10 else 10 + (arrivals[r.id] - 10) / 2
+        expected = workload[r.id] if workload[r.id] <= 10 else 10 + (workload[r.id] - 10) / 2
         assert r.arrival_s == pytest.approx(expected)
+    assert len(fast.records) > 1.5 * len(base.records)
+    assert max(r.arrival_s for r in fast.records) > 36
 
 
 def test_run_virtual_writes_the_files_of_a_live_run(small: Small, tmp_path: Path) -> None:
@@ -171,3 +177,21 @@ def test_more_tcp_connections_lift_a_lossy_links_cap(small: Callable[..., Scenar
         assert remote
         exposed[connections] = sum(r.transfer_end_s - r.prefill_end_s for r in remote) / len(remote)
     assert 6 < exposed[1] / exposed[8] < 9, exposed
+
+
+def test_a_rate_burst_runs_the_whole_duration_and_its_queues_build_then_drain(small: Small) -> None:
+    """The classroom burst, 0.5 -> 3 -> 0.5 requests/s: arrivals follow the rate in force to the
+    end of the run (the burst does not use the workload up), and the queues it builds drain."""
+    burst = simulate(small(duration_s=100, workload={"arrival": {"kind": "poisson", "rate_per_s": 0.5}},
+                           timeline=[{"at_s": 30, "set": {"workload.arrival.rate_per_s": 3.0}},
+                                     {"at_s": 60, "set": {"workload.arrival.rate_per_s": 0.5}}]))
+    arrivals = sorted(r.arrival_s for r in burst.records)
+    assert arrivals[-1] > 90 and all(r.status == "completed" for r in burst.records)
+    during = sum(30 <= t < 60 for t in arrivals) / 30
+    before, after = sum(t < 30 for t in arrivals) / 30, sum(t >= 60 for t in arrivals) / 40
+    assert during > 3 * max(before, after)  # the rate in force, within Poisson noise
+    queued = [s["queue_remote_prefill"] + s["queue_local_prefill"] for s in burst.samples]
+    times = [s["t_s"] for s in burst.samples]
+    peak = max(q for q, t in zip(queued, times, strict=True) if 30 <= t < 65)
+    assert peak > max(q for q, t in zip(queued, times, strict=True) if t < 30)
+    assert all(q == 0 for q, t in zip(queued, times, strict=True) if t > 95)
