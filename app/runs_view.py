@@ -1,5 +1,5 @@
-"""Tables behind the Runs page: recorded runs found under a directory, one run's headline numbers,
-TTFT CDFs, Gantt segments, timeseries lines, and several runs side by side.
+"""Tables behind the Runs page: recorded runs found under a directory, one run's headline numbers
+and per-node figures, TTFT CDFs, Gantt segments, timeseries lines, and several runs side by side.
 
 Pure functions over `emulator.telemetry.recorder.load_run`'s frames, so tests check them without
 Streamlit. Nothing here writes a run or starts one.
@@ -20,24 +20,22 @@ from emulator.compare import reason_order, summary_failures
 from emulator.control.types import RequestStatus
 from emulator.errors import TelemetryError
 from emulator.paths import REPO_ROOT
+from emulator.telemetry.figures import HEADLINE, egress_bit_per_s, node_figures, rate_label
 from emulator.telemetry.recorder import load_run
 from emulator.telemetry.timeseries import frame_rate_unit
 
 DEFAULT_RUNS_DIR = "runs"  # `python -m emulator run`'s default --out is runs/<scenario>-<time>
 MAX_GANTT_REQUESTS = 200
 
-# (summary key, label) of the headline numbers, in the order the page and the comparison show them.
+# (summary key, label) of the headline numbers, in the order the comparison shows them (then egress,
+# in a unit that suits the runs: compare_table).
 SUMMARY_METRICS: tuple[tuple[str, str], ...] = (
     ("requests", "requests"),
     ("completed", "completed"),
     ("failed_count", "failed"),
-    ("ttft_mean_s", "TTFT mean (s)"),
-    ("ttft_p50_s", "TTFT P50 (s)"),
-    ("ttft_p90_s", "TTFT P90 (s)"),
-    ("throughput_rps", "throughput (req/s)"),
-    ("egress_gbps_mean", "egress (Gbit/s)"),
-    ("prfaas_fraction", "share routed remote"),
+    *HEADLINE,
 )
+NODE_COLUMNS = ("node", "role", "requests", "busy", "mean queue")
 LISTING_COLUMNS = ("run", "scenario", "engine", "link_backend", "requests", "completed", "failed",
                    "ttft_p50_s", "ttft_p90_s", "modified")
 EGRESS_SERIES = {"egress_bit_per_s": "egress", "link_capacity_bit_per_s": "link capacity"}
@@ -149,6 +147,13 @@ def format_number(value: Any, digits: int = 3) -> str:
     return f"{value:.{digits}g}"
 
 
+def format_percent(value: Any) -> str:
+    """A fraction for a tile, `42%`; `-` when missing (a run recorded before the figure existed)."""
+    if value is None or isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return "-"
+    return f"{value:.0%}"
+
+
 def ttft_cdf(requests: pd.DataFrame, by: str | None = "route") -> pd.DataFrame:
     """Long-form (group, ttft_s, fraction) rows of completed requests' TTFT, sorted per group.
 
@@ -230,12 +235,24 @@ def compare_table(runs: Mapping[str, Run]) -> pd.DataFrame:
             "link backend": [link_backend(run.meta) for run in runs.values()]}
     for key, label in SUMMARY_METRICS:
         rows[label] = [format_number(run.summary.get(key)) for run in runs.values()]
+    egress = [egress_bit_per_s(run.summary) for run in runs.values()]
+    unit, per_unit = rate_label(egress)
+    rows[f"egress mean ({unit})"] = [format_number(None if v is None else v / per_unit) for v in egress]
     counts = [summary_failures(run.doc) for run in runs.values()]
     for reason in reason_order(reason for count in counts for reason in count):
         rows[f"failed: {reason}"] = [format_number(count.get(reason, 0)) for count in counts]
     table = pd.DataFrame.from_dict(rows, orient="index", columns=list(runs))
     table.index.name = "metric"
     return table
+
+
+def node_table(summary: Mapping[str, Any]) -> pd.DataFrame:
+    """One row per node (prefill nodes, then decode nodes): requests served, and a prefill node's
+    busy fraction and mean queue (NaN for a decode node); empty for a run recorded before
+    per-node figures."""
+    rows = [(n.node, n.role, n.requests, n.busy_fraction, n.queue_mean) for n in node_figures(summary)]
+    table = pd.DataFrame(rows, columns=list(NODE_COLUMNS))
+    return table.astype({"requests": "Int64", "busy": "float64", "mean queue": "float64"})
 
 
 def compare_cdfs(runs: Mapping[str, Run]) -> pd.DataFrame:

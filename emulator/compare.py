@@ -1,6 +1,7 @@
 """Two recorded runs side by side (live vs virtual, or two settings of one engine): headline numbers
-with relative differences, failures lined up by reason, and a self-contained HTML page of both TTFT
-CDFs.
+with relative differences (TTFT with and without queueing, offloaded share, prefix hits, egress in
+the link's unit), failures lined up by reason, the per-node figures, and a self-contained HTML page
+of both TTFT CDFs.
 
 Reads run directories through telemetry's `load_run`; it runs nothing and computes no new metrics.
 """
@@ -18,21 +19,31 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
 from emulator.control.types import FailReason, RequestStatus
+from emulator.telemetry.figures import (
+    EGRESS_KEY,
+    HEADLINE,
+    NOQUEUE_NOTE,
+    NodeFigures,
+    egress_bit_per_s,
+    format_node,
+    node_figures,
+    number,
+    rate_label,
+)
 from emulator.telemetry.recorder import load_run
 
-METRICS = (
-    ("ttft_mean_s", "TTFT mean (s)"), ("ttft_p50_s", "TTFT P50 (s)"), ("ttft_p90_s", "TTFT P90 (s)"),
-    ("throughput_rps", "throughput (req/s)"), ("egress_gbps_mean", "egress (Gbit/s)"),
-    ("tpot_mean_s", "TPOT mean (s)"), ("completed_fraction", "completed fraction"),
-)
+LABEL_WIDTH = 28
 
 
 @dataclass(frozen=True, slots=True)
 class MetricDiff:
+    """One figure of both runs, as recorded; `per_unit` divides them for display only."""
+
     name: str
     label: str
     a: float | None
     b: float | None
+    per_unit: float = 1.0
 
     @property
     def relative(self) -> float | None:
@@ -52,6 +63,15 @@ class FailureCounts:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeDiff:
+    """One node's figures in each run (None where that run has no such node)."""
+
+    node: str
+    a: NodeFigures | None
+    b: NodeFigures | None
+
+
+@dataclass(frozen=True, slots=True)
 class Comparison:
     label_a: str
     label_b: str
@@ -59,6 +79,7 @@ class Comparison:
     ttft_a: np.ndarray  # sorted TTFTs of completed requests
     ttft_b: np.ndarray
     failures: tuple[FailureCounts, ...] = ()  # every reason either run met, in FailReason's order
+    nodes: tuple[NodeDiff, ...] = ()  # prefill nodes then decode nodes, either run's
 
     def row(self, name: str) -> MetricDiff:
         return next(r for r in self.rows if r.name == name)
@@ -68,10 +89,23 @@ def compare_runs(run_a: str | Path, run_b: str | Path) -> Comparison:
     """Load both runs (TelemetryError if either is not a recorded run) and line up their numbers."""
     req_a, _, doc_a = load_run(run_a)
     req_b, _, doc_b = load_run(run_b)
-    rows = tuple(MetricDiff(name, label, _number(doc_a["summary"].get(name)), _number(doc_b["summary"].get(name)))
-                 for name, label in METRICS)
+    sum_a, sum_b = _summary(doc_a), _summary(doc_b)
+    rows = tuple(MetricDiff(name, label, number(sum_a, name), number(sum_b, name)) for name, label in HEADLINE)
+    egress = (egress_bit_per_s(sum_a), egress_bit_per_s(sum_b))
+    unit, per_unit = rate_label(egress)
+    rows += (MetricDiff(EGRESS_KEY, f"egress mean ({unit})", *egress, per_unit=per_unit),)
     failures = line_up_failures(summary_failures(doc_a), summary_failures(doc_b))
-    return Comparison(_label(run_a, doc_a), _label(run_b, doc_b), rows, _ttfts(req_a), _ttfts(req_b), failures)
+    return Comparison(_label(run_a, doc_a), _label(run_b, doc_b), rows, _ttfts(req_a), _ttfts(req_b), failures,
+                      line_up_nodes(node_figures(sum_a), node_figures(sum_b)))
+
+
+def line_up_nodes(a: tuple[NodeFigures, ...], b: tuple[NodeFigures, ...]) -> tuple[NodeDiff, ...]:
+    """One row per node either run names, A's order first (prefill nodes, then decode nodes)."""
+    by_a = {(n.role, n.node): n for n in a}
+    by_b = {(n.role, n.node): n for n in b}
+    keys = list(dict.fromkeys([*by_a, *by_b]))
+    keys.sort(key=lambda key: key[0] != "prefill")  # stable: prefill before decode, in listed order
+    return tuple(NodeDiff(node, by_a.get((role, node)), by_b.get((role, node))) for role, node in keys)
 
 
 def line_up_failures(a: dict[str, int], b: dict[str, int]) -> tuple[FailureCounts, ...]:
@@ -87,19 +121,35 @@ def reason_order(reasons: Iterable[str]) -> list[str]:
 
 
 def format_table(comparison: Comparison) -> str:
-    """A plain-text table: metric, A, B, relative difference of B against A."""
-    width = max(len(label) for _, label in METRICS)
+    """A plain-text table: metric, A, B, relative difference of B against A; then failures by
+    reason and the per-node figures, and the note on TTFT without queueing."""
+    width = LABEL_WIDTH
     head = f"{'metric':<{width}}  {comparison.label_a[:16]:>16}  {comparison.label_b[:16]:>16}  {'B vs A':>8}"
     lines = [head, "-" * len(head)]
     for row in comparison.rows:
         rel = "" if row.relative is None else f"{row.relative:+.1%}"
-        lines.append(f"{row.label:<{width}}  {_shown(row.a):>16}  {_shown(row.b):>16}  {rel:>8}")
+        a, b = (None if v is None else v / row.per_unit for v in (row.a, row.b))
+        lines.append(f"{row.label:<{width}}  {_shown(a):>16}  {_shown(b):>16}  {rel:>8}")
     lines.append(f"{'failed, by reason':<{width}}  {'A':>16}  {'B':>16}  {'B - A':>8}")
     for fail in comparison.failures:
         lines.append(f"{'  ' + fail.reason[:width - 2]:<{width}}  {fail.a:>16}  {fail.b:>16}  {fail.b - fail.a:>+8}")
     if not comparison.failures:
         lines.append(f"{'  (none)':<{width}}  {0:>16}  {0:>16}  {'':>8}")
+    lines += _node_lines(comparison.nodes, width)
+    lines.append(NOQUEUE_NOTE)
     return "\n".join(lines)
+
+
+def _node_lines(nodes: tuple[NodeDiff, ...], width: int) -> list[str]:
+    """Per node: requests served, and a prefill node's busy fraction and mean queue, A then B."""
+    if not nodes:
+        return [f"{'per node':<{width}}  (not in these summaries: recorded before per-node figures)"]
+    cells = [(format_node(n.a), format_node(n.b)) for n in nodes]
+    cell = max(len(text) for pair in cells for text in pair)
+    lines = [f"{'per node':<{width}}  {'A':>{cell}}  {'B':>{cell}}"]
+    for node, (a, b) in zip(nodes, cells, strict=True):
+        lines.append(f"{'  ' + node.node[:width - 2]:<{width}}  {a:>{cell}}  {b:>{cell}}")
+    return lines
 
 
 def write_cdf_html(comparison: Comparison, path: str | Path) -> Path:
@@ -135,13 +185,14 @@ def summary_failures(doc: dict) -> dict[str, int]:
     return {str(k): int(v) for k, v in counts.items() if isinstance(v, int) and not isinstance(v, bool)}
 
 
+def _summary(doc: dict) -> dict:
+    summary = doc.get("summary")
+    return summary if isinstance(summary, dict) else {}
+
+
 def _ttfts(requests: pd.DataFrame) -> np.ndarray:
     done = requests[(requests["status"] == RequestStatus.COMPLETED.value) & requests["ttft_s"].notna()]
     return np.sort(done["ttft_s"].to_numpy(dtype=float))
-
-
-def _number(value: object) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def _shown(value: float | None) -> str:

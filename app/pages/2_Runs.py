@@ -1,5 +1,5 @@
-"""Runs: recorded runs under a directory, one run opened (summary, TTFT CDF, Gantt, egress,
-threshold), several compared, and each run's files to download.
+"""Runs: recorded runs under a directory, one run opened (summary, per-node table, TTFT CDF, Gantt,
+egress, threshold), several compared, and each run's files to download.
 
 Layout only; the tables come from `app.runs_view`, the files from `emulator.telemetry.recorder`.
 """
@@ -27,15 +27,18 @@ from app.runs_view import (
     file_bytes,
     first_tokens,
     format_number,
+    format_percent,
     gantt_segments,
     link_backend,
     list_runs,
     listing_table,
+    node_table,
     resolve_runs_dir,
     timeseries_lines,
     ttft_cdf,
 )
 from emulator.errors import TelemetryError
+from emulator.telemetry.figures import NODE_NOTE, NOQUEUE_NOTE, egress_bit_per_s, format_rate
 from emulator.telemetry.recorder import load_run
 
 SEGMENT_COLORS = {"queue": "#bbbbbb", "prefill": "#1f77b4", "transfer": "#ff7f0e", "decode": "#2ca02c"}
@@ -80,17 +83,40 @@ def _summary_tiles(run: Run) -> None:
     what[1].metric("Scenario", str(meta.get("scenario", "-")))
     what[2].metric("Link backend", link_backend(meta))
     numbers = st.columns(7)
-    for col, (key, label) in zip(numbers, (
+    for col, (key, label) in zip(numbers[:6], (
         ("completed", "Completed"), ("failed_count", "Failed"), ("ttft_mean_s", "TTFT mean (s)"),
         ("ttft_p50_s", "TTFT P50 (s)"), ("ttft_p90_s", "TTFT P90 (s)"),
-        ("throughput_rps", "Throughput (req/s)"), ("egress_gbps_mean", "Egress (Gbit/s)"),
+        ("throughput_rps", "Throughput (req/s)"),
     ), strict=True):
         col.metric(label, format_number(summary.get(key)))
+    numbers[6].metric("Egress mean", format_rate(egress_bit_per_s(summary)))
+    shares = st.columns(5)
+    for col, (key, label) in zip(shares[:2], (
+        ("ttft_noqueue_mean_s", "TTFT no-queue mean (s)"), ("ttft_noqueue_p90_s", "TTFT no-queue P90 (s)"),
+    ), strict=True):
+        col.metric(label, format_number(summary.get(key)), help=NOQUEUE_NOTE)
+    shares[2].metric("Offloaded (requests / tokens)", f"{format_percent(summary.get('prfaas_fraction'))} / "
+                     f"{format_percent(summary.get('prfaas_input_token_fraction'))}")
+    shares[3].metric("Prefix hit", format_percent(summary.get("prefix_hit_fraction")), help="cached / input tokens")
+    shares[4].metric("Prefix hit (remote / local)", f"{format_percent(summary.get('prefix_hit_fraction_remote'))} / "
+                     f"{format_percent(summary.get('prefix_hit_fraction_local'))}")
     note = meta.get("link_note") or meta.get("link_backend_reason")
     if note:
         st.caption(str(note))
     for failure in run.doc.get("expect_failures", []):
         st.warning(f"expect failed: {failure}")
+
+
+def _node_table(run: Run) -> None:
+    nodes = node_table(run.summary)
+    if nodes.empty:
+        st.caption("No per-node figures: this run was recorded before they existed.")
+        return
+    st.dataframe(nodes, hide_index=True, key="runs_nodes", column_config={
+        "busy": st.column_config.ProgressColumn("busy", min_value=0.0, max_value=1.0, format="percent"),
+        "mean queue": st.column_config.NumberColumn("mean queue", format="%.3g"),
+    })
+    st.caption(NODE_NOTE)
 
 
 def _cdf_chart(cdf: pd.DataFrame, key: str, color_title: str) -> None:
@@ -162,6 +188,8 @@ def _open_run(listing: RunListing) -> None:
     name = st.selectbox("Run", list(runs), key="runs_open")
     run = runs[name]
     _summary_tiles(run)
+    st.markdown("**Per node**")
+    _node_table(run)
     left, right = st.columns(2)
     with left:
         st.markdown("**TTFT CDF by route**")

@@ -21,7 +21,7 @@ STATUSES: frozenset[str] = frozenset(s.value for s in RequestStatus)
 ROUTES: frozenset[str] = frozenset(r.value for r in Route)
 FAIL_REASONS: frozenset[str] = frozenset(r.value for r in FailReason)
 _COMPLETED, _FAILED = RequestStatus.COMPLETED.value, RequestStatus.FAILED.value
-_PRFAAS = Route.PRFAAS.value
+_PRFAAS, _LOCAL = Route.PRFAAS.value, Route.LOCAL.value
 BOUNDS = ("min", "max")
 
 
@@ -79,16 +79,26 @@ REQUEST_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(RequestRecord))
 
 
 def summarize(records: Iterable[RequestRecord], duration_s: float) -> dict[str, object]:
-    """The run's headline numbers. TTFT/TPOT come from completed requests; fractions are of all
-    requests; egress counts the KV bytes of PrfaaS-routed requests over the run's duration.
-    None where there is no data (no requests, no completed ones, zero duration)."""
+    """The run's headline numbers. TTFT/TPOT and prefix hits come from completed requests;
+    fractions of requests and of input tokens are of all requests; egress counts the KV bytes of
+    PrfaaS-routed requests over the run's duration. None where there is no data (no requests, no
+    completed ones, zero duration). `ttft_noqueue_*` is the paper's Table 6 TTFT (`noqueue_ttft_s`);
+    the per-node figures (`node_figures`) show a hotspot."""
     records = list(records)
     num = len(records)
     done = [r for r in records if r.status == _COMPLETED]
     ttfts = [r.ttft_s for r in done if r.ttft_s is not None]
+    noqueue: list[float] = []
+    for r in done:
+        service_s = noqueue_ttft_s(r)
+        if service_s is not None:
+            noqueue.append(service_s)
     tpots = [r.tpot_s for r in done if r.tpot_s is not None]
     remote_kv_bytes = sum(r.kv_bytes or 0 for r in records if r.route == _PRFAAS)
+    input_tokens = sum(r.input_len for r in records)
     has_time = duration_s > 0
+    egress_bit_per_s = remote_kv_bytes * 8 / duration_s if has_time else None
+    prefill_nodes, decode_nodes = node_figures(records, duration_s)
     return {
         "duration_s": duration_s,
         "requests": num,
@@ -99,13 +109,86 @@ def summarize(records: Iterable[RequestRecord], duration_s: float) -> dict[str, 
         "ttft_p50_s": percentile(ttfts, 50),
         "ttft_p90_s": percentile(ttfts, 90),
         "ttft_p99_s": percentile(ttfts, 99),
+        "ttft_noqueue_mean_s": _mean(noqueue),
+        "ttft_noqueue_p50_s": percentile(noqueue, 50),
+        "ttft_noqueue_p90_s": percentile(noqueue, 90),
         "tpot_mean_s": _mean(tpots),
         "throughput_rps": len(done) / duration_s if has_time else None,
         "prfaas_fraction": sum(r.route == _PRFAAS for r in records) / num if num else None,
+        "prfaas_input_token_fraction": (sum(r.input_len for r in records if r.route == _PRFAAS) / input_tokens
+                                        if input_tokens else None),
+        "prefix_hit_fraction": _hit_fraction(done),
+        "prefix_hit_fraction_remote": _hit_fraction([r for r in done if r.route == _PRFAAS]),
+        "prefix_hit_fraction_local": _hit_fraction([r for r in done if r.route == _LOCAL]),
         "kv_bytes_total": sum(r.kv_bytes or 0 for r in records),
-        "egress_gbps_mean": remote_kv_bytes * 8 / duration_s / 1e9 if has_time else None,
+        "egress_gbps_mean": None if egress_bit_per_s is None else egress_bit_per_s / 1e9,
+        "egress_bit_per_s_mean": egress_bit_per_s,
         "failed_by_reason": failed_by_reason(records),
+        "prefill_nodes": prefill_nodes,
+        "decode_nodes": decode_nodes,
     }
+
+
+def noqueue_ttft_s(record: RequestRecord) -> float | None:
+    """The paper's TTFT (Table 6): the prefill service time where the request was prefilled, plus
+    the KV transfer left exposed after it (layer-wise streaming hides the rest behind the prefill).
+    No queueing: neither the wait for a prefill node nor for a decode batch slot, nor the first
+    decode step, as the throughput model's `ttft_noqueue`. None before the prefill ended."""
+    start, end = record.prefill_start_s, record.prefill_end_s
+    if start is None or end is None:
+        return None
+    transfer_end = record.transfer_end_s
+    exposed = 0.0 if transfer_end is None else max(0.0, transfer_end - end)
+    return end - start + exposed
+
+
+def node_figures(records: list[RequestRecord],
+                 duration_s: float) -> tuple[dict[str, dict[str, object]], dict[str, dict[str, object]]]:
+    """({prefill node: figures}, {decode node: figures}), nodes in name order, as records name them.
+
+    Prefill node: `requests` prefills it finished, `busy_fraction` their summed service time over
+    the duration (a FIFO instance serves one at a time, so at most 1), `queue_mean` the mean number
+    waiting for it by Little's law (summed `queue_s` of the requests routed to it over the
+    duration). Decode node: `requests` completed there. A node no record names is not listed.
+    """
+    served: dict[str, int] = {}
+    busy_s: dict[str, float] = {}
+    queued_s: dict[str, float] = {}
+    decoded: dict[str, int] = {}
+    for r in records:
+        node = r.prefill_node
+        if node is not None:
+            served.setdefault(node, 0)
+            if r.queue_s is not None:
+                queued_s[node] = queued_s.get(node, 0.0) + r.queue_s
+            if r.prefill_start_s is not None and r.prefill_end_s is not None:
+                served[node] += 1
+                busy_s[node] = busy_s.get(node, 0.0) + (r.prefill_end_s - r.prefill_start_s)
+        if r.decode_node is not None and r.status == _COMPLETED:
+            decoded[r.decode_node] = decoded.get(r.decode_node, 0) + 1
+    has_time = duration_s > 0
+    prefill: dict[str, dict[str, object]] = {}
+    for node in sorted(served, key=_node_order):
+        prefill[node] = {
+            "requests": served[node],
+            "busy_fraction": busy_s.get(node, 0.0) / duration_s if has_time else None,
+            "queue_mean": queued_s.get(node, 0.0) / duration_s if has_time else None,
+        }
+    decode: dict[str, dict[str, object]] = {node: {"requests": decoded[node]}
+                                            for node in sorted(decoded, key=_node_order)}
+    return prefill, decode
+
+
+def _node_order(name: str) -> tuple[str, int, str]:
+    """`local-prefill-10` after `local-prefill-9`: by the name's stem, then its index."""
+    stem, _, index = name.rpartition("-")
+    return (stem, int(index), "") if index.isdigit() else (name, -1, name)
+
+
+def _hit_fraction(done: list[RequestRecord]) -> float | None:
+    """Cached over input tokens; None without input tokens."""
+    total = sum(r.input_len for r in done)
+    return sum(r.cached_len for r in done) / total if total else None
 
 
 def failed_by_reason(records: Iterable[RequestRecord]) -> dict[str, int]:

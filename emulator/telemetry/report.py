@@ -1,7 +1,8 @@
 """The run's self-contained HTML report: a summary table and Plotly charts, plotly.js inlined once.
 
 It opens offline (a classroom without network, a CI artifact). It reads the frames `load_run`
-returns and computes nothing the summary does not already hold, beyond sorting for the CDF.
+returns and computes nothing the summary does not already hold, beyond sorting for the CDF; the
+summary's figures are shown as `figures.py` says (egress in the link's unit, the per-node table).
 """
 
 from __future__ import annotations
@@ -16,6 +17,15 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
 from emulator.control.types import RequestStatus
+from emulator.telemetry.figures import (
+    EGRESS_KEY,
+    NODE_NOTE,
+    NOQUEUE_NOTE,
+    NodeFigures,
+    egress_bit_per_s,
+    format_rate,
+    node_figures,
+)
 from emulator.telemetry.timeseries import frame_rate_unit
 
 TITLES = {
@@ -25,6 +35,9 @@ TITLES = {
     "queues": "Queue depths over time",
     "threshold": "Routing threshold over time",
 }
+NODES_TITLE = "Per node"
+# Shown elsewhere: egress once, in its unit (EGRESS_KEY), and the node tables in their own section.
+_NOT_IN_TABLE = frozenset({"egress_gbps_mean", "prefill_nodes", "decode_nodes"})
 RATE_LABELS = {"egress_bit_per_s": "egress", "link_capacity_bit_per_s": "link capacity"}
 QUEUE_COLUMNS = {"queue_remote_prefill": "remote prefill", "queue_local_prefill": "local prefill",
                  "queue_decode": "decode"}
@@ -43,6 +56,7 @@ def write_report(path: str | Path, requests_df: pd.DataFrame, timeseries_df: pd.
     sections = [
         _section("Summary", _summary_html(numbers, summary.get("meta", {}),
                                           summary.get("expect_failures", []))),
+        _section(NODES_TITLE, _nodes_html(node_figures(numbers))),
         _chart(TITLES["ttft_time"], _ttft_over_time(requests_df), "arrival (s)", "TTFT (s)"),
         _chart(TITLES["ttft_cdf"], _ttft_cdf(requests_df), "TTFT (s)", "fraction of requests"),
         _egress_chart(timeseries_df),
@@ -78,12 +92,30 @@ def _egress_chart(timeseries_df: pd.DataFrame) -> str:
 
 
 def _summary_html(numbers: dict[str, Any], meta: dict[str, Any], failures: list[str]) -> str:
-    rows = [(k, v) for k, v in numbers.items()] + [(k, v) for k, v in meta.items()]
-    cells = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(_shown(v))}</td></tr>"
-                    for k, v in rows)
+    rows = [(k, format_rate(egress_bit_per_s(numbers)) if k == EGRESS_KEY else _shown(v))
+            for k, v in numbers.items() if k not in _NOT_IN_TABLE]
+    rows += [(k, _shown(v)) for k, v in meta.items()]
+    cells = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(text)}</td></tr>"
+                    for k, text in rows)
     verdict = ("".join(f"<p class='fail'>expect failed: {html.escape(f)}</p>" for f in failures)
                or "<p>all expectations met</p>")
-    return f"<table>{cells}</table>\n{verdict}"
+    return f"<p>{html.escape(NOQUEUE_NOTE)}</p>\n<table>{cells}</table>\n{verdict}"
+
+
+def _nodes_html(nodes: tuple[NodeFigures, ...]) -> str:
+    """One row per node: role, requests served, a prefill node's busy fraction and mean queue."""
+    if not nodes:
+        return "<p class='nodata'>no data</p>"
+    head = "<tr><th>node</th><th>role</th><th>requests</th><th>busy</th><th>mean queue</th></tr>"
+    cells = "".join(
+        f"<tr><td>{html.escape(n.node)}</td><td>{n.role}</td><td>{_shown(n.requests)}</td>"
+        f"<td>{'' if n.role == 'decode' else _percent(n.busy_fraction)}</td>"
+        f"<td>{'' if n.role == 'decode' else _shown(n.queue_mean)}</td></tr>" for n in nodes)
+    return f"<p>{html.escape(NODE_NOTE)}</p>\n<table>{head}{cells}</table>"
+
+
+def _percent(value: float | None) -> str:
+    return "no data" if value is None else f"{value:.1%}"
 
 
 def _shown(value: Any) -> str:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from streamlit.testing.v1 import AppTest
 
 PAGE = Path(__file__).resolve().parents[2] / "app" / "pages" / "2_Runs.py"
@@ -29,6 +30,24 @@ def _charts(app: AppTest) -> dict[str, dict]:
 
 def _metrics(app: AppTest) -> dict[str, str]:
     return {m.label: m.value for m in app.metric}
+
+
+def _compare_table(app: AppTest) -> pd.DataFrame:
+    """The comparison: the one table indexed by metric."""
+    return next(d.value for d in app.dataframe if d.value.index.name == "metric")
+
+
+NEW_FIGURES = ("ttft_noqueue_mean_s", "ttft_noqueue_p50_s", "ttft_noqueue_p90_s", "prfaas_input_token_fraction",
+               "prefix_hit_fraction", "prefix_hit_fraction_remote", "prefix_hit_fraction_local",
+               "egress_bit_per_s_mean", "prefill_nodes", "decode_nodes")
+
+
+def _make_old(run_dir: Path) -> None:
+    """summary.json as recorded before issue 15: none of the trace-study figures."""
+    doc = json.loads((run_dir / "summary.json").read_text())
+    for key in NEW_FIGURES:
+        del doc["summary"][key]
+    (run_dir / "summary.json").write_text(json.dumps(doc))
 
 
 def test_renders_with_the_default_directory() -> None:
@@ -55,6 +74,17 @@ def test_opens_a_run_with_summary_charts_and_downloads(runs_dir: Path) -> None:
     assert metrics["Link backend"] == "proxy"
     assert (metrics["Completed"], metrics["Failed"]) == ("5", "1")
     assert (metrics["TTFT P50 (s)"], metrics["TTFT P90 (s)"]) == ("0.8", "1.12")
+    # prefill 0.4 s, and 0.2 s of KV after it on the remote ones (r1, r3): 0.6, 0.4, 0.6, 0.4, 0.4
+    assert (metrics["TTFT no-queue mean (s)"], metrics["TTFT no-queue P90 (s)"]) == ("0.48", "0.6")
+    # 3 of 6 requests, 17,000 of 18,500 input tokens; nothing cached
+    assert metrics["Offloaded (requests / tokens)"] == "50% / 92%"
+    assert (metrics["Prefix hit"], metrics["Prefix hit (remote / local)"]) == ("0%", "0% / 0%")
+    assert metrics["Egress mean"] == "5.33 Mbit/s"  # 2 MB of remote KV over 3 s, not 0.00533 Gbit/s
+    nodes = app.dataframe[1].value
+    assert nodes["node"].tolist() == ["local-prefill-0", "remote-prefill-0", "local-decode-0"]
+    assert nodes["requests"].tolist() == [3, 2, 5]  # r6's prefill never ended
+    assert nodes["busy"].tolist()[:2] == pytest.approx([1.2 / 3, 0.8 / 3])
+    assert nodes["mean queue"].tolist()[:2] == pytest.approx([0.1, 0.1])
     assert "link backend: proxy (no root)" in [c.value for c in app.caption]
     assert any("ttft_p90_s = 1.12 > max 1.0" in w.value for w in app.warning)
 
@@ -82,12 +112,29 @@ def test_opens_a_run_recorded_in_mbit(runs_dir: Path) -> None:
     assert {t["name"] for t in egress["data"]} == {"egress", "link capacity"}
 
 
+def test_opens_and_compares_a_run_recorded_before_the_trace_study_figures(runs_dir: Path) -> None:
+    _make_old(runs_dir / "fast-live")
+    app = _page(runs_dir)
+    app.selectbox(key="runs_open").set_value("fast-live").run()
+    assert not app.exception, [e.message for e in app.exception]
+    metrics = _metrics(app)
+    assert metrics["TTFT no-queue mean (s)"] == "-" and metrics["Prefix hit"] == "-"
+    assert metrics["Offloaded (requests / tokens)"] == "50% / -"
+    assert metrics["Egress mean"] == "5.33 Mbit/s"  # from egress_gbps_mean
+    assert any("recorded before they existed" in c.value for c in app.caption)
+    table = _compare_table(app)
+    assert table.loc["prefix hit (cached/input)", "fast-live"] == "-"
+    assert table.loc["prefix hit (cached/input)", "slow-virtual"] == "0"
+    assert table.loc["egress mean (Mbit/s)", "fast-live"] == "5.33"
+
+
 def test_compares_two_runs(runs_dir: Path) -> None:
     app = _page(runs_dir)
     assert app.multiselect(key="runs_compare").value == ["slow-virtual", "fast-live"]
-    table = app.dataframe[1].value
+    table = _compare_table(app)
     assert table.columns.tolist() == ["slow-virtual", "fast-live"]
     assert table.loc["TTFT P50 (s)"].tolist() == ["1.6", "0.8"]
+    assert table.loc["TTFT no-queue P90 (s)"].tolist() == ["0.6", "0.6"]  # TTFTs scale, service does not
     overlaid = _charts(app)["compare_cdf"]["data"]
     assert sorted(t["name"] for t in overlaid) == ["fast-live", "slow-virtual"]
 

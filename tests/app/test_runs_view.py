@@ -18,10 +18,12 @@ from app.runs_view import (
     find_run_dirs,
     first_tokens,
     format_number,
+    format_percent,
     gantt_segments,
     link_backend,
     list_runs,
     listing_table,
+    node_table,
     resolve_runs_dir,
     timeseries_lines,
     ttft_cdf,
@@ -133,6 +135,37 @@ def test_compare_table_and_cdfs_side_by_side(runs_dir: Path) -> None:
     assert table.loc["failed: link_down"].tolist() == ["1", "1"]  # failures lined up by reason
     cdfs = compare_cdfs(runs)
     assert cdfs.groupby("group").size().to_dict() == {"fast-live": 5, "slow-virtual": 5}
+
+
+def test_node_table_by_hand(runs_dir: Path) -> None:
+    """fast-live over 3.0 s: local-prefill-0 prefilled r2, r4, r5 (0.4 s each, queued 0.1 s each);
+    remote-prefill-0 r1, r3 (r6 started, never ended, but waited 0.1 s); local-decode-0 decoded 5."""
+    summary = list_runs(runs_dir).by_name()["fast-live"].summary
+    table = node_table(summary)
+    assert table.columns.tolist() == ["node", "role", "requests", "busy", "mean queue"]
+    assert table["node"].tolist() == ["local-prefill-0", "remote-prefill-0", "local-decode-0"]
+    assert table["role"].tolist() == ["prefill", "prefill", "decode"]
+    assert table["requests"].tolist() == [3, 2, 5]
+    assert table["busy"].tolist()[:2] == pytest.approx([1.2 / 3, 0.8 / 3])
+    assert table["mean queue"].tolist()[:2] == pytest.approx([0.3 / 3, 0.3 / 3])
+    assert table["busy"].isna().tolist() == [False, False, True]
+    old = {k: v for k, v in summary.items() if k not in ("prefill_nodes", "decode_nodes")}
+    assert node_table(old).empty and node_table(old).columns.tolist() == table.columns.tolist()
+
+
+def test_compare_table_shows_the_trace_study_figures(runs_dir: Path) -> None:
+    table = compare_table(list_runs(runs_dir).by_name())
+    assert table.loc["offloaded (of requests)"].tolist() == ["0.5", "0.5"]
+    assert table.loc["prefix hit, remote"].tolist() == ["0", "0"]
+    assert table.loc["TTFT no-queue mean (s)"].tolist() == ["0.48", "0.48"]
+    assert "egress mean (Mbit/s)" in table.index and "egress (Gbit/s)" not in table.index
+
+
+@pytest.mark.parametrize(("value", "text"), [
+    (None, "-"), (float("nan"), "-"), (True, "-"), ("x", "-"), (0.0, "0%"), (0.915, "92%"), (1, "100%"),
+])
+def test_format_percent(value: object, text: str) -> None:
+    assert format_percent(value) == text
 
 
 @pytest.mark.parametrize(("value", "text"), [

@@ -51,14 +51,33 @@ def test_summarize_hand_computed(records: list[RequestRecord]) -> None:
         "ttft_p50_s": pytest.approx(0.4),
         "ttft_p90_s": pytest.approx(0.88),
         "ttft_p99_s": pytest.approx(0.988),
+        # each completed one: prefill 0.09 s, its KV in 0.02 s after the prefill ended
+        "ttft_noqueue_mean_s": pytest.approx(0.11),
+        "ttft_noqueue_p50_s": pytest.approx(0.11),
+        "ttft_noqueue_p90_s": pytest.approx(0.11),
         "tpot_mean_s": pytest.approx(0.04),
         "throughput_rps": pytest.approx(0.3),
         "prfaas_fraction": pytest.approx(0.4),
+        # remote input tokens (r1 1000 + r4 9000) of every request's (3 x 1000 + 9000 + 10)
+        "prfaas_input_token_fraction": pytest.approx(10_000 / 12_010),
+        # completed ones: 200 of 1000 tokens cached each
+        "prefix_hit_fraction": pytest.approx(0.2),
+        "prefix_hit_fraction_remote": pytest.approx(0.2),
+        "prefix_hit_fraction_local": pytest.approx(0.2),
         "kv_bytes_total": 1_800_000_000,
         # PrfaaS KV bytes (1.0 GB + 0.5 GB of the failed one) * 8 / 10 s = 1.2 Gbit/s
         "egress_gbps_mean": pytest.approx(1.2),
+        "egress_bit_per_s_mean": pytest.approx(1.2e9),
         # by reason, in FailReason's order (worker_lost comes before link_down there)
         "failed_by_reason": {"worker_lost": 1, "link_down": 1},
+        # r4 was routed to remote-prefill-0 and never started: a node it waited on, not one it used
+        "prefill_nodes": {
+            "remote-prefill-0": {"requests": 1, "busy_fraction": pytest.approx(0.009),
+                                 "queue_mean": pytest.approx(0.001)},
+            "local-prefill-0": {"requests": 2, "busy_fraction": pytest.approx(0.018),
+                                "queue_mean": pytest.approx(0.002)},
+        },
+        "decode_nodes": {"local-decode-0": {"requests": 3}},
     }
 
 
@@ -67,6 +86,9 @@ def test_summarize_empty_run_has_no_data_not_zero_division() -> None:
     assert summary["requests"] == 0 and summary["failed_by_reason"] == {}
     assert summary["ttft_p90_s"] is None and summary["completed_fraction"] is None
     assert summary["throughput_rps"] is None and summary["egress_gbps_mean"] is None
+    assert summary["egress_bit_per_s_mean"] is None and summary["ttft_noqueue_p90_s"] is None
+    assert summary["prefix_hit_fraction"] is None and summary["prfaas_input_token_fraction"] is None
+    assert summary["prefill_nodes"] == {} and summary["decode_nodes"] == {}
 
 
 def test_expectations_pass(records: list[RequestRecord]) -> None:
