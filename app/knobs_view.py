@@ -17,9 +17,10 @@ from app.live_view import RunView
 from emulator.errors import LinkSpecError, TelemetryError
 from emulator.net.spec import LinkSpec, parse_link_spec
 from emulator.run.knobs import (
+    AFFINITIES as AFFINITIES,  # the widgets offer what the registry takes
     BY_PATH,
     LINK_PREFIX,
-    POLICIES as POLICIES,  # the widget offers what the registry takes
+    POLICIES as POLICIES,
 )
 from emulator.scenario import Scenario
 from emulator.telemetry.schemas import Knob, MetricsSnapshot, control_topic, parse_control
@@ -76,8 +77,8 @@ def policy_payload(policy: str) -> dict[str, Any]:
     return {"v": 1, "policy": policy}
 
 
-def cache_affinity_payload(enabled: bool) -> dict[str, Any]:
-    return {"v": 1, "enabled": bool(enabled)}
+def affinity_payload(mode: str) -> dict[str, Any]:
+    return {"v": 1, "mode": mode}
 
 
 def scheduler_payload(short_term: bool | None, long_term: bool | None) -> dict[str, Any]:
@@ -125,8 +126,8 @@ def describe(knob: Knob, payload: dict[str, Any]) -> str:
         return f"threshold -> {payload.get('tokens')} tokens"
     if knob is Knob.POLICY:
         return f"router policy -> {payload.get('policy')}"
-    if knob is Knob.CACHE_AFFINITY:
-        return f"cache affinity -> {payload.get('enabled')}"
+    if knob is Knob.AFFINITY:
+        return f"affinity -> {payload.get('mode')}"
     if knob is Knob.SCHEDULER:
         parts = [f"{name.replace('_', '-')} {'on' if payload[name] else 'off'}"
                  for name in ("short_term", "long_term") if name in payload]
@@ -144,7 +145,7 @@ def describe(knob: Knob, payload: dict[str, Any]) -> str:
 # the slider's range: the live presets' prompts are a few thousand tokens (the knob allows more)
 THRESHOLD_MAX = min(16_384, int(BY_PATH["router.threshold_tokens"].high))
 DEFAULT_KNOBS: dict[str, Any] = {
-    "threshold": 2048, "policy": "prfaas", "cache_affinity": True, "short_term": False,
+    "threshold": 2048, "policy": "prfaas", "affinity": "cost", "short_term": False,
     "long_term": False, "bandwidth_mbit": 100.0, "delay_ms": 0.0, "jitter_ms": 0.0, "loss_pct": 0.0,
     "rate_per_s": 0.5,
 }
@@ -156,7 +157,7 @@ def knob_values(scenario: Scenario | None, latest: MetricsSnapshot | None) -> di
     values = dict(DEFAULT_KNOBS)
     if scenario is not None:
         router, scheduler, link = scenario.router, scenario.scheduler, scenario.link
-        values |= {"policy": router.policy.value, "cache_affinity": bool(router.cache_affinity),
+        values |= {"policy": router.policy.value, "affinity": router.affinity.value,
                    "short_term": bool(scheduler.short_term.enabled),
                    "long_term": bool(scheduler.long_term.enabled)}
         if isinstance(router.threshold_tokens, int):

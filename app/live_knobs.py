@@ -14,12 +14,13 @@ from typing import Any
 import streamlit as st
 
 from app.knobs_view import (
+    AFFINITIES,
     BOUNDS,
     POLICIES,
     THRESHOLD_MAX,
     SentKnob,
+    affinity_payload,
     arrival_rate_payload,
-    cache_affinity_payload,
     check_knob,
     empty_payload,
     knob_values,
@@ -123,8 +124,10 @@ def knobs_sidebar(run_id: str, view: RunView, phase: str, feed: MqttFeed | None,
               **wire(Knob.SCHEDULER, scheduler_payload, *SCHEDULER_KEYS))
     st.toggle("Scheduler, long-term (re-split P/D)", key=SCHEDULER_KEYS[1],
               **wire(Knob.SCHEDULER, scheduler_payload, *SCHEDULER_KEYS))
-    st.toggle("Cache affinity", key="live_k_cache_affinity",
-              **wire(Knob.CACHE_AFFINITY, cache_affinity_payload, "live_k_cache_affinity"))
+    st.selectbox("Cache affinity", AFFINITIES, key="live_k_affinity",
+                 help="which prefill node takes a request: cost (least estimated time to first token), "
+                      "longest-prefix (the longest cached prefix, whatever its queue) or off (least loaded)",
+                 **wire(Knob.AFFINITY, affinity_payload, "live_k_affinity"))
     st.markdown("**Cross-datacenter link**")
     st.number_input("Bandwidth (Mbit/s; empty = unshaped)", key=LINK_KEYS[0], step=10.0, format="%.1f",
                     help=bounds_help("bandwidth_mbit"), **on)

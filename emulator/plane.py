@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from emulator.analytic import MIB, model_inputs
 from emulator.control.control_state import ControlState, whole_threshold
 from emulator.control.prefix_cache import PrefixCacheIndex
-from emulator.control.router import Router, RouterConfig
+from emulator.control.router import PrefillEstimate, Router, RouterConfig
 from emulator.control.scheduler import DualTimescaleScheduler, SchedulerConfig
 from emulator.control.throughput_model import ModelInputs, Plan, homogeneous_baseline, optimize
 from emulator.control.types import Cluster, RoutePolicy
@@ -59,14 +59,25 @@ def make_control_plane(scenario: Scenario) -> ControlPlane:
     threshold = auto if spec.threshold_tokens == "auto" else spec.threshold_tokens
     n_p = start_n_p(scenario, inputs, plan)
     loops = scenario.scheduler
-    state = ControlState(RouterConfig(spec.policy, threshold, spec.prefix_rule, spec.cache_affinity),
+    state = ControlState(RouterConfig(spec.policy, threshold, spec.prefix_rule, spec.affinity),
                          auto_threshold=auto, short_term_enabled=loops.short_term.enabled,
                          long_term_enabled=loops.long_term.enabled)
-    router = Router(state.router, _index(scenario, inputs), state)
+    router = Router(state.router, _index(scenario, inputs), state, prefill_s=prefill_estimate(inputs))
     wants_scheduler = spec.policy is RoutePolicy.PRFAAS and state.is_scheduling
     scheduler = (DualTimescaleScheduler(inputs, scheduler_config(scenario), n_p=n_p, state=state)
                  if wants_scheduler else None)
     return ControlPlane(state, router, router.index, scheduler, inputs, plan, threshold, n_p, tables.source)
+
+
+def prefill_estimate(inputs: ModelInputs) -> PrefillEstimate:
+    """T_prefill(tokens) of one instance of a cluster, from the profile with its speed factor: the
+    cost the virtual engine charges, and the router's estimate on both engines."""
+    remote, local = inputs.prefill_remote_s.at, inputs.prefill_local_s.at
+
+    def prefill_s(cluster: Cluster, tokens: int) -> float:
+        return remote(tokens) if cluster is Cluster.REMOTE else local(tokens)
+
+    return prefill_s
 
 
 def start_n_p(scenario: Scenario, inputs: ModelInputs, plan: Plan) -> int:

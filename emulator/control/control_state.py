@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from emulator.control.types import PrefixRule, RoutePolicy
+from emulator.control.types import Affinity, PrefixRule, RoutePolicy
 
 UNREACHABLE_TOKENS = 2**31  # t when the optimizer sends nothing remote (its t is infinite)
 
@@ -20,7 +20,7 @@ class RouterConfig:
     policy: RoutePolicy
     threshold_tokens: int
     prefix_rule: PrefixRule
-    cache_affinity: bool
+    affinity: Affinity
 
     def __post_init__(self) -> None:
         if self.threshold_tokens < 0:
@@ -66,8 +66,8 @@ class ControlState:
     def set_prefix_rule(self, prefix_rule: PrefixRule) -> None:
         self.router = replace(self.router, prefix_rule=prefix_rule)
 
-    def set_cache_affinity(self, cache_affinity: bool) -> None:
-        self.router = replace(self.router, cache_affinity=cache_affinity)
+    def set_affinity(self, affinity: Affinity) -> None:
+        self.router = replace(self.router, affinity=affinity)
 
     def set_loops(self, short_term: bool | None = None, long_term: bool | None = None) -> None:
         """Turn either scheduler loop on or off; None leaves it as it is."""

@@ -1,18 +1,20 @@
 """The threshold router: local-only, all-remote or PrfaaS (incremental length over t goes remote)
-under either of the paper's prefix rules, then a prefill node by cache affinity and load.
+under either of the paper's prefix rules, then a prefill node of that cluster by the affinity rule:
+least estimated time to first token (`cost`), longest cached prefix, or least loaded (`off`).
 
 It decides and explains; it does not queue, run or fail requests (the engine does, with the reason).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from emulator.control.control_state import ControlState, RouterConfig
 from emulator.control.prefix_cache import PrefixCacheIndex, PrefixLookup
 from emulator.control.types import (
+    Affinity,
     Cluster,
     NodeId,
     PrefixRule,
@@ -28,6 +30,11 @@ _REMOTE, _LOCAL, _PREFILL = Cluster.REMOTE, Cluster.LOCAL, Role.PREFILL
 _PRFAAS_ROUTE, _LOCAL_ROUTE = Route.PRFAAS, Route.LOCAL
 _PRFAAS_POLICY, _LOCAL_ONLY, _ALL_REMOTE = RoutePolicy.PRFAAS, RoutePolicy.LOCAL_ONLY, RoutePolicy.ALL_REMOTE
 _SCARCE, _ABUNDANT = PrefixRule.BANDWIDTH_SCARCE, PrefixRule.BANDWIDTH_ABUNDANT
+_COST, _LONGEST = Affinity.COST, Affinity.LONGEST_PREFIX
+
+PrefillEstimate = Callable[[Cluster, int], float]
+"""Seconds one prefill node of a cluster takes for a number of uncached tokens (the profile's
+T_prefill, as the plane builds it): pure, no I/O, called per candidate node on the `cost` rule."""
 
 
 class NodeLoad(NamedTuple):
@@ -60,6 +67,9 @@ class RouteWhy(NamedTuple):
     own_len: int = 0  # tokens the chosen node holds itself
     node_queued_tokens: int = 0
     census: str = ""  # which nodes were up, when none was
+    is_estimated: bool = False  # the `cost` rule chose, from these estimates for the chosen node:
+    queue_s: float = 0.0
+    prefill_s: float = 0.0
 
 
 class RouteDecision(NamedTuple):
@@ -68,7 +78,8 @@ class RouteDecision(NamedTuple):
     `cached_len` is the prefix the chosen node reuses (its own hit, or the transferred prefix) and
     `incremental_len = input_len - cached_len` the tokens it prefills. `compared_len` is what the
     policy compared with `threshold`; it differs from `incremental_len` under the bandwidth-scarce
-    rule, or when cache affinity is off and the cluster's longest prefix sits on another node.
+    rule, or when the node chosen is not the one holding the cluster's longest prefix (affinity
+    `off`, or `cost` when that node's queue outweighs what its prefix saves).
     A tuple, as NodeLoad: one is built per request.
     """
 
@@ -110,7 +121,11 @@ class RouteDecision(NamedTuple):
         move = self.cache_transfer
         if move:
             text += f"; transfer {move.tokens} cached tokens {move.from_cluster._value_}->{move.to_cluster._value_}"
-        node_how = "longest prefix" if config.cache_affinity and why.own_len else "least loaded"
+        if why.is_estimated:
+            return (f"{text} ({self.node} least estimated TTFT: queue {why.queue_s:.2f} s + prefill "
+                    f"{why.prefill_s:.2f} s; holds {why.own_len} of {self.input_len} tokens, "
+                    f"{why.node_queued_tokens} queued tokens)")
+        node_how = "longest prefix" if config.affinity is _LONGEST and why.own_len else "least loaded"
         return (f"{text} ({self.node} {node_how}: holds {why.own_len} tokens, "
                 f"{why.node_queued_tokens} queued tokens)")
 
@@ -121,13 +136,15 @@ class Router:
     Only up prefill nodes count, for placement and for cached prefixes alike (a down node's cache
     cannot be reused or shipped). A lookup here is a peek; with `now_s` the chosen node's hit is
     touched, so prefixes that keep being routed to stay cached. Its settings are the run's
-    ControlState's (given, or a new one from `config`): the router only reads them.
+    ControlState's (given, or a new one from `config`): the router only reads them. `prefill_s`
+    prices a prefill for the `cost` rule (emulator.plane builds it from the scenario's profile).
     """
 
     def __init__(self, config: RouterConfig, index: PrefixCacheIndex,
-                 state: ControlState | None = None) -> None:
+                 state: ControlState | None = None, *, prefill_s: PrefillEstimate) -> None:
         self.state = state if state is not None else ControlState(config)
         self.index = index
+        self.prefill_s = prefill_s
 
     @property
     def config(self) -> RouterConfig:
@@ -156,15 +173,29 @@ class Router:
             down, cluster = cluster, (_LOCAL if cluster is _REMOTE else _REMOTE)
             up = remote if cluster is _REMOTE else local
         transfer = _transfer(config, cluster, best_local, best_remote)
-        load = _pick_node(config, up, lookup, input_len)
+        shipped = transfer.tokens if transfer else 0
+        queue_s = prefill_s = 0.0
+        affinity, estimated = config.affinity, False
+        if not lookup.hits:  # no node holds any of it: each rule reduces to the least loaded (`cost`
+            # too, its prefill term being equal on every node): no estimate on unshared prompts
+            load = _least_loaded(up)
+        elif affinity is _COST:
+            load, queue_s, prefill_s = _cheapest(self.prefill_s, cluster, up, lookup, input_len, shipped)
+            estimated = True
+        elif affinity is _LONGEST:
+            load = _longest_prefix(up, lookup, input_len)
+        else:
+            load = _least_loaded(up)
         own = min(lookup.on_node(load.node), input_len)
-        cached = max(own, transfer.tokens if transfer else 0)
+        cached = max(own, shipped)
         if now_s is not None and own:
             self.index.touch(load.node, request.block_hashes, own // self.index.block_tokens, now_s)
         return RouteDecision(
             request.id, _PRFAAS_ROUTE if cluster is _REMOTE else _LOCAL_ROUTE, load.node, input_len,
             cached, input_len - cached, threshold,
-            RouteWhy(config, best_local, best_remote, down, own, load.queued_tokens), transfer, compared_len,
+            RouteWhy(config, best_local, best_remote, down, own, load.queued_tokens, "", estimated, queue_s,
+                     prefill_s),
+            transfer, compared_len,
         )
 
 
@@ -192,20 +223,42 @@ def _transfer(config: RouterConfig, cluster: Cluster, local: int, remote: int) -
     return CacheTransfer(_REMOTE, _LOCAL, remote) if remote > local else None
 
 
-def _pick_node(config: RouterConfig, up: list[NodeLoad], lookup: PrefixLookup, input_len: int) -> NodeLoad:
-    """With affinity the longest own prefix wins (ties: fewest queued tokens), else the least
-    loaded; the lowest node id breaks any remaining tie so decisions are reproducible."""
-    if config.cache_affinity and lookup.hits:  # without hits every prefix is equal
-        return min(
-            up,
-            key=lambda n: (
-                -min(lookup.on_node(n.node), input_len),
-                n.queued_tokens,
-                n.queued_requests,
-                n.node,
-            ),
-        )
-    return _least_loaded(up)
+def _cheapest(prefill_s: PrefillEstimate, cluster: Cluster, up: list[NodeLoad], lookup: PrefixLookup,
+              input_len: int, shipped: int) -> tuple[NodeLoad, float, float]:
+    """The node with the least estimated time to first token, with its two terms: its queued work
+    (n queued prefills of their mean uncached length, exact on a linear profile segment) plus this
+    prompt's prefill there, where only that node's own prefix (or the prefix shipped in under the
+    bandwidth-abundant rule) is skipped. This is SGLang's cache-aware balancing and Dynamo's KV
+    router (prefix overlap weighed against load) with both sides in seconds of the profile. Ties:
+    the lowest node id (`up` is one cluster's nodes)."""
+    best, best_total, best_queue, best_prefill = up[0], -1.0, 0.0, 0.0
+    for load in up:
+        cached = lookup.on_node(load.node)
+        if shipped > cached:
+            cached = shipped
+        if cached > input_len:
+            cached = input_len
+        requests = load.queued_requests
+        queue = requests * prefill_s(cluster, load.queued_tokens // requests) if requests else 0.0
+        prefill = prefill_s(cluster, input_len - cached)
+        total = queue + prefill
+        if best_total < 0.0 or total < best_total or (total == best_total and load.node.index < best.node.index):
+            best, best_total, best_queue, best_prefill = load, total, queue, prefill
+    return best, best_queue, best_prefill
+
+
+def _longest_prefix(up: list[NodeLoad], lookup: PrefixLookup, input_len: int) -> NodeLoad:
+    """The longest own prefix wins (ties: fewest queued tokens, then requests); the lowest node id
+    breaks any remaining tie so decisions are reproducible."""
+    return min(
+        up,
+        key=lambda n: (
+            -min(lookup.on_node(n.node), input_len),
+            n.queued_tokens,
+            n.queued_requests,
+            n.node,
+        ),
+    )
 
 
 def _up_prefill(loads: Sequence[NodeLoad]) -> tuple[list[NodeLoad], list[NodeLoad]]:

@@ -27,7 +27,7 @@ from emulator.control.throughput_model import (
     optimize,
     optimize_threshold,
 )
-from emulator.control.types import Cluster, NodeId, PrefixRule, Role, RoutePolicy
+from emulator.control.types import Affinity, Cluster, NodeId, PrefixRule, Role, RoutePolicy
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +152,8 @@ class DualTimescaleScheduler:
                              f"and threshold={threshold} must be >= 0")
         if state is None:
             state = ControlState(
-                RouterConfig(RoutePolicy.PRFAAS, whole_threshold(threshold), PrefixRule.BANDWIDTH_SCARCE, True),
+                RouterConfig(RoutePolicy.PRFAAS, whole_threshold(threshold), PrefixRule.BANDWIDTH_SCARCE,
+                             Affinity.COST),
                 short_term_enabled=cfg.short_term_enabled, long_term_enabled=cfg.long_term_enabled)
         self.state = state
         self._inputs = inputs

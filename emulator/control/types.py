@@ -54,6 +54,14 @@ class PrefixRule(StrEnum):
     BANDWIDTH_ABUNDANT = "bandwidth-abundant"
 
 
+class Affinity(StrEnum):
+    """How the router picks a prefill node inside the cluster its policy chose."""
+
+    COST = "cost"  # least estimated TTFT: queued work plus the prefill of what the node lacks
+    LONGEST_PREFIX = "longest-prefix"  # the longest cached prefix, ties by load (hotspots on shared prefixes)
+    OFF = "off"  # least loaded; a prefix still counts for the route, not for the node
+
+
 class Cluster(StrEnum):
     REMOTE = "remote"  # the PrfaaS prefill cluster
     LOCAL = "local"  # the PD cluster: local prefill and decode

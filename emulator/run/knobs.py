@@ -15,7 +15,7 @@ from enum import StrEnum
 from typing import Any, TypeVar
 
 from emulator.control.control_state import ControlState
-from emulator.control.types import RoutePolicy
+from emulator.control.types import Affinity, RoutePolicy
 from emulator.errors import ScenarioError
 from emulator.limits import MAX_INSTANCES, MAX_RATE_PER_S, MAX_TOKENS
 from emulator.net.spec import MAX_BANDWIDTH_MBIT, MAX_DELAY_MS, LinkSpec, parse_link_spec
@@ -32,6 +32,7 @@ class ValueKind(StrEnum):
     RATE = "rate"  # a number in (low, high]
     FLAG = "flag"
     POLICY = "policy"
+    AFFINITY = "affinity"  # cost, longest-prefix or off
     LINK = "link"  # a link field, checked by the link's own schema
     NONE = "none"  # pause and resume carry no value
 
@@ -60,8 +61,8 @@ REGISTRY: tuple[KnobSpec, ...] = (
              "incremental length above which a prefill goes remote (or auto)"),
     KnobSpec("router.policy", Knob.POLICY, "policy", ValueKind.POLICY, 0, 0, False,
              "prfaas, local-only (homogeneous PD) or all-remote (naive heterogeneous)"),
-    KnobSpec("router.cache_affinity", Knob.CACHE_AFFINITY, "enabled", ValueKind.FLAG, 0, 1, False,
-             "prefer the node that holds the longest cached prefix"),
+    KnobSpec("router.affinity", Knob.AFFINITY, "mode", ValueKind.AFFINITY, 0, 0, False,
+             "prefill node: cost (least estimated TTFT), longest-prefix or off (least loaded)"),
     KnobSpec("scheduler.short_term.enabled", Knob.SCHEDULER, "short_term", ValueKind.FLAG, 0, 1, False,
              "the seconds-scale threshold re-search"),
     KnobSpec("scheduler.long_term.enabled", Knob.SCHEDULER, "long_term", ValueKind.FLAG, 0, 1, False,
@@ -79,6 +80,7 @@ REGISTRY: tuple[KnobSpec, ...] = (
 )
 BY_PATH: dict[str, KnobSpec] = {k.path: k for k in REGISTRY if k.path is not None}
 POLICIES: tuple[str, ...] = tuple(p.value for p in RoutePolicy)
+AFFINITIES: tuple[str, ...] = tuple(a.value for a in Affinity)
 
 
 def knob(path: str) -> KnobSpec:
@@ -166,6 +168,8 @@ def check(spec: KnobSpec, where: str, value: object) -> Any:
         return flag(where, value)
     if kind is ValueKind.POLICY:
         return policy(where, value)
+    if kind is ValueKind.AFFINITY:
+        return affinity(where, value)
     return None
 
 
@@ -178,9 +182,9 @@ def _apply(state: ControlState, spec: KnobSpec, value: Any) -> KnobEffect:
     if spec.control is Knob.POLICY:
         state.set_policy(value)
         return KnobEffect(f"router policy -> {value.value}")
-    if spec.control is Knob.CACHE_AFFINITY:
-        state.set_cache_affinity(value)
-        return KnobEffect(f"cache affinity -> {value}")
+    if spec.control is Knob.AFFINITY:
+        state.set_affinity(value)
+        return KnobEffect(f"affinity -> {value.value}")
     if spec.control is Knob.ARRIVAL_RATE:
         return KnobEffect(f"arrival rate -> {value:g}/s", SetRate(value))
     if spec.control is Knob.PAUSE:
@@ -240,6 +244,12 @@ def policy(where: str, value: object) -> RoutePolicy:
         raise ScenarioError(f"{where}: {shown(value)} is not a routing policy; use one of "
                             f"{', '.join(POLICIES)}")
     return RoutePolicy(value)
+
+
+def affinity(where: str, value: object) -> Affinity:
+    if not isinstance(value, str) or value not in AFFINITIES:
+        raise ScenarioError(f"{where}: {shown(value)} is not an affinity; use one of {', '.join(AFFINITIES)}")
+    return Affinity(value)
 
 
 def of_type(where: str, value: object, kind: type[T]) -> T:

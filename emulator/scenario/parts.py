@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from emulator.control.types import NodeId, PrefixRule, RoutePolicy
+from emulator.control.types import Affinity, NodeId, PrefixRule, RoutePolicy
 from emulator.limits import (
     MAX_CACHE_MIB,
     MAX_DECODE_BATCH,
@@ -28,6 +28,7 @@ from emulator.limits import (
     MIN_INTERVAL_S,
     MIN_SPEED_FACTOR,
 )
+from emulator.validation import lines_error
 from model_stub.config import PRESET_NAMES, SIZES
 
 
@@ -46,6 +47,7 @@ NonNegative = Annotated[float, Field(strict=True, ge=0)]
 Fraction = Annotated[float, Field(strict=True, ge=0, le=1)]
 Number = Annotated[float, Field(strict=True)]
 Flag = Annotated[bool, Field(strict=True)]
+AFFINITIES = " | ".join(a.value for a in Affinity)
 Name = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]*$", max_length=64)]
 Seed = Annotated[int, Field(strict=True, ge=0, le=MAX_SEED)]
 Duration = Annotated[float, Field(strict=True, gt=0, le=MAX_DURATION_S)]
@@ -125,10 +127,20 @@ class ClustersSpec(Section):
 
 
 class RouterSpec(Section):
+    """`affinity` picks the prefill node inside the chosen cluster (emulator.control.router)."""
+
     policy: RoutePolicy = RoutePolicy.PRFAAS
     threshold_tokens: Annotated[int, Field(strict=True, ge=0, le=MAX_TOKENS)] | Literal["auto"] = "auto"
     prefix_rule: PrefixRule = PrefixRule.BANDWIDTH_SCARCE
-    cache_affinity: Flag = True
+    affinity: Affinity = Affinity.COST
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: Any) -> Any:
+        """The boolean `cache_affinity` became `affinity`: say so rather than "unknown field"."""
+        if isinstance(data, dict) and "cache_affinity" in data:
+            raise lines_error([f"router.cache_affinity: renamed; use router.affinity: {AFFINITIES}"])
+        return data
 
     @field_validator("threshold_tokens", mode="before")
     @classmethod
@@ -237,6 +249,8 @@ SECTION_HINTS = {
     "policy": "use prfaas, local-only or all-remote",
     "threshold_tokens": f"use a whole number of tokens >= 0, at most {MAX_TOKENS:,}, or auto",
     "prefix_rule": "use bandwidth-scarce or bandwidth-abundant",
+    "affinity": ("use cost (least estimated TTFT), longest-prefix (the longest cached prefix) or off "
+                 "(least loaded)"),
     "enabled": "use true or false",
     "interval_s": f"use seconds from {MIN_INTERVAL_S:g} to {MAX_INTERVAL_S:,.0f} (at most a day)",
     "egress_util_trigger": "use a utilisation in (0, 1]",

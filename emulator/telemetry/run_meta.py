@@ -37,7 +37,7 @@ class RunMeta:
     profile: str  # where the cost profile came from
     policy: str
     prefix_rule: str
-    cache_affinity: bool
+    affinity: str  # an Affinity value: how the router picked prefill nodes
     scheduler: dict[str, bool] | None  # {"short_term": .., "long_term": ..}; None without one
     threshold_start: int
     n_p_start: int
@@ -84,7 +84,7 @@ def make_run_meta(scenario: Scenario, plane: ControlPlane, *, engine: EngineKind
         engine=engine.value, scenario=scenario.name, seed=scenario.seed, run_id=run_id,
         model=None if model.preset is None else f"{model.preset} ({model.preset_size})",
         profile=plane.profile_source, policy=router.policy.value,
-        prefix_rule=router.prefix_rule.value, cache_affinity=router.cache_affinity,
+        prefix_rule=router.prefix_rule.value, affinity=router.affinity.value,
         scheduler=None if scheduler is None else {"short_term": scheduler.config.short_term_enabled,
                                                   "long_term": scheduler.config.long_term_enabled},
         threshold_start=plane.threshold, n_p_start=plane.n_p,

@@ -182,7 +182,7 @@ def parse_message(kind: str, payload: bytes) -> BaseModel:
 class Knob(StrEnum):
     THRESHOLD = "threshold"
     POLICY = "policy"
-    CACHE_AFFINITY = "cache_affinity"
+    AFFINITY = "affinity"
     SCHEDULER = "scheduler"
     LINK = "link"
     ARRIVAL_RATE = "arrival_rate"
@@ -210,8 +210,10 @@ class PolicyControl(_Control):
     policy: Literal["prfaas", "local-only", "all-remote"]
 
 
-class CacheAffinityControl(_Control):
-    enabled: bool
+class AffinityControl(_Control):
+    """How the router picks a prefill node (emulator.control.types.Affinity)."""
+
+    mode: Literal["cost", "longest-prefix", "off"]
 
 
 class SchedulerControl(_Control):
@@ -274,8 +276,8 @@ ControlValue = int | float | str | bool | SchedulerChange | LinkChange | None
 
 @dataclass(frozen=True, slots=True)
 class ControlCommand:
-    """A validated knob change. Values: threshold -> int tokens or "auto", policy -> str, cache_affinity
-    -> bool, scheduler -> SchedulerChange, link -> LinkChange, arrival_rate -> float per second,
+    """A validated knob change. Values: threshold -> int tokens or "auto", policy -> str, affinity
+    -> str, scheduler -> SchedulerChange, link -> LinkChange, arrival_rate -> float per second,
     pause/resume -> None."""
 
     knob: Knob
@@ -284,7 +286,7 @@ class ControlCommand:
 
 _MODELS: dict[Knob, type[_Control]] = {
     Knob.THRESHOLD: ThresholdControl, Knob.POLICY: PolicyControl,
-    Knob.CACHE_AFFINITY: CacheAffinityControl, Knob.SCHEDULER: SchedulerControl,
+    Knob.AFFINITY: AffinityControl, Knob.SCHEDULER: SchedulerControl,
     Knob.LINK: LinkControl, Knob.ARRIVAL_RATE: ArrivalRateControl,
     Knob.PAUSE: EmptyControl, Knob.RESUME: EmptyControl,
 }
@@ -292,7 +294,7 @@ _MODELS: dict[Knob, type[_Control]] = {
 _HINTS = {
     Knob.THRESHOLD: f'send {{"v": 1, "tokens": N}} with N a whole number in [0, {MAX_TOKENS}] or "auto"',
     Knob.POLICY: 'send {"v": 1, "policy": "prfaas" | "local-only" | "all-remote"}',
-    Knob.CACHE_AFFINITY: 'send {"v": 1, "enabled": true | false}',
+    Knob.AFFINITY: 'send {"v": 1, "mode": "cost" | "longest-prefix" | "off"}',
     Knob.SCHEDULER: 'send {"v": 1, "short_term": true | false, "long_term": true | false}',
     Knob.LINK: f'send {{"v": 1}} with any of bandwidth_mbit (in (0, {MAX_BANDWIDTH_MBIT:g}] or '
                f"null), delay_ms and jitter_ms (in [0, {MAX_DELAY_MS:g}]), loss_pct (in [0, 100])",
@@ -346,8 +348,8 @@ def _value_of(model: _Control) -> ControlValue:
             return model.tokens
         case PolicyControl():
             return model.policy
-        case CacheAffinityControl():
-            return model.enabled
+        case AffinityControl():
+            return model.mode
         case SchedulerControl():
             return SchedulerChange(model.short_term, model.long_term)
         case LinkControl():

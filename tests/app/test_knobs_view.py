@@ -13,8 +13,8 @@ from app.knobs_view import (
     THRESHOLD_MAX,
     SentKnob,
     ack_of,
+    affinity_payload,
     arrival_rate_payload,
-    cache_affinity_payload,
     check_knob,
     empty_payload,
     knob_values,
@@ -37,7 +37,7 @@ LINK = {"bandwidth_mbit": 200.0, "delay_ms": 10.0, "jitter_ms": 0.0, "loss_pct":
 @pytest.mark.parametrize(("knob", "payload", "what"), [
     (Knob.THRESHOLD, threshold_payload(4096), "threshold -> 4096 tokens"),
     (Knob.POLICY, policy_payload("local-only"), "router policy -> local-only"),
-    (Knob.CACHE_AFFINITY, cache_affinity_payload(False), "cache affinity -> False"),
+    (Knob.AFFINITY, affinity_payload("off"), "affinity -> off"),
     (Knob.SCHEDULER, scheduler_payload(True, None), "scheduler short-term on"),
     (Knob.SCHEDULER, scheduler_payload(False, True), "scheduler short-term off, long-term on"),
     (Knob.LINK, link_payload(None, 5, 1, 0.5), "link -> unshaped, 5 ms ± 1 ms, 0.5 % loss"),
@@ -118,7 +118,7 @@ def test_knob_values_start_from_the_scenario_then_the_runs_snapshot() -> None:
     scenario = load_scenario(SCENARIOS / "live-bandwidth-drop.yaml")  # threshold: auto
     values = knob_values(scenario, None)
     assert values | {"threshold": 0} == {
-        "threshold": 0, "policy": "prfaas", "cache_affinity": True, "short_term": True, "long_term": False,
+        "threshold": 0, "policy": "prfaas", "affinity": "cost", "short_term": True, "long_term": False,
         "bandwidth_mbit": 100.0, "delay_ms": 10.0, "jitter_ms": 0.0, "loss_pct": 0.0, "rate_per_s": 0.5}
     latest = MetricsSnapshot(run_id="abc123", t_s=1.0, threshold_tokens=2965,
                              link=LINK | {"bandwidth_mbit": None})

@@ -1,4 +1,4 @@
-"""The threshold router: each policy, both prefix rules, node choice and fallbacks, by hand."""
+"""The threshold router: each policy, both prefix rules, the three node rules and fallbacks, by hand."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pytest
 from emulator.control.prefix_cache import PrefixCacheIndex
 from emulator.control.router import CacheTransfer, NodeLoad, RouteDecision, Router, RouterConfig
 from emulator.control.types import (
+    Affinity,
     Cluster,
     NodeId,
     PrefixRule,
@@ -24,7 +25,14 @@ NODES = (
 )
 SCARCE, ABUNDANT = PrefixRule.BANDWIDTH_SCARCE, PrefixRule.BANDWIDTH_ABUNDANT
 PRFAAS, LOCAL_ONLY, ALL_REMOTE = RoutePolicy.PRFAAS, RoutePolicy.LOCAL_ONLY, RoutePolicy.ALL_REMOTE
+COST, LONGEST, OFF = Affinity.COST, Affinity.LONGEST_PREFIX, Affinity.OFF
 IDLE = "least loaded: holds 0 tokens, 0 queued tokens"
+
+
+def prefill_s(cluster: Cluster, tokens: int) -> float:
+    """A profile by hand: remote 0.1 s + 0.1 s per 1000 tokens, local 0.2 s + 0.2 s per 1000."""
+    scale = 1.0 if cluster is Cluster.REMOTE else 2.0
+    return scale * (0.1 + tokens / 10_000)
 
 
 @dataclass(frozen=True)
@@ -42,7 +50,7 @@ class Case:
     blocks: dict[str, int] = field(default_factory=dict)  # node -> cached blocks of the prompt
     down: tuple[str, ...] = ()
     queued: dict[str, int] = field(default_factory=dict)  # node -> queued tokens
-    affinity: bool = True
+    affinity: Affinity = COST
     transfer: CacheTransfer | None = None
 
 
@@ -51,14 +59,21 @@ def make_router(case: Case, capacity: int = 10**9) -> Router:
     for node, num_blocks in case.blocks.items():
         index.insert(NodeId.parse(node), HASHES[:num_blocks], now_s=0.0)
     config = RouterConfig(case.policy, case.t, case.rule, case.affinity)
-    return Router(config, index)
+    return Router(config, index, prefill_s=prefill_s)
 
 
 def make_loads(case: Case) -> list[NodeLoad]:
+    """`queued` tokens as one queued prefill per node that has any."""
     return [
         NodeLoad(NodeId.parse(n), case.queued.get(n, 0), int(n in case.queued), n not in case.down)
         for n in NODES
     ]
+
+
+def est(node: str, queue_s: float, prefill: float, own: int, input_len: int, queued: int = 0) -> str:
+    """The cost rule's words for the chosen node."""
+    return (f"({node} least estimated TTFT: queue {queue_s:.2f} s + prefill {prefill:.2f} s; "
+            f"holds {own} of {input_len} tokens, {queued} queued tokens)")
 
 
 def request(input_len: int) -> RequestSpec:
@@ -71,7 +86,7 @@ CASES = [
          reason=f"policy local-only -> local (local-prefill-1 {IDLE})"),
     Case("all-remote ignores a local prefix and never transfers", ALL_REMOTE, ABUNDANT, 0, 30_000,
          Route.PRFAAS, "remote-prefill-0", 0, 30_000, blocks={"local-prefill-0": 10},
-         reason=f"policy all-remote -> prfaas (remote-prefill-0 {IDLE})"),
+         reason="policy all-remote -> prfaas " + est("remote-prefill-0", 0, 3.1, 0, 30_000)),
     Case("all-remote falls back to local when the remote cluster is down", ALL_REMOTE, SCARCE,
          0, 30_000, Route.LOCAL, "local-prefill-0", 0, 30_000,
          down=("remote-prefill-0", "remote-prefill-1"),
@@ -92,44 +107,53 @@ CASES = [
     Case("scarce: a local prefix brings the increment under t", PRFAAS, SCARCE, 20_000, 30_000,
          Route.LOCAL, "local-prefill-1", 12_000, 18_000, blocks={"local-prefill-1": 12},
          reason="incremental 18000 (input 30000 - local prefix 12000) <= t 20000 -> local "
-         "(local-prefill-1 longest prefix: holds 12000 tokens, 0 queued tokens)"),
+         + est("local-prefill-1", 0, 3.8, 12_000, 30_000)),
     Case("rules disagree: scarce counts only the local prefix", PRFAAS, SCARCE, 20_000, 30_000,
          Route.PRFAAS, "remote-prefill-1", 15_000, 25_000,
          blocks={"local-prefill-0": 5, "remote-prefill-1": 15},
          reason="incremental 25000 (input 30000 - local prefix 5000) > t 20000 -> prfaas "
-         "(remote-prefill-1 longest prefix: holds 15000 tokens, 0 queued tokens)"),
+         + est("remote-prefill-1", 0, 1.6, 15_000, 30_000)),
     Case("rules disagree: abundant uses the remote prefix and ships it", PRFAAS, ABUNDANT, 20_000,
          30_000, Route.LOCAL, "local-prefill-0", 15_000, 15_000,
          blocks={"local-prefill-0": 5, "remote-prefill-1": 15},
          transfer=CacheTransfer(Cluster.REMOTE, Cluster.LOCAL, 15_000),
          reason="incremental 15000 (input 30000 - max(remote prefix 15000, local prefix 5000)) "
          "<= t 20000 -> local; transfer 15000 cached tokens remote->local "
-         "(local-prefill-0 longest prefix: holds 5000 tokens, 0 queued tokens)"),
+         + est("local-prefill-0", 0, 3.2, 5_000, 30_000)),
     Case("abundant: a longer local prefix travels with a remote prefill", PRFAAS, ABUNDANT,
          20_000, 40_000, Route.PRFAAS, "remote-prefill-0", 8_000, 32_000,
          blocks={"local-prefill-0": 8},
          transfer=CacheTransfer(Cluster.LOCAL, Cluster.REMOTE, 8_000),
          reason="incremental 32000 (input 40000 - max(remote prefix 0, local prefix 8000)) "
          "> t 20000 -> prfaas; transfer 8000 cached tokens local->remote "
-         f"(remote-prefill-0 {IDLE})"),
+         + est("remote-prefill-0", 0, 3.3, 0, 40_000)),
     Case("abundant: equal prefixes need no transfer", PRFAAS, ABUNDANT, 20_000, 30_000,
          Route.PRFAAS, "remote-prefill-0", 5_000, 25_000,
          blocks={"local-prefill-0": 5, "remote-prefill-0": 5},
          reason="incremental 25000 (input 30000 - max(remote prefix 5000, local prefix 5000)) "
-         "> t 20000 -> prfaas "
-         "(remote-prefill-0 longest prefix: holds 5000 tokens, 0 queued tokens)"),
-    Case("affinity on: the node with the prefix wins despite its queue", PRFAAS, SCARCE, 25_000,
-         30_000, Route.LOCAL, "local-prefill-1", 10_000, 20_000,
+         "> t 20000 -> prfaas " + est("remote-prefill-0", 0, 2.6, 5_000, 30_000)),
+    Case("longest-prefix: the node with the prefix wins despite its queue", PRFAAS, SCARCE, 25_000,
+         30_000, Route.LOCAL, "local-prefill-1", 10_000, 20_000, affinity=LONGEST,
+         blocks={"local-prefill-1": 10}, queued={"local-prefill-1": 20_000},
+         reason="incremental 20000 (input 30000 - local prefix 10000) <= t 25000 -> local "
+         "(local-prefill-1 longest prefix: holds 10000 tokens, 20000 queued tokens)"),
+    Case("cost: a long queue outweighs the prefix", PRFAAS, SCARCE, 25_000, 30_000,
+         Route.LOCAL, "local-prefill-0", 0, 20_000,
+         blocks={"local-prefill-1": 10}, queued={"local-prefill-1": 20_000},
+         reason="incremental 20000 (input 30000 - local prefix 10000) <= t 25000 -> local "
+         + est("local-prefill-0", 0, 6.2, 0, 30_000)),
+    Case("cost: a short queue is worth waiting for the prefix", PRFAAS, SCARCE, 25_000, 30_000,
+         Route.LOCAL, "local-prefill-1", 10_000, 20_000,
          blocks={"local-prefill-1": 10}, queued={"local-prefill-1": 5000},
          reason="incremental 20000 (input 30000 - local prefix 10000) <= t 25000 -> local "
-         "(local-prefill-1 longest prefix: holds 10000 tokens, 5000 queued tokens)"),
-    Case("affinity off: the idle node wins and recomputes", PRFAAS, SCARCE, 25_000, 30_000,
-         Route.LOCAL, "local-prefill-0", 0, 20_000, affinity=False,
+         + est("local-prefill-1", 1.2, 4.2, 10_000, 30_000, 5000)),
+    Case("off: the idle node wins and recomputes", PRFAAS, SCARCE, 25_000, 30_000,
+         Route.LOCAL, "local-prefill-0", 0, 20_000, affinity=OFF,
          blocks={"local-prefill-1": 10}, queued={"local-prefill-1": 5000},
          reason="incremental 20000 (input 30000 - local prefix 10000) <= t 25000 -> local "
          f"(local-prefill-0 {IDLE})"),
-    Case("affinity tie: fewer queued tokens wins", PRFAAS, SCARCE, 25_000, 30_000,
-         Route.LOCAL, "local-prefill-1", 10_000, 20_000,
+    Case("longest-prefix tie: fewer queued tokens wins", PRFAAS, SCARCE, 25_000, 30_000,
+         Route.LOCAL, "local-prefill-1", 10_000, 20_000, affinity=LONGEST,
          blocks={"local-prefill-0": 10, "local-prefill-1": 10},
          queued={"local-prefill-0": 3000, "local-prefill-1": 1000},
          reason="incremental 20000 (input 30000 - local prefix 10000) <= t 25000 -> local "
@@ -138,12 +162,12 @@ CASES = [
          Route.PRFAAS, "remote-prefill-0", 0, 10_000, down=("local-prefill-0", "local-prefill-1"),
          blocks={"local-prefill-0": 8},
          reason="incremental 10000 (input 10000 - local prefix 0) <= t 20000 -> local; "
-         f"local cluster down -> remote (remote-prefill-0 {IDLE})"),
+         "local cluster down -> remote " + est("remote-prefill-0", 0, 1.1, 0, 10_000)),
     Case("a down node's prefix neither counts nor travels", PRFAAS, ABUNDANT, 20_000, 30_000,
          Route.PRFAAS, "remote-prefill-0", 0, 30_000, down=("remote-prefill-1",),
          blocks={"remote-prefill-1": 15},
          reason="incremental 30000 (input 30000 - max(remote prefix 0, local prefix 0)) "
-         f"> t 20000 -> prfaas (remote-prefill-0 {IDLE})"),
+         "> t 20000 -> prfaas " + est("remote-prefill-0", 0, 3.1, 0, 30_000)),
     Case("every prefill node down: the request cannot be placed", PRFAAS, SCARCE, 20_000, 30_000,
          None, None, 0, 30_000, down=NODES[:4],
          reason="no prefill node is up (remote 0/2 up, local 0/2 up) -> cannot place request r1"),
@@ -171,10 +195,10 @@ def test_knobs_change_later_decisions() -> None:
     router.state.set_policy(RoutePolicy.LOCAL_ONLY)
     router.index.insert(NodeId.parse("local-prefill-1"), HASHES[:3], now_s=1.0)
     assert router.decide(request(30_000), loads).node == NodeId.parse("local-prefill-1")
-    router.state.set_cache_affinity(False)
+    router.state.set_affinity(OFF)
     assert router.decide(request(30_000), loads).node == NodeId.parse("local-prefill-0")
     router.state.set_prefix_rule(PrefixRule.BANDWIDTH_ABUNDANT)
-    assert router.config == RouterConfig(LOCAL_ONLY, 30_000, ABUNDANT, False)
+    assert router.config == RouterConfig(LOCAL_ONLY, 30_000, ABUNDANT, OFF)
 
 
 def test_a_decision_with_time_keeps_the_chosen_prefix_cached() -> None:
@@ -192,7 +216,31 @@ def test_a_decision_with_time_keeps_the_chosen_prefix_cached() -> None:
 
 def test_a_negative_threshold_is_refused() -> None:
     with pytest.raises(ValueError, match="threshold_tokens: -1"):
-        RouterConfig(PRFAAS, -1, SCARCE, True)
+        RouterConfig(PRFAAS, -1, SCARCE, COST)
     router = make_router(CASES[0])
     with pytest.raises(ValueError, match="threshold_tokens"):
         router.state.set_threshold(-5)
+
+
+def test_cost_weighs_queued_work_in_seconds_not_tokens() -> None:
+    """Three short queued prefills pay the per-prefill cost three times: 3 x T(800) = 1.08 s beats
+    one queued T(3000) = 0.8 s, though fewer tokens wait on local-prefill-0."""
+    case = Case("", PRFAAS, SCARCE, 25_000, 30_000, Route.LOCAL, None, 0, 0, "",
+                blocks={"local-prefill-0": 5, "local-prefill-1": 5})
+    lp0, lp1 = NodeId.parse("local-prefill-0"), NodeId.parse("local-prefill-1")
+    loads = [NodeLoad(lp0, 2400, 3), NodeLoad(lp1, 3000, 1), NodeLoad(NodeId.parse("remote-prefill-0"), 0, 0)]
+    decision = make_router(case).decide(request(30_000), loads)
+    assert (decision.node, decision.cached_len) == (lp1, 5000)
+    assert decision.reason.endswith(est("local-prefill-1", 0.8, 5.2, 5000, 30_000, 3000))
+    case = Case("", PRFAAS, SCARCE, 25_000, 30_000, Route.LOCAL, None, 0, 0, "", affinity=OFF,
+                blocks={"local-prefill-0": 5, "local-prefill-1": 5})
+    assert make_router(case).decide(request(30_000), loads).node == lp0  # off: fewest queued tokens
+
+
+def test_every_rule_spreads_unshared_prompts_by_load() -> None:
+    """With no prefix cached anywhere each rule is the least loaded, worded as such."""
+    for affinity in Affinity:
+        case = Case("", LOCAL_ONLY, SCARCE, 0, 30_000, Route.LOCAL, None, 0, 0, "", affinity=affinity,
+                    queued={"local-prefill-0": 4000})
+        decision = make_router(case).decide(request(30_000), make_loads(case))
+        assert decision.reason == f"policy local-only -> local (local-prefill-1 {IDLE})"

@@ -9,7 +9,7 @@ import pytest
 
 from emulator.control.prefix_cache import PrefixCacheIndex
 from emulator.control.router import Router, RouterConfig
-from emulator.control.types import Cluster, PrefixRule, RoutePolicy
+from emulator.control.types import Affinity, Cluster, PrefixRule, RoutePolicy
 from emulator.errors import PrfaasError
 from emulator.limits import MAX_INSTANCES, MAX_RATE_PER_S, MAX_TOKENS
 from emulator.live.knobs import Knobs
@@ -26,7 +26,7 @@ class Harness:
     def __init__(self) -> None:
         index = PrefixCacheIndex(1000, 100, 10, {Cluster.REMOTE: 10**9, Cluster.LOCAL: 10**9})
         self.router = Router(RouterConfig(RoutePolicy.PRFAAS, 4096, PrefixRule.BANDWIDTH_SCARCE,
-                                          True), index)
+                                          Affinity.COST), index, prefill_s=lambda cluster, tokens: tokens / 10_000)
         self.clock = WorkloadClock(10.0)
         self.links: list[LinkSpec] = [LinkSpec(bandwidth_mbit=1000)]
         self.splits: list[int] = []
@@ -60,7 +60,8 @@ def setting(harness: Harness, path: str, value: object) -> str:
         ("router.threshold_tokens", "Auto"),
         ("router.threshold_tokens", [[[1]]]),
         ("router.policy", "fastest"),
-        ("router.cache_affinity", "yes"),
+        ("router.affinity", "yes"),
+        ("router.affinity", True),
         ("scheduler.short_term.enabled", 1),
         ("workload.arrival.rate_per_s", HUGE),
         ("workload.arrival.rate_per_s", MAX_RATE_PER_S * 2),
@@ -93,9 +94,9 @@ def test_settings_inside_the_bounds_apply() -> None:
     assert harness.router.config.threshold_tokens == MAX_TOKENS
     assert setting(harness, "router.threshold_tokens", "auto") == "threshold -> 4096 tokens"
     setting(harness, "router.policy", "local-only")
-    setting(harness, "router.cache_affinity", False)
-    assert (harness.router.config.policy, harness.router.config.cache_affinity) == (
-        RoutePolicy.LOCAL_ONLY, False)
+    setting(harness, "router.affinity", "off")
+    assert (harness.router.config.policy, harness.router.config.affinity) == (
+        RoutePolicy.LOCAL_ONLY, Affinity.OFF)
     setting(harness, "workload.arrival.rate_per_s", 20)
     assert harness.clock.speed == 2.0
     setting(harness, "clusters.local.prefill_instances", 3)
@@ -112,7 +113,8 @@ def test_settings_inside_the_bounds_apply() -> None:
         ControlCommand(Knob.ARRIVAL_RATE, "10"),
         ControlCommand(Knob.ARRIVAL_RATE, float("inf")),
         ControlCommand(Knob.POLICY, 3),
-        ControlCommand(Knob.CACHE_AFFINITY, "no"),
+        ControlCommand(Knob.AFFINITY, "no"),
+        ControlCommand(Knob.AFFINITY, False),
         ControlCommand(Knob.SCHEDULER, True),
         ControlCommand(Knob.LINK, {"delay_ms": 5}),
     ],

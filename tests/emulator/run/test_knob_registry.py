@@ -46,7 +46,7 @@ BASE: dict[str, Any] = {
 SETTINGS: dict[str, tuple[Any, str]] = {
     "router.threshold_tokens": ("auto", "threshold -> {auto} tokens"),
     "router.policy": ("local-only", "router policy -> local-only"),
-    "router.cache_affinity": (False, "cache affinity -> False"),
+    "router.affinity": ("longest-prefix", "affinity -> longest-prefix"),
     "scheduler.short_term.enabled": (False, "scheduler short-term off, long-term on"),
     "scheduler.long_term.enabled": (False, "scheduler short-term on, long-term off"),
     "clusters.local.prefill_instances": (1, "local prefill instances 1 -> 1 (0 flips, drained first)"),
@@ -59,7 +59,7 @@ SETTINGS: dict[str, tuple[Any, str]] = {
 # Every control message, in the order the live operator sends them.
 CONTROLS: list[tuple[Knob, dict[str, Any]]] = [
     (Knob.THRESHOLD, {"tokens": 4096}), (Knob.THRESHOLD, {"tokens": "auto"}),
-    (Knob.POLICY, {"policy": "prfaas"}), (Knob.CACHE_AFFINITY, {"enabled": True}),
+    (Knob.POLICY, {"policy": "prfaas"}), (Knob.AFFINITY, {"mode": "off"}),
     (Knob.SCHEDULER, {"short_term": True}), (Knob.LINK, {"delay_ms": 5}),
     (Knob.ARRIVAL_RATE, {"rate_per_s": 2.0}), (Knob.PAUSE, {}), (Knob.RESUME, {}),
 ]
@@ -99,6 +99,7 @@ def test_every_knob_has_a_source_and_the_bounds_the_schemas_promise() -> None:
             high = limits["Le"].le
             assert high == spec.high, spec.path
     assert get_args(schemas.PolicyControl.model_fields["policy"].annotation) == registry.POLICIES
+    assert get_args(schemas.AffinityControl.model_fields["mode"].annotation) == registry.AFFINITIES
 
 
 @pytest.mark.parametrize("path", list(SETTINGS))
@@ -135,7 +136,7 @@ def test_virtual_control_messages_go_through_the_registry_and_a_pause_is_refused
     plane = result.plane
     assert control_words(plane, result.loops.link_spec) == [
         "threshold -> 4096 tokens", f"threshold -> {plane.state.auto_threshold} tokens",
-        "router policy -> prfaas", "cache affinity -> True", "scheduler short-term on, long-term on",
+        "router policy -> prfaas", "affinity -> off", "scheduler short-term on, long-term on",
         "link -> 200 Mbit/s, 5 ms, 0 % loss", "arrival rate -> 2/s", "arrivals paused", "arrivals resumed"]
     with pytest.raises(PrfaasError, match="virtual run has no wall clock"):
         result.loops._perform(registry.KnobEffect("arrivals paused", registry.Pause(resume=False)))
