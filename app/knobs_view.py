@@ -166,6 +166,8 @@ def knob_values(scenario: Scenario | None, latest: MetricsSnapshot | None) -> di
         arrival = scenario.workload.arrival
         if arrival is not None and getattr(arrival, "rate_per_s", None):
             values["rate_per_s"] = float(arrival.rate_per_s)
+        elif scenario.workload.is_trace:  # the knob is a factor on the trace's own pace
+            values["rate_per_s"] = 1.0
     if latest is not None:
         if latest.threshold_tokens is not None:
             values["threshold"] = latest.threshold_tokens

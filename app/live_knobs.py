@@ -57,6 +57,16 @@ def bounds_help(name: str) -> str:
     return f"from {low:g} to {high:g}"
 
 
+# The rate knob's (label, help), by whether the run replays a trace: a generated workload draws
+# arrivals at the rate in force; a trace keeps its own timestamps and the knob scales its time.
+RATE_KNOB = {
+    False: ("Arrival rate (req/s)", f"{bounds_help('rate_per_s')}; arrivals are drawn at the rate in force "
+                                    "until the run's duration ends"),
+    True: ("Replay speed (x the trace's pace)", f"{bounds_help('rate_per_s')}; 2 plays the trace twice as "
+           "fast, 0.5 half as fast; the trace's end (or the run's duration) ends arrivals"),
+}
+
+
 def sent_knobs(run_id: str) -> list[SentKnob]:
     """What this session sent to `run_id`, oldest first."""
     return [s for s in st.session_state.get("live_sent", []) if s.message.run_id == run_id]
@@ -110,8 +120,9 @@ def knobs_sidebar(run_id: str, view: RunView, phase: str, feed: MqttFeed | None,
     st.selectbox("Router policy", POLICIES, key="live_k_policy",
                  help="prfaas: by threshold; local-only: homogeneous PD; all-remote: naive heterogeneous",
                  **wire(Knob.POLICY, policy_payload, "live_k_policy"))
-    st.number_input("Arrival rate (req/s)", step=0.1, format="%.2f", key="live_k_rate_per_s",
-                    help=bounds_help("rate_per_s"),
+    is_trace = scenario is not None and scenario.workload.is_trace
+    label, help_text = RATE_KNOB[is_trace]
+    st.number_input(label, help=help_text, step=0.1, format="%.2f", key="live_k_rate_per_s",
                     **wire(Knob.ARRIVAL_RATE, arrival_rate_payload, "live_k_rate_per_s"))
     pause, resume = st.columns(2)
     for col, label, key, knob in ((pause, "Pause arrivals", "live_pause", Knob.PAUSE),

@@ -24,6 +24,7 @@ from emulator.api import SCENARIOS_DIR, ScenarioInfo, list_scenarios, live_capab
 from emulator.errors import PrfaasError
 from emulator.scenario import Scenario, apply_overrides, load_scenario
 from emulator.scenario.parts import MAX_CONNECTIONS
+from emulator.telemetry.run_meta import workload_statement
 
 INTRO = """
 Start a scenario, then steer it while it runs: every knob is published on the run's MQTT control
@@ -196,6 +197,8 @@ def _status_row(view: RunView, phase: str, started: StartedRun | None) -> None:
         st.caption(f"Why this backend: {status.note}")
     elif started is not None and started.handle.engine == "live":
         st.caption(live_capability()[1])
+    if status is not None and status.workload:
+        st.caption(f"Workload: {status.workload}")
 
 
 def _results(started: StartedRun) -> None:
@@ -215,6 +218,8 @@ def _results(started: StartedRun) -> None:
     cols[4].metric("Share routed remote", f"{share:.1%}" if isinstance(share, int | float) else "-")
     for failure in doc.get("expect_failures", []):
         st.warning(f"expect failed: {failure}")
+    if statement := workload_statement(meta):
+        st.caption(f"Workload: {statement}")
     if changes := meta.get("knob_changes"):
         st.markdown("**Knob changes the run recorded:** " + "; ".join(changes))
     st.markdown(f"Recorded in `{started.handle.out_dir}`.")

@@ -40,6 +40,7 @@ from app.runs_view import (
 from emulator.errors import TelemetryError
 from emulator.telemetry.figures import NODE_NOTE, NOQUEUE_NOTE, egress_bit_per_s, format_rate
 from emulator.telemetry.recorder import load_run
+from emulator.telemetry.run_meta import workload_statement
 
 SEGMENT_COLORS = {"queue": "#bbbbbb", "prefill": "#1f77b4", "transfer": "#ff7f0e", "decode": "#2ca02c"}
 LEGEND_TOP = {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom"}
@@ -103,8 +104,21 @@ def _summary_tiles(run: Run) -> None:
     note = meta.get("link_note") or meta.get("link_backend_reason")
     if note:
         st.caption(str(note))
+    _workload_note(meta)
     for failure in run.doc.get("expect_failures", []):
         st.warning(f"expect failed: {failure}")
+
+
+def _workload_note(meta: dict) -> None:
+    """What of its workload the run played: a cap, a time window or skipped rows stand out."""
+    statement = workload_statement(meta)
+    workload = meta.get("workload") or {}
+    if statement is None:
+        st.caption("Workload: not recorded (this run was recorded before runs said what they replayed).")
+    elif workload.get("limits") or workload.get("num_skipped"):
+        st.warning(f"Workload: {statement}")
+    else:
+        st.caption(f"Workload: {statement}")
 
 
 def _node_table(run: Run) -> None:

@@ -14,10 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from emulator.scenario import apply_overrides, load_scenario
+from emulator.telemetry.figures import egress_bit_per_s, format_rate
+from emulator.telemetry.run_meta import workload_statement
 
 COMMANDS = ("run",)
 SUMMARY_KEYS = ("requests", "completed", "failed_count", "ttft_p50_s", "ttft_p90_s", "tpot_mean_s",
-                "throughput_rps", "prfaas_fraction", "egress_gbps_mean")
+                "throughput_rps", "prfaas_fraction")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -79,8 +81,11 @@ def run(args: argparse.Namespace) -> int:
 def print_summary(doc: dict[str, Any], out: Path) -> None:
     summary, meta = doc["summary"], doc["meta"]
     print(f"{meta.get('scenario')} ({meta.get('engine')}): {out}")
+    if statement := workload_statement(meta):
+        print(f"  workload: {statement}")
     for key in SUMMARY_KEYS:
         value = summary.get(key)
         print(f"  {key:<18} {value:.4g}" if isinstance(value, float) else f"  {key:<18} {value}")
+    print(f"  {'egress_mean':<18} {format_rate(egress_bit_per_s(summary))}")
     for line in doc["expect_failures"]:
         print(f"  EXPECT FAILED: {line}")

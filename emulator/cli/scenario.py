@@ -11,7 +11,8 @@ import argparse
 import json
 import sys
 
-from emulator.scenario import apply_overrides, load_scenario, scenario_json_schema
+from emulator.errors import ScenarioError
+from emulator.scenario import Scenario, apply_overrides, load_scenario, scenario_json_schema
 from emulator.scenario.rules import scenario_warnings
 
 COMMANDS = ("validate", "optimize", "schema")
@@ -44,7 +45,35 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(optimize_scenario(scenario), indent=1))
         return 0
     events = len(scenario.timeline)
+    files = file_lines(scenario)
     for line in warnings:
+        print(line)
+    for line in files:
         print(line)
     print(f"ok: {scenario.name} ({scenario.engine}, {events} timeline events)")
     return 0
+
+
+def file_lines(scenario: Scenario) -> list[str]:
+    """Every row of the workload's files read (traces, lengths): a line per file that reads
+    cleanly; bad rows fail validation with their line numbers, or, where the trace says
+    `bad_rows: skip`, are a warning."""
+    from emulator.workload.build import check_files  # numpy and the readers: validate only
+
+    skip = scenario.workload.trace is not None and scenario.workload.trace.bad_rows == "skip"
+    lines, problems = [], []
+    for what, check in check_files(scenario):
+        rest = check.num_problems - len(check.problems)
+        more = [f"{what}: {rest:,} more bad rows"] if rest else []
+        if not check.num_problems:
+            lines.append(f"{what}: {check.num_rows:,} rows read")
+        elif skip and what.startswith("trace"):
+            lines += [f"warning: {p} (skipped: bad_rows: skip)" for p in [*check.problems, *more]]
+            lines.append(f"{what}: {check.num_rows - check.num_problems:,} of {check.num_rows:,} rows read")
+        else:
+            hint = ("; fix them, or set workload.trace.bad_rows: skip to replay the rest"
+                    if what.startswith("trace") else "; fix them")
+            problems += [*check.problems, *more, f"{what}: {check.num_problems:,} bad of {check.num_rows:,} rows{hint}"]
+    if problems:
+        raise ScenarioError("\n".join(problems))
+    return lines

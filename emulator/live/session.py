@@ -41,7 +41,8 @@ from emulator.telemetry.recorder import RunRecorder
 from emulator.telemetry.run_meta import EngineKind, RunMeta, make_run_meta
 from emulator.telemetry.schemas import StatusMessage
 from emulator.wire import protocol as p
-from emulator.workload.build import LIVE_RATE_HEADROOM, arrival_horizon_s, build_requests
+from emulator.workload.build import LIVE_RATE_HEADROOM, Workload, arrival_horizon_s, build_workload
+from emulator.workload.coverage import WorkloadCoverage
 
 log = logging.getLogger(__name__)
 Progress = Callable[[int, int, float], None]  # (requests ended, total, seconds since start)
@@ -65,7 +66,7 @@ async def run_live(scenario: Scenario, out_dir: Path, broker_url: str | None = N
         run_id = check_run_id(run_id) if run_id else new_run_id()
     except ValueError as err:
         raise PrfaasError(f"--{err}") from None
-    requests = build_requests(scenario, arrival_horizon_s(scenario, headroom=LIVE_RATE_HEADROOM))
+    workload = build_workload(scenario, arrival_horizon_s(scenario, headroom=LIVE_RATE_HEADROOM))
     plane = make_control_plane(scenario)
     topology = Topology(scenario.link, backend=link_backend, run_id=run_id)
     broker: EmbeddedBroker | None = None
@@ -82,7 +83,7 @@ async def run_live(scenario: Scenario, out_dir: Path, broker_url: str | None = N
                 broker_url = broker.url
             bus = await TelemetryBus(broker_url, run_id, link_base=lambda: topology.spec).__aenter__()
             session = LiveSession(scenario, run_id, topology, plane, bus, out_dir, teardown)
-            await session.run(requests, progress, stop)
+            await session.run(workload, progress, stop)
         except BaseException as err:  # the teardown below runs first; then it is raised
             error = err
         await _release(teardown, topology, bus, broker)
@@ -180,6 +181,7 @@ class LiveSession:
         self.workers: WorkerProcesses | None = None
         self._conn_tasks: set[asyncio.Task] = set()
         self.end_reason = ""
+        self.coverage: WorkloadCoverage | None = None  # set by run()
         self.doc: dict[str, Any] = {}
         status = topology.status()
         self.notes = [f"link backend: {status['backend']} ({status['reason']})", *speed_notes(scenario)]
@@ -192,9 +194,11 @@ class LiveSession:
             return self.topology.target(LOCAL, port)
         return self.topology.address(LOCAL), port
 
-    async def run(self, requests, progress: Progress | None, stop: asyncio.Event) -> None:
+    async def run(self, workload: Workload, progress: Progress | None, stop: asyncio.Event) -> None:
         """Start the workers, run the loops, then the run's own teardown steps (the caller releases
         telemetry, the broker and the link, then calls `write_record(complete=True)`)."""
+        self.coverage = workload.coverage
+        log.info("workload: %s", self.coverage.statement)
         server = await asyncio.start_server(self._serve_worker, "127.0.0.1", 0, limit=p.STREAM_LIMIT)
         port = server.sockets[0].getsockname()[1]
         self.workers = WorkerProcesses(self.scenario, self.topology, port, self.log_dir, Ledger.open(self.run_id))
@@ -206,7 +210,7 @@ class LiveSession:
             await self._wait_for_workers(stop)
             self.gateway.t0 = time.monotonic()
             await self._status("running")
-            self.loops = RunLoops(self.scenario, self.gateway, self.topology, self.workers, self.bus, requests,
+            self.loops = RunLoops(self.scenario, self.gateway, self.topology, self.workers, self.bus, workload.requests,
                                   self._status)
             end_reason = await self.loops.run(stop, progress)
         except BaseException as err:  # raised again once the teardown has run
@@ -333,7 +337,8 @@ class LiveSession:
         await self.bus.publish_status(StatusMessage(
             run_id=self.run_id, t_s=max(self.gateway.now(), 0.0), state=state, engine="live",
             link_backend=status["backend"], note=note or self.notes[0],
-            threshold_tokens=self.gateway.router.config.threshold_tokens))
+            threshold_tokens=self.gateway.router.config.threshold_tokens,
+            workload=self.coverage.statement if self.coverage is not None else ""))
 
     async def write_record(self, complete: bool) -> dict[str, Any]:
         """Write the run's directory; first right after every request has ended (`complete=False`),
@@ -368,7 +373,8 @@ class LiveSession:
             link_backend=status["backend"], link_backend_reason=status["reason"],
             decisions=loops.decisions if loops is not None else (),
             knob_changes=loops.knob_changes if loops is not None else (), notes=self.notes,
-            end_reason=self.end_reason, engine_details={
+            end_reason=self.end_reason, workload=self.coverage.as_json() if self.coverage else None,
+            engine_details={
                 "link_description": status["description"], "mqtt": self.bus.status_note,
                 "worker_logs": str(self.log_dir),
                 "worker_pids": {name: proc.pid for name, proc in self.workers.procs.items()} if self.workers else {},

@@ -133,11 +133,15 @@ class PrefixSharingSpec(Section):
 
 
 class TraceSpec(Section):
+    """A trace replays whole unless max_requests caps it (duration_s still ends arrivals). A row
+    that cannot be read fails the run, or with `bad_rows: skip` is passed over and counted."""
+
     format: Literal["mooncake", "azure"]
     path: InputFile
     time_scale: Scale = 1.0
     length_scale: Scale = 1.0
     max_requests: Requests | None = None
+    bad_rows: Literal["fail", "skip"] = "fail"
 
 
 class WorkloadSpec(Section):
@@ -149,7 +153,7 @@ class WorkloadSpec(Section):
     output_len: LengthDist | None = None
     prefix_sharing: PrefixSharingSpec | None = None
     trace: TraceSpec | None = None
-    max_requests: Requests = 10_000
+    max_requests: Requests | None = None  # no cap but the ceiling (MAX_REQUESTS); a cap is stated
 
     @property
     def is_trace(self) -> bool:
@@ -187,7 +191,8 @@ WORKLOAD_HINTS: dict[str, str] = {
                    "trace timestamps are multiplied by it"),
     "length_scale": (f"use a factor from {1 / MAX_TRACE_SCALE:g} to {MAX_TRACE_SCALE:g}; "
                      "trace lengths are multiplied by it"),
-    "max_requests": f"use a whole number of requests, 1 to {MAX_REQUESTS:,}",
+    "max_requests": f"use a whole number of requests, 1 to {MAX_REQUESTS:,}, or null for no cap",
+    "bad_rows": "use fail (a bad trace row stops the run) or skip (it is passed over and counted)",
     "num_prefixes": f"use a whole number, 1 to {MAX_PREFIXES:,}",
     "shared_blocks": f"use a whole number of blocks, 1 to {MAX_SHARED_BLOCKS:,}",
 }

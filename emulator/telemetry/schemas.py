@@ -128,6 +128,7 @@ class StatusMessage(_Message):
     link_backend: str | None = None
     note: str = ""
     threshold_tokens: int | None = None  # the router's t when sent: a status follows every knob change
+    workload: str = ""  # what of its workload the run plays (emulator/workload/coverage.py)
 
 
 EventMessage = Annotated[RequestEvent | ErrorEvent, Field(discriminator="event")]

@@ -27,7 +27,8 @@ from emulator.virtual.costs import CostModel
 from emulator.virtual.gateway import Gateway
 from emulator.virtual.link import FluidLink
 from emulator.virtual.loops import Arrivals, Progress, RunLoops, link_states
-from emulator.workload.build import arrival_horizon_s, build_requests
+from emulator.workload.build import arrival_horizon_s, build_workload, num_due
+from emulator.workload.coverage import WorkloadCoverage
 
 log = logging.getLogger(__name__)
 APPROXIMATIONS = (
@@ -50,6 +51,7 @@ class Simulation:
     gateway: Gateway
     loops: RunLoops
     num_requests: int
+    coverage: WorkloadCoverage
     num_events: int
     end_s: float
     wall_s: float
@@ -58,11 +60,16 @@ class Simulation:
 def simulate(scenario: Scenario, *, until: float | None = None, progress: Progress | None = None,
              requests: list[RequestSpec] | None = None, plane: ControlPlane | None = None) -> Simulation:
     """Run `scenario` until every request has ended (or until simulated time `until`, leaving the
-    rest open). `requests` and `plane` default to the scenario's own (build_requests,
+    rest open). `requests` and `plane` default to the scenario's own (build_workload,
     make_control_plane); passing them in saves rebuilding them for repeated runs."""
     wall_start = time.perf_counter()
     plane = plane or make_control_plane(scenario)
-    requests = build_requests(scenario, arrival_horizon_s(scenario)) if requests is None else requests
+    if requests is None:
+        workload = build_workload(scenario, arrival_horizon_s(scenario))
+        requests, coverage = workload.requests, workload.coverage
+    else:
+        coverage = WorkloadCoverage("given", num_due(requests, scenario.duration_s))
+    log.info("workload: %s", coverage.statement)
     costs = CostModel.from_inputs(plane.inputs, plane.profile_source)
     sim = Simulator()
     to_local, to_remote = link_states(scenario.link, scenario.transport.connections)
@@ -83,7 +90,7 @@ def simulate(scenario: Scenario, *, until: float | None = None, progress: Progre
     if until is None and gateway.core.open:
         log.warning("%d requests still open when the events ran out; failing them", len(gateway.core.open))
         gateway.fail_open()
-    return Simulation(gateway.core.records, loops.samples, plane, costs, gateway, loops, len(requests),
+    return Simulation(gateway.core.records, loops.samples, plane, costs, gateway, loops, len(requests), coverage,
                       sim.num_events, sim.now, time.perf_counter() - wall_start)
 
 
@@ -143,7 +150,8 @@ def run_meta(scenario: Scenario, result: Simulation) -> RunMeta:
     return make_run_meta(
         scenario, result.plane, engine=EngineKind.VIRTUAL, link_backend="simulated",
         link_backend_reason="the virtual engine's fluid link model", decisions=result.loops.decisions,
-        knob_changes=result.loops.knob_changes, end_reason=ended, engine_details={
+        knob_changes=result.loops.knob_changes, end_reason=ended, workload=result.coverage.as_json(),
+        engine_details={
             "costs": result.costs.as_meta(),
             "prefix_index": "used" if result.gateway.core.use_index else "skipped: no block is shared",
             "sim": {"events": result.num_events, "end_s": result.end_s, "wall_s": round(result.wall_s, 4),

@@ -7,8 +7,11 @@ join the generated arrivals. The engines call `build_requests`; nothing here kno
 from __future__ import annotations
 
 from bisect import bisect_left
+from dataclasses import dataclass
+from pathlib import Path
 
 from emulator.control.types import RequestSpec
+from emulator.limits import MAX_REQUESTS
 from emulator.scenario import Scenario
 from emulator.scenario.workload import (
     EmpiricalLength as EmpiricalLengthSpec,
@@ -21,8 +24,10 @@ from emulator.scenario.workload import (
 )
 from emulator.workload.arrivals import ArrivalSpec, Burst, GammaArrivals, OnOffArrivals, PoissonArrivals, RateChange
 from emulator.workload.generator import PrefixSharing, generate_requests
-from emulator.workload.lengths import EmpiricalLength, FixedLength, LengthDist, LogNormalLength, UniformLength
-from emulator.workload.traces import TraceSpec, read_trace
+from emulator.workload.lengths import EmpiricalLength, FixedLength, check_lengths, LengthDist, LogNormalLength, UniformLength
+from emulator.workload.coverage import WorkloadCoverage
+from emulator.workload.lines import RowCheck
+from emulator.workload.traces import Stop, TraceSpec, check_trace, read_trace
 
 
 def arrival_process(spec: PoissonArrival | GammaArrival | OnOffArrival) -> ArrivalSpec:
@@ -71,28 +76,96 @@ def num_due(requests: list[RequestSpec], duration_s: float) -> int:
     return bisect_left([r.arrival_s for r in requests], duration_s)
 
 
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """A run's requests, sorted by arrival, and what of the scenario's workload they cover."""
+
+    requests: list[RequestSpec]
+    coverage: WorkloadCoverage
+
+
 def build_requests(scenario: Scenario, horizon_s: float | None = None) -> list[RequestSpec]:
+    """build_workload's requests alone."""
+    return build_workload(scenario, horizon_s).requests
+
+
+def build_workload(scenario: Scenario, horizon_s: float | None = None) -> Workload:
     """Every request the workload holds up to `horizon_s` of workload time (default: the
-    duration), sorted by arrival; the same scenario and seed give the same list, and a longer
-    horizon only appends to it."""
+    duration), sorted by arrival, with what it covers; the same scenario and seed give the same
+    list, and a longer horizon only appends to it."""
     horizon = scenario.duration_s if horizon_s is None else horizon_s
+    if scenario.workload.trace is not None:
+        return _trace_workload(scenario, horizon)
+    return _generated_workload(scenario, horizon)
+
+
+def check_files(scenario: Scenario) -> list[tuple[str, RowCheck]]:
+    """Every row of the files the workload names (a trace, empirical lengths), read as a run would
+    read them, for `validate`: (what, its check) per file."""
+    workload = scenario.workload
+    checks = []
+    if (trace := workload.trace) is not None:
+        spec = TraceSpec(trace.format, str(trace.path), trace.time_scale, trace.length_scale,
+                         block_tokens=scenario.prefix_cache.block_tokens)
+        checks.append((f"trace {trace.path}", check_trace(spec)))
+    for key in ("input_len", "output_len"):
+        if isinstance(dist := getattr(workload, key), EmpiricalLengthSpec):
+            checks.append((f"workload.{key} lengths {dist.path}", check_lengths(dist.path)))
+    return checks
+
+
+def _cap(scenario: Scenario) -> tuple[int, str]:
+    """The request cap in force and the field that sets it: the smallest the scenario names, else
+    the ceiling every run has (emulator/limits.py)."""
+    workload = scenario.workload
+    trace_cap = workload.trace.max_requests if workload.trace is not None else None
+    named = [(cap, field) for cap, field in ((workload.max_requests, "workload.max_requests"),
+                                            (trace_cap, "workload.trace.max_requests")) if cap is not None]
+    return min(named, default=(MAX_REQUESTS, "the ceiling on requests per run (emulator/limits.py)"))
+
+
+def _window(scenario: Scenario) -> str:
+    return f"duration_s = {scenario.duration_s:g} ends arrivals before the trace ends"
+
+
+def _trace_workload(scenario: Scenario, horizon_s: float) -> Workload:
+    trace, block_tokens = scenario.workload.trace, scenario.prefix_cache.block_tokens
+    cap, cap_field = _cap(scenario)
+    spec = TraceSpec(trace.format, str(trace.path), trace.time_scale, trace.length_scale, cap, block_tokens,
+                     skip_bad_rows=trace.bad_rows == "skip")
+    replay = read_trace(spec, horizon_s)
+    due = num_due(replay.requests, scenario.duration_s)
+    limits = []
+    if replay.stop is Stop.CAP and due == len(replay.requests):
+        limits.append(f"{cap_field} = {cap:,}")
+    if replay.stop is Stop.HORIZON or due < len(replay.requests):
+        limits.append(_window(scenario))
+    coverage = WorkloadCoverage(f"{Path(trace.path).name} ({trace.format})", due, replay.num_rows, tuple(limits),
+                                replay.num_skipped, replay.skipped, is_trace=True)
+    return Workload(replay.requests, coverage)
+
+
+def _generated_workload(scenario: Scenario, horizon_s: float) -> Workload:
     workload, block_tokens = scenario.workload, scenario.prefix_cache.block_tokens
-    if workload.trace is not None:
-        trace = workload.trace
-        cap = min(workload.max_requests, trace.max_requests or workload.max_requests)
-        spec = TraceSpec(trace.format, str(trace.path), trace.time_scale, trace.length_scale, cap, block_tokens)
-        return [r for r in read_trace(spec) if r.arrival_s < horizon]
+    cap, cap_field = _cap(scenario)
     bursts = [Burst(e.at_s, e.burst.requests, e.burst.over_s) for e in scenario.timeline if e.burst is not None]
     sharing = workload.prefix_sharing
-    return generate_requests(
+    requests = generate_requests(
         arrival_process(workload.arrival),
         length_distribution(workload.input_len),
         length_distribution(workload.output_len),
-        duration_s=horizon,
+        duration_s=horizon_s,
         seed=scenario.seed,
-        max_requests=workload.max_requests,
+        max_requests=cap,
         block_tokens=block_tokens,
         prefix_sharing=None if sharing is None else PrefixSharing(sharing.num_prefixes, sharing.shared_blocks),
         rate_changes=[RateChange(c.at_s, c.rate_per_s) for c in workload.rate_changes],
         bursts=bursts,
     )
+    due = num_due(requests, scenario.duration_s)
+    limits = []
+    if len(requests) == cap and due == cap:  # the cap, not the duration, ended the arrivals
+        limits.append(f"{cap_field} = {cap:,} ends arrivals at {requests[-1].arrival_s:,.1f} s of "
+                      f"duration_s = {scenario.duration_s:g}")
+    coverage = WorkloadCoverage(f"generated ({workload.arrival.kind})", due, limits=tuple(limits))
+    return Workload(requests, coverage)

@@ -7,6 +7,7 @@ one exists). Arrival times and trace files live in arrivals.py and traces.py.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import NormalDist
@@ -15,7 +16,7 @@ import numpy as np
 
 from emulator.errors import ScenarioError
 from emulator.limits import MAX_TOKENS
-from emulator.workload.lines import MAX_LINES, read_lines
+from emulator.workload.lines import MAX_LINES, MAX_SHOWN, RowCheck, read_lines
 
 
 def _check_tokens(field: str, value: object) -> int:
@@ -152,16 +153,9 @@ class EmpiricalLength:
     def from_path(cls, path: str | Path, max_lines: int = MAX_LINES) -> EmpiricalLength:
         """Read one length per line; blank lines are skipped, anything else must be an integer."""
         values = []
-        for lineno, text in read_lines(path, "lengths", max_lines=max_lines):
-            text = text.strip()
-            if not text:
-                continue
-            value = _line_tokens(text)
-            if value is None:  # the line is not quoted: the file may be anything a path names
-                raise ScenarioError(
-                    f"lengths {path} line {lineno}: not a whole number of tokens in 1..{MAX_TOKENS}; "
-                    "write one integer per line"
-                )
+        for where, value in _length_lines(path, max_lines):
+            if value is None:
+                raise ScenarioError(_not_a_length(where))
             values.append(value)
         if not values:
             raise ScenarioError(f"lengths {path}: no lengths found; write one integer per line")
@@ -173,6 +167,30 @@ class EmpiricalLength:
 
     def mean(self) -> float:
         return float(np.mean(np.asarray(self.values, dtype=np.float64)))
+
+
+def check_lengths(path: str | Path) -> RowCheck:
+    """Every line of a lengths file checked, the first problems listed (`validate`)."""
+    num_rows, problems = 0, []
+    for where, value in _length_lines(path, MAX_LINES):
+        num_rows += 1
+        if value is None:
+            problems.append(_not_a_length(where))
+    if not num_rows:
+        problems.append(f"lengths {path}: no lengths found; write one integer per line")
+    return RowCheck(num_rows, tuple(problems[:MAX_SHOWN]), len(problems))
+
+
+def _length_lines(path: str | Path, max_lines: int) -> Iterator[tuple[str, int | None]]:
+    """(where, tokens or None when the line is no length) for each non-blank line."""
+    for lineno, text in read_lines(path, "lengths", max_lines=max_lines):
+        if text := text.strip():
+            yield f"lengths {path} line {lineno}", _line_tokens(text)
+
+
+def _not_a_length(where: str) -> str:
+    """The line is not quoted: the file may be anything a path names."""
+    return f"{where}: not a whole number of tokens in 1..{MAX_TOKENS}; write one integer per line"
 
 
 def _line_tokens(text: str) -> int | None:

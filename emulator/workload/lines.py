@@ -8,6 +8,7 @@ them (the file may be anything a path can name). Parsing the lines is left to th
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from emulator.errors import ScenarioError
@@ -15,6 +16,16 @@ from emulator.paths import NotARegularFile, open_regular
 
 MAX_LINE_CHARS = 1 << 20  # 1 MiB of text: far above any real trace row
 MAX_LINES = 10_000_000
+MAX_SHOWN = 5  # problems (validate) and skipped rows listed one by one; the rest are counted
+
+
+@dataclass(frozen=True, slots=True)
+class RowCheck:
+    """Every row of a file checked for `validate`: how many rows, and the first problems."""
+
+    num_rows: int
+    problems: tuple[str, ...]  # the first MAX_SHOWN, one line each, with their line numbers
+    num_problems: int
 
 
 def read_lines(

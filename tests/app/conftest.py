@@ -130,7 +130,8 @@ class FakeRun:
     def status(self, state: str = "running") -> None:
         self.probe.publish(topic(self.run_id, "status"), StatusMessage(
             run_id=self.run_id, t_s=0.0, state=state, engine="live", link_backend="proxy",
-            note="link backend: proxy (not root: no network namespaces)"))
+            note="link backend: proxy (not root: no network namespaces)",
+            workload="generated (poisson): 30 requests"))
 
     def snapshot(self, t_s: float, threshold: int = 2048, **fields) -> None:
         """As the live gateway publishes one: a 200 Mbit/s, 10 ms link and three nodes."""

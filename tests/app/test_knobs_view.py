@@ -127,3 +127,8 @@ def test_knob_values_start_from_the_scenario_then_the_runs_snapshot() -> None:
     high = MetricsSnapshot(run_id="abc123", t_s=1.0, threshold_tokens=10 * THRESHOLD_MAX)
     assert knob_values(None, high)["threshold"] == THRESHOLD_MAX
     assert isinstance(knob_values(None, None)["delay_ms"], float)
+
+
+def test_a_trace_replay_starts_its_rate_knob_at_its_own_pace() -> None:
+    """For a trace the rate knob is a factor on the trace's time (run/workload_clock.py): it starts at 1."""
+    assert knob_values(load_scenario(SCENARIOS / "mooncake-replay.yaml"), None)["rate_per_s"] == 1.0

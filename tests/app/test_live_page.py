@@ -83,6 +83,7 @@ def test_shows_a_running_run_its_backend_charts_and_requests(fake_run) -> None:
     assert metrics["State"] == "running" and metrics["Link backend"] == "proxy"
     assert metrics["Threshold (tokens)"] == "2,048" and metrics["Run time (s)"] == "1.0"
     assert "Why this backend: link backend: proxy (not root" in _texts(app)
+    assert "Workload: generated (poisson): 30 requests" in _texts(app)  # the run's own statement
     charts = {c.proto.id.split("-", 2)[2]: json.loads(c.proto.spec) for c in app.get("plotly_chart")}
     assert set(charts) == CHART_KEYS
     ttft = {t["name"]: t for t in charts["live_ttft"]["data"]}

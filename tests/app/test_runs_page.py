@@ -168,3 +168,30 @@ def test_a_run_added_later_appears_on_rerun(runs_dir: Path, make_run) -> None:
 def test_an_empty_directory_name_is_an_error() -> None:
     app = _page("   ")
     assert [e.value for e in app.error] == ["runs directory: empty; type a directory such as runs/"]
+
+
+def test_a_partial_replay_stands_out_and_a_whole_one_is_a_caption(runs_dir: Path) -> None:
+    from emulator.workload.coverage import WorkloadCoverage
+
+    partial = WorkloadCoverage("conv.jsonl (mooncake)", 10_000, 12_031, ("workload.max_requests = 10,000",),
+                               is_trace=True)
+    whole = WorkloadCoverage("code.csv (azure)", 8_819, 8_819, is_trace=True)
+    for name, coverage in (("fast-live", partial), ("slow-virtual", whole)):
+        path = runs_dir / name / "summary.json"
+        doc = json.loads(path.read_text())
+        doc["meta"]["workload"] = coverage.as_json()
+        path.write_text(json.dumps(doc))
+    app = _page(runs_dir)
+    app.selectbox(key="runs_open").set_value("fast-live").run()
+    workload = [w.value for w in app.warning if w.value.startswith("Workload")]
+    assert workload == [
+        "Workload: replaying 10,000 of 12,031 rows of conv.jsonl (mooncake): workload.max_requests = 10,000"]
+    app.selectbox(key="runs_open").set_value("slow-virtual").run()
+    assert not [w for w in app.warning if w.value.startswith("Workload")]
+    assert "Workload: replaying all 8,819 rows of code.csv (azure)" in [c.value for c in app.caption]
+
+
+def test_a_run_recorded_before_the_workload_statement_says_so(runs_dir: Path) -> None:
+    app = _page(runs_dir)
+    app.selectbox(key="runs_open").set_value("fast-live").run()
+    assert any(c.value.startswith("Workload: not recorded") for c in app.caption)

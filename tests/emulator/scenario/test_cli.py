@@ -10,6 +10,8 @@ from pathlib import Path
 
 import yaml
 
+from emulator.shared_data import shared_dir
+
 REPO = Path(__file__).resolve().parents[3]
 
 
@@ -65,3 +67,56 @@ def test_schema_prints_the_json_schema():
     schema = json.loads(out.stdout)
     sections = {"model", "clusters", "link", "router", "workload", "timeline", "expect"}
     assert sections <= set(schema["properties"])
+
+
+def _trace_scenario(tmp_path: Path, lines: list[str]) -> Path:
+    """mooncake-replay.yaml reading `lines` as its trace, from tmp_path."""
+    (tmp_path / "t.jsonl").write_text("\n".join(lines))
+    doc = (REPO / "scenarios" / "mooncake-replay.yaml").read_text().replace(
+        "../../shared/traces/mooncake_synthetic_trace.jsonl", "t.jsonl")
+    (tmp_path / "s.yaml").write_text(doc)
+    return tmp_path / "s.yaml"
+
+
+SHARED_TRACE = shared_dir() / "traces" / "mooncake_synthetic_trace.jsonl"
+
+
+def test_validate_reads_every_trace_row_and_names_bad_ones_by_line(tmp_path):
+    lines = SHARED_TRACE.read_text().splitlines()[:40]
+    negative = json.loads(lines[9])
+    negative["input_length"] = -5
+    missing = json.loads(lines[19])
+    del missing["output_length"]
+    lines[9], lines[19], lines[-1] = json.dumps(negative), json.dumps(missing), lines[-1][:50]
+    path = _trace_scenario(tmp_path, lines)
+    out = emulator("validate", str(path))
+    trace = tmp_path / "t.jsonl"
+    assert out.returncode == 2 and out.stdout == "" and "Traceback" not in out.stderr
+    assert out.stderr.splitlines() == [
+        f"error: trace {trace} line 10: input_length: not a whole number in 0..1048576; fix the row",
+        f"error: trace {trace} line 20: output_length: missing; every row needs timestamp, input_length, "
+        "output_length, hash_ids",
+        f"error: trace {trace} line 40: not JSON (Unterminated string starting at); write one object per line",
+        f"error: trace {trace}: 3 bad of 40 rows; fix them, or set workload.trace.bad_rows: skip to replay the rest",
+    ]
+    skipping = emulator("validate", str(path), "--set", "workload.trace.bad_rows=skip")
+    assert skipping.returncode == 0, skipping.stderr
+    assert skipping.stdout.splitlines()[-2:] == [f"trace {trace}: 37 of 40 rows read",
+                                                 "ok: mooncake-replay (virtual, 0 timeline events)"]
+
+
+def test_validate_says_how_many_rows_a_good_trace_holds():
+    out = emulator("validate", "scenarios/mooncake-replay.yaml")
+    assert out.returncode == 0 and out.stdout.splitlines()[0].endswith("mooncake_synthetic_trace.jsonl: 3,993 rows read")
+
+
+def test_a_capped_replay_says_so_in_the_cli_output_and_the_summary(tmp_path):
+    out = emulator("run", "scenarios/mooncake-replay.yaml", "--out", str(tmp_path / "run"),
+                   "--set", "workload.max_requests=200")
+    assert out.returncode == 0, out.stderr
+    statement = ("replaying 200 of 3,993 rows of mooncake_synthetic_trace.jsonl (mooncake): "
+                 "workload.max_requests = 200")
+    assert f"  workload: {statement}" in out.stdout.splitlines()
+    meta = json.loads((tmp_path / "run" / "summary.json").read_text())["meta"]
+    assert meta["workload"]["statement"] == statement
+    assert (meta["workload"]["num_requests"], meta["workload"]["num_rows"]) == (200, 3993)

@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 from emulator.errors import ScenarioError
 from emulator.shared_data import shared_dir
 from emulator.workload.tokens import chain_hashes, synthesize_tokens
-from emulator.workload.traces import TraceSpec, read_azure, read_mooncake, read_trace
+from emulator.workload.traces import Stop, TraceSpec, check_trace, read_azure, read_mooncake, read_trace
 
 TRACES = shared_dir() / "traces"
 MOONCAKE = TRACES / "mooncake_synthetic_trace.jsonl"
@@ -111,9 +111,10 @@ def test_azure_block_hashes_are_request_unique(azure) -> None:
 
 def test_azure_cap_and_scales(azure) -> None:
     spec = TraceSpec("azure", str(AZURE), time_scale=2.0, length_scale=0.25, max_requests=50)
-    scaled = read_trace(spec)
-    assert len(scaled) == 50
-    for request, plain in zip(scaled, azure[:50], strict=True):
+    replay = read_trace(spec)
+    assert len(replay.requests) == 50 and replay.stop is Stop.CAP
+    assert replay.num_rows == 8819  # the rest is counted, not dropped from the record
+    for request, plain in zip(replay.requests, azure[:50], strict=True):
         assert request.arrival_s == pytest.approx(plain.arrival_s * 2)
         assert request.input_len == max(1, int(plain.input_len * 0.25 + 0.5))
 
@@ -137,7 +138,7 @@ def _mc(timestamp=0, input_length=1024, output_length=8, hash_ids=(1, 2)) -> str
         (_mc(output_length=2.5), "line 3: output_length: not a whole number in 0..65536"),
         (_mc(output_length=-1), "line 3: output_length: not a whole number"),
         (_mc(hash_ids=[1, "x"]), "line 3: hash_ids: not a whole number"),
-        ('{"timestamp": 5, "input_length": 10, "output_length": 1}', "line 3: hash_ids"),
+        ('{"timestamp": 5, "input_length": 10, "output_length": 1}', "line 3: hash_ids: missing"),
         (_mc(timestamp=None), "line 3: timestamp"),
         ("{not json", "line 3: not JSON"),
         ("[1, 2]", "line 3: a JSON list, not an object"),
@@ -229,3 +230,51 @@ def test_junk_gives_requests_or_a_scenario_error_never_a_traceback(tmp_path_fact
             assert "\n" not in str(exc)
         else:
             assert [r.arrival_s for r in requests] == sorted(r.arrival_s for r in requests)
+
+
+def test_a_horizon_stops_reading_and_counts_the_rows_past_it(mooncake) -> None:
+    spec = TraceSpec("mooncake", str(MOONCAKE))
+    whole = read_trace(spec)
+    assert (whole.stop, whole.num_rows, len(whole.requests)) == (None, 3993, 3993)
+    window = read_trace(spec, horizon_s=60.0)
+    expected = [r for r in mooncake if r.arrival_s < 60.0]
+    assert window.requests == expected and window.stop is Stop.HORIZON
+    assert window.num_rows == 3993
+
+
+def test_bad_rows_fail_by_default_and_are_counted_when_skipped(tmp_path) -> None:
+    lines = [_mc(timestamp=0), _mc(timestamp=10, input_length=-4), _mc(timestamp=20),
+             '{"timestamp": 30, "input_length": 9', _mc(timestamp=40)]
+    path = _write(tmp_path, "trace.jsonl", lines)
+    with pytest.raises(ScenarioError, match="line 2: input_length"):
+        read_trace(TraceSpec("mooncake", str(path)))
+    replay = read_trace(TraceSpec("mooncake", str(path), skip_bad_rows=True))
+    assert [r.arrival_s for r in replay.requests] == [0.0, 0.02, 0.04]
+    assert [r.id for r in replay.requests] == ["mc-000001", "mc-000002", "mc-000003"]
+    assert (replay.num_rows, replay.num_skipped, replay.stop) == (5, 2, None)
+    assert [s.split(": ")[0].rsplit(" ", 2)[-2:] for s in replay.skipped] == [["line", "2"], ["line", "4"]]
+
+
+def test_check_trace_reports_every_problem_with_its_line(tmp_path) -> None:
+    lines = [_mc(timestamp=0), _mc(timestamp=10, input_length=-1), _mc(timestamp=20),
+             '{"timestamp": 30, "output_length": 4, "hash_ids": []}', _mc(timestamp=5),
+             '{"timestamp": 40, "input_length": 9']  # the last line cut short
+    check = check_trace(TraceSpec("mooncake", str(_write(tmp_path, "t.jsonl", lines))))
+    assert check.num_rows == 6 and check.num_problems == 4
+    assert [p.split(": ", 1)[1] for p in check.problems] == [
+        "input_length: not a whole number in 0..1048576; fix the row",
+        "input_length: missing; every row needs timestamp, input_length, output_length, hash_ids",
+        "timestamp: before the previous row's; sort the trace",
+        "not JSON (Expecting ',' delimiter); write one object per line",
+    ]
+    assert [p.split(": ", 1)[0].rsplit(" ", 1)[-1] for p in check.problems] == ["2", "4", "5", "6"]
+
+
+def test_check_trace_passes_the_shared_traces_and_lists_at_most_five_problems(tmp_path) -> None:
+    check = check_trace(TraceSpec("mooncake", str(MOONCAKE)))
+    assert (check.num_rows, check.problems) == (3993, ())
+    azure = check_trace(TraceSpec("azure", str(AZURE)))
+    assert (azure.num_rows, azure.num_problems) == (8819, 0)
+    bad = _write(tmp_path, "bad.jsonl", [_mc(timestamp=i, output_length=-1) for i in range(12)])
+    many = check_trace(TraceSpec("mooncake", str(bad)))
+    assert (many.num_rows, many.num_problems, len(many.problems)) == (12, 12, 5)
