@@ -82,7 +82,7 @@ class RunLoops:
         return [task.get_name() for task in stuck]
 
     async def _wait_for_end(self, stop: asyncio.Event, progress, tasks: list[asyncio.Task]) -> str:
-        total, gateway = num_due(self.requests, self.scenario.duration_s), self.gateway
+        total, gateway = num_due(self.requests, self.scenario), self.gateway
         deadline = self.scenario.duration_s + DRAIN_S
         while True:
             for task in tasks:  # a loop that died is a bug: end the run loudly, not at the deadline

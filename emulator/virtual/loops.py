@@ -94,7 +94,7 @@ class RunLoops:
                  progress: Progress | None = None) -> None:
         self.sim, self.gateway, self.scenario, self.arrivals = sim, gateway, scenario, arrivals
         self.progress = progress
-        self.expected = num_due(arrivals.requests, scenario.duration_s)  # the progress total, at its pace
+        self.expected = num_due(arrivals.requests, scenario)  # the progress total, at its pace
         self.link_spec = scenario.link
         self.samples: list[dict[str, float | None]] = []  # TimeseriesRow's columns, one dict a second
         self.decisions: list[str] = []

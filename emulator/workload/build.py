@@ -70,10 +70,26 @@ def arrival_horizon_s(scenario: Scenario, *, headroom: float = 1.0) -> float:
     return scenario.duration_s * fastest * max(headroom, 1.0)
 
 
-def num_due(requests: list[RequestSpec], duration_s: float) -> int:
-    """How many of `requests` arrive within `duration_s` at the scenario's own pace (a progress
-    total: a rate knob moves it)."""
-    return bisect_left([r.arrival_s for r in requests], duration_s)
+def played_workload_s(scenario: Scenario) -> float:
+    """The workload time the run's duration plays at the paces its timeline sets: a
+    `workload.arrival.rate_per_s` event sets the pace to rate / the scenario's rate (for a trace,
+    the rate is the factor itself), as WorkloadTime does. Knobs turned during a live run are not
+    foreseen."""
+    arrival = scenario.workload.arrival
+    base = arrival.rate_per_s if arrival is not None else 1.0
+    played, since, speed = 0.0, 0.0, 1.0
+    for event in scenario.timeline:
+        rate = event.set.get(RATE_PATH) if event.set is not None else None
+        if isinstance(rate, int | float) and event.at_s < scenario.duration_s:
+            played += speed * (event.at_s - since)
+            since, speed = event.at_s, rate / base
+    return played + speed * (scenario.duration_s - since)
+
+
+def num_due(requests: list[RequestSpec], scenario: Scenario) -> int:
+    """How many of `requests` arrive within the run's duration at the paces its timeline sets
+    (a progress total: a live rate knob moves it)."""
+    return bisect_left([r.arrival_s for r in requests], played_workload_s(scenario))
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +150,7 @@ def _trace_workload(scenario: Scenario, horizon_s: float) -> Workload:
     spec = TraceSpec(trace.format, str(trace.path), trace.time_scale, trace.length_scale, cap, block_tokens,
                      skip_bad_rows=trace.bad_rows == "skip")
     replay = read_trace(spec, horizon_s)
-    due = num_due(replay.requests, scenario.duration_s)
+    due = num_due(replay.requests, scenario)
     limits = []
     if replay.stop is Stop.CAP and due == len(replay.requests):
         limits.append(f"{cap_field} = {cap:,}")
@@ -162,7 +178,7 @@ def _generated_workload(scenario: Scenario, horizon_s: float) -> Workload:
         rate_changes=[RateChange(c.at_s, c.rate_per_s) for c in workload.rate_changes],
         bursts=bursts,
     )
-    due = num_due(requests, scenario.duration_s)
+    due = num_due(requests, scenario)
     limits = []
     if len(requests) == cap and due == cap:  # the cap, not the duration, ended the arrivals
         limits.append(f"{cap_field} = {cap:,} ends arrivals at {requests[-1].arrival_s:,.1f} s of "

@@ -276,12 +276,15 @@ def _mooncake_row(text: str, where: str) -> _Row:
     )
 
 
+_INT_ONLY = {int}  # bool is a subclass of int, but type(True) is bool: refused
+
+
 def _block_ids(values: list, where: str) -> tuple[int, ...]:
     """hash_ids as a tuple of ints in 0..HASH_MASK. The common case (every value a plain int in
     range) is checked in C-level passes; `_whole` runs per value only to name a bad one. A row
     carries dozens of ids, so this is most of a row's parse time."""
     ids = tuple(values)
-    if all(type(v) is int for v in ids) and (not ids or (min(ids) >= 0 and max(ids) <= HASH_MASK)):
+    if set(map(type, ids)) <= _INT_ONLY and (not ids or (min(ids) >= 0 and max(ids) <= HASH_MASK)):
         return ids
     return tuple(_whole(v, where, "hash_ids", 0, HASH_MASK) for v in ids)
 

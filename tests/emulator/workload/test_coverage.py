@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from emulator.scenario import apply_overrides, load_scenario
+from emulator.scenario import apply_overrides, load_scenario, parse_scenario
 from emulator.shared_data import shared_dir
-from emulator.workload.build import LIVE_RATE_HEADROOM, arrival_horizon_s, build_workload
+from emulator.virtual.engine import simulate
+from emulator.workload.build import LIVE_RATE_HEADROOM, arrival_horizon_s, build_workload, played_workload_s
 
 SCENARIOS = Path(__file__).resolve().parents[3] / "scenarios"
 MOONCAKE = shared_dir() / "traces" / "mooncake_synthetic_trace.jsonl"
@@ -85,3 +86,16 @@ def test_coverage_round_trips_through_json() -> None:
     coverage = build_workload(_replay("workload.max_requests=10")).coverage
     doc = json.loads(json.dumps(coverage.as_json()))
     assert doc["statement"] == coverage.statement and doc["num_rows"] == 3993 and doc["limits"] == list(coverage.limits)
+
+
+def test_the_timelines_rate_changes_count_in_what_is_due() -> None:
+    """The classroom burst (0.5 -> 3 -> 0.5 req/s): the statement counts the requests the run plays
+    at the paces its timeline sets, the number the virtual engine then admits."""
+    doc = load_scenario(SCENARIOS / "paper-case-study.yaml").model_dump(mode="json")
+    doc |= {"duration_s": 100, "timeline": [{"at_s": 30, "set": {"workload.arrival.rate_per_s": 12.0}},
+                                            {"at_s": 60, "set": {"workload.arrival.rate_per_s": 2.0}}]}
+    scenario = parse_scenario(doc, SCENARIOS)
+    assert played_workload_s(scenario) == pytest.approx(30 + 6 * 30 + 40)
+    result = simulate(scenario)
+    assert result.coverage.num_requests == len(result.records)
+    assert result.coverage.statement == f"generated (poisson): {len(result.records):,} requests"
