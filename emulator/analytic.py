@@ -14,6 +14,7 @@ import numpy as np
 
 from emulator.control.profiles import LengthSamples, PiecewiseLinear
 from emulator.control.throughput_model import ModelInputs, Plan, operating_point, optimize, stage_throughputs
+from emulator.control.types import RequestSpec
 from emulator.errors import ScenarioError
 from emulator.scenario import Scenario
 from emulator.scenario.workload import EmpiricalLength, FixedLength, LognormalLength, UniformLength
@@ -69,11 +70,13 @@ def profile_tables(scenario: Scenario) -> ProfileTables:
     )
 
 
-def workload_lengths(scenario: Scenario) -> tuple[LengthSamples, float]:
-    """Input lengths as a weighted sample, and the mean output length."""
+def workload_lengths(scenario: Scenario, requests: list[RequestSpec] | None = None) -> tuple[LengthSamples, float]:
+    """Input lengths as a weighted sample, and the mean output length. A trace's sample is its
+    requests up to duration_s: `requests` when the caller has read them already
+    (build_requests(scenario)), so a run reads its trace once."""
     workload = scenario.workload
     if workload.trace is not None:
-        requests = build_requests(scenario)
+        requests = build_requests(scenario) if requests is None else requests
         if not requests:
             raise ScenarioError("workload.trace: no request arrives before duration_s; raise duration_s")
         inputs = np.array([r.input_len for r in requests], dtype=float)
@@ -91,10 +94,11 @@ def workload_lengths(scenario: Scenario) -> tuple[LengthSamples, float]:
     return samples, length_distribution(workload.output_len).mean()
 
 
-def model_inputs(scenario: Scenario) -> tuple[ModelInputs, ProfileTables]:
+def model_inputs(scenario: Scenario, requests: list[RequestSpec] | None = None) -> tuple[ModelInputs, ProfileTables]:
+    """The throughput model's inputs; `requests` as workload_lengths takes them."""
     tables = profile_tables(scenario)
     remote, local = scenario.clusters.remote, scenario.clusters.local
-    lengths, output_len = workload_lengths(scenario)
+    lengths, output_len = workload_lengths(scenario, requests)
     inputs = ModelInputs(
         kv_bytes=PiecewiseLinear(tables.lengths, tables.kv_bytes),
         prefill_remote_s=tables.prefill(remote.device, remote.speed_factor),

@@ -12,11 +12,12 @@ from dataclasses import dataclass
 
 from emulator.analytic import MIB, model_inputs
 from emulator.control.control_state import ControlState, whole_threshold
+from emulator.control.curve import ClusterCurves, Curve
 from emulator.control.prefix_cache import PrefixCacheIndex
 from emulator.control.router import PrefillEstimate, Router, RouterConfig
 from emulator.control.scheduler import DualTimescaleScheduler, SchedulerConfig
 from emulator.control.throughput_model import ModelInputs, Plan, homogeneous_baseline, optimize
-from emulator.control.types import Cluster, RoutePolicy
+from emulator.control.types import Cluster, RequestSpec, RoutePolicy
 from emulator.scenario import Scenario
 
 
@@ -51,8 +52,10 @@ def scheduler_config(scenario: Scenario) -> SchedulerConfig:
     )
 
 
-def make_control_plane(scenario: Scenario) -> ControlPlane:
-    inputs, tables = model_inputs(scenario)
+def make_control_plane(scenario: Scenario, *, requests: list[RequestSpec] | None = None) -> ControlPlane:
+    """`requests`: the scenario's build_requests(scenario), when the caller has them already (a
+    trace's requests are the optimizer's length sample; passing them saves reading it again)."""
+    inputs, tables = model_inputs(scenario, requests)
     plan = optimize(inputs)
     spec = scenario.router
     auto = whole_threshold(plan.prfaas.t)
@@ -72,12 +75,7 @@ def make_control_plane(scenario: Scenario) -> ControlPlane:
 def prefill_estimate(inputs: ModelInputs) -> PrefillEstimate:
     """T_prefill(tokens) of one instance of a cluster, from the profile with its speed factor: the
     cost the virtual engine charges, and the router's estimate on both engines."""
-    remote, local = inputs.prefill_remote_s.at, inputs.prefill_local_s.at
-
-    def prefill_s(cluster: Cluster, tokens: int) -> float:
-        return remote(tokens) if cluster is Cluster.REMOTE else local(tokens)
-
-    return prefill_s
+    return ClusterCurves(Curve.from_table(inputs.prefill_remote_s), Curve.from_table(inputs.prefill_local_s))
 
 
 def start_n_p(scenario: Scenario, inputs: ModelInputs, plan: Plan) -> int:

@@ -6,14 +6,11 @@ It holds bookkeeping only (hashes, sizes, recency), never tensors, and does no I
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import islice
 
+from emulator.control.prefix_entries import Block, NodeCache, Recency, State
 from emulator.control.types import Cluster, NodeId
-
-_BLOCK, _STATE = 0, 1  # entry kinds in an LRU key (node, kind, block hash)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,43 +76,17 @@ class NodeDrop:
     freed_bytes: int
 
 
-class _Block:
-    """A cached block on one node; `children` lets eviction cascade down the chain."""
-
-    __slots__ = ("parent", "children")
-
-    def __init__(self, parent: int | None) -> None:
-        self.parent = parent
-        self.children: set[int] = set()
-
-
-class _NodeCache:
-    __slots__ = ("blocks", "states")
-
-    def __init__(self) -> None:
-        self.blocks: dict[int, _Block] = {}
-        self.states: set[int] = set()
-
-
-def _matching(cache: _NodeCache, block_hashes: Sequence[int]) -> Iterator[int]:
-    """The leading hashes that `cache` holds as one chain (each block under the previous one)."""
-    parent = None
-    for block_hash in block_hashes:
-        block = cache.blocks.get(block_hash)
-        if block is None or block.parent != parent:
-            return
-        yield block_hash
-        parent = block_hash
-
-
 class PrefixCacheIndex:
     """Per cluster and node: KV blocks keyed by chained block hash and states keyed by the hash of
     the block they end, so a hit of k blocks needs blocks 0..k-1 and the state at block k-1.
 
     Invariants after every public call: used_bytes(c) <= capacity(c); every state's block and all
     its ancestors are present; a block's parent is present; used bytes equal the entry sum.
-    Recency is one OrderedDict per cluster; inserts and touches put the deepest entries first, so
-    a capacity eviction drops a state before its block and a chain's tail before its head. The
+    Recency is one list per cluster (prefix_entries.py); inserts and touches put the deepest
+    entries first, so a capacity eviction drops a state before its block and a chain's tail before
+    its head. Blocks and states are themselves the list's links, found by hash in their node's
+    `blocks`; no key holds a NodeId, whose dataclass hash cost more than the rest of the index
+    (issue 15: the whole-trace replay's index went from 0.30 s to 0.05 s compiled). The
     cascade in `_evict_block` (later blocks and their states go with a block) then only fires when
     a hash turns up under a different parent, which chained hashes make a collision.
     """
@@ -142,31 +113,28 @@ class PrefixCacheIndex:
         self.block_tokens = block_tokens
         self.kv_bytes_per_block = kv_bytes_per_block
         self.state_bytes = state_bytes
-        self._capacity = {cluster: int(capacity_bytes[cluster]) for cluster in Cluster}
-        self._used = dict.fromkeys(Cluster, 0)
-        self._lru: dict[Cluster, OrderedDict[tuple[NodeId, int, int], None]] = {
-            cluster: OrderedDict() for cluster in Cluster
-        }
-        self._nodes: dict[NodeId, _NodeCache] = {}
-        self._node_order: tuple[NodeId, ...] | None = None  # sorted(_nodes), None when stale
+        self._recency = {cluster: Recency(int(capacity_bytes[cluster])) for cluster in Cluster}
+        self._nodes: dict[NodeId, NodeCache] = {}
+        self._node_order: tuple[NodeCache, ...] | None = None  # by node, None when stale
         self._last_now_s = float("-inf")
 
     # ---- queries -------------------------------------------------------------------------------
 
     def capacity(self, cluster: Cluster) -> int:
-        return self._capacity[cluster]
+        return self._recency[cluster].capacity
 
     def used_bytes(self, cluster: Cluster) -> int:
-        return self._used[cluster]
+        return self._recency[cluster].used
 
     def nodes(self) -> tuple[NodeId, ...]:
         """Nodes that cache at least one entry, sorted."""
         return tuple(sorted(node for node, cache in self._nodes.items() if cache.blocks))
 
     def contents(self, node: NodeId) -> NodeContents:
-        cache = self._nodes.get(node, _NodeCache())
-        parents = {block_hash: block.parent for block_hash, block in cache.blocks.items()}
-        return NodeContents(node, parents, frozenset(cache.states))
+        cache = self._nodes.get(node)
+        blocks = cache.blocks.values() if cache is not None else ()
+        parents = {block.hash: _hash_of(block.parent) for block in blocks}
+        return NodeContents(node, parents, frozenset(block.hash for block in blocks if block.state))
 
     def lookup(self, block_hashes: Sequence[int], now_s: float | None = None) -> PrefixLookup:
         """Each node's longest prefix with all blocks and the state at its end. With `now_s` the
@@ -174,11 +142,11 @@ class PrefixCacheIndex:
         if not self._holds_root(block_hashes):
             return _NO_HITS  # the common case on unshared prompts: no chain can start
         hits = []
-        for node in self._sorted_nodes():
-            num_blocks = self._hit_blocks(self._nodes[node], block_hashes)
+        for cache in self._sorted_caches():
+            num_blocks = _hit_blocks(cache, block_hashes)
             if num_blocks:
-                cached_len = num_blocks * self.block_tokens
-                hits.append(PrefixHit(node.cluster, node, cached_len, num_blocks))
+                node = cache.node
+                hits.append(PrefixHit(node.cluster, node, num_blocks * self.block_tokens, num_blocks))
         if now_s is not None:
             for hit in hits:
                 self.touch(hit.node, block_hashes, hit.num_blocks, now_s)
@@ -196,24 +164,11 @@ class PrefixCacheIndex:
                 return True
         return False
 
-    def _sorted_nodes(self) -> tuple[NodeId, ...]:
-        """The nodes with a cache, sorted; kept until a node's cache is created or removed."""
+    def _sorted_caches(self) -> tuple[NodeCache, ...]:
+        """The node caches by node; kept until a node's cache is created or removed."""
         if self._node_order is None:
-            self._node_order = tuple(sorted(self._nodes))
+            self._node_order = tuple(self._nodes[node] for node in sorted(self._nodes))
         return self._node_order
-
-    def _hit_blocks(self, cache: _NodeCache, block_hashes: Sequence[int]) -> int:
-        """The longest matching chain (as `_matching`, inlined) that ends at a cached state."""
-        blocks, states = cache.blocks, cache.states
-        best, parent = 0, None
-        for i, block_hash in enumerate(block_hashes):
-            block = blocks.get(block_hash)
-            if block is None or block.parent != parent:
-                break
-            if block_hash in states:
-                best = i + 1
-            parent = block_hash
-        return best
 
     # ---- updates -------------------------------------------------------------------------------
 
@@ -238,23 +193,28 @@ class PrefixCacheIndex:
         self._check_time(now_s)
         cache = self._nodes.get(node)
         if cache is None:
-            cache = self._nodes[node] = _NodeCache()
+            cache = self._nodes[node] = NodeCache(node, self._recency[node.cluster])
             self._node_order = None
-        parent = None
-        for block_hash in hashes:
-            block = cache.blocks.get(block_hash)
-            if block is not None and block.parent != parent:
-                self._evict_block(node, cache, block_hash)  # hash reused under another prefix
-                block = None
-            if block is None:
-                self._add_block(node, cache, block_hash, parent)
-            parent = block_hash
-        for count in counts:
-            if hashes[count - 1] not in cache.states:
-                cache.states.add(hashes[count - 1])
-                self._charge(node, _STATE, hashes[count - 1], self.state_bytes)
-        self._touch_chain(node, cache, hashes, len(hashes), counts)
-        self._evict_to_capacity(node.cluster)
+        chain, num_old = self._add_chain(cache, hashes)
+        # Touch the chain deepest first (the state after block i, then block i, down to block 0),
+        # as `_touch` does; a new entry goes to the end where an old one moves there, so the
+        # recency order is the one that adding everything first and touching after would leave.
+        recency = cache.recency
+        for count in range(len(chain), 0, -1):
+            block = chain[count - 1]
+            if count in counts:
+                state = block.state
+                if state is None:
+                    state = block.state = State(block)
+                    recency.used += self.state_bytes
+                    recency.append(state)
+                else:
+                    recency.move_to_end(state)
+            if count > num_old:
+                recency.append(block)
+            else:
+                recency.move_to_end(block)
+        self._evict_to_capacity(recency)
 
     def touch(
         self, node: NodeId, block_hashes: Sequence[int], num_blocks: int, now_s: float
@@ -263,23 +223,24 @@ class PrefixCacheIndex:
         self._check_time(now_s)
         cache = self._nodes.get(node)
         if cache is not None:
-            self._touch_chain(node, cache, tuple(block_hashes), num_blocks, {num_blocks})
+            if num_blocks < 0:
+                raise ValueError(f"num_blocks: {num_blocks} is negative; give a block count")
+            self._touch(cache, block_hashes, num_blocks)
 
     def drop_node(self, node: NodeId) -> NodeDrop:
         """Forget everything a killed node (or one whose role flipped) held."""
         cache = self._nodes.pop(node, None)
         self._node_order = None
-        before = self._used[node.cluster]
+        recency = self._recency[node.cluster]
+        before = recency.used
         if cache is not None:
-            lru = self._lru[node.cluster]
-            for block_hash in cache.blocks:
-                del lru[(node, _BLOCK, block_hash)]
-            for block_hash in cache.states:
-                del lru[(node, _STATE, block_hash)]
-            self._used[node.cluster] -= (
-                len(cache.blocks) * self.kv_bytes_per_block + len(cache.states) * self.state_bytes
-            )
-        return NodeDrop(node, before - self._used[node.cluster])
+            for block in cache.blocks.values():
+                Recency.remove(block)
+                recency.used -= self.kv_bytes_per_block
+                if block.state is not None:
+                    Recency.remove(block.state)
+                    recency.used -= self.state_bytes
+        return NodeDrop(node, before - recency.used)
 
     # ---- internals -----------------------------------------------------------------------------
 
@@ -288,69 +249,121 @@ class PrefixCacheIndex:
             raise ValueError(f"now_s: {now_s} is before {self._last_now_s}; pass a monotonic clock")
         self._last_now_s = now_s
 
-    def _charge(self, node: NodeId, kind: int, block_hash: int, num_bytes: int) -> None:
-        self._lru[node.cluster][(node, kind, block_hash)] = None
-        self._used[node.cluster] += num_bytes
+    def _add_chain(self, cache: NodeCache, hashes: tuple[int, ...]) -> tuple[list[Block], int]:
+        """Cache the chain `hashes` on a node (blocks only, charged but not yet in the LRU): its
+        blocks in order, and how many of them were cached already. Once one block is new, every
+        later one is too: an old block cannot have a new one as its parent."""
+        blocks, recency, kv_bytes = cache.blocks, cache.recency, self.kv_bytes_per_block
+        chain: list[Block] = []
+        num_old = -1
+        parent: Block | None = None
+        for block_hash in hashes:
+            block = blocks.get(block_hash)
+            if block is not None and block.parent is not parent:
+                self._evict_block(block)  # hash reused under another prefix
+                block = None
+            if block is None:
+                if num_old < 0:
+                    num_old = len(chain)
+                block = blocks[block_hash] = Block(cache, block_hash, parent)
+                if parent is not None:
+                    parent.num_children += 1
+                recency.used += kv_bytes
+            chain.append(block)
+            parent = block
+        return chain, num_old if num_old >= 0 else len(chain)
 
-    def _add_block(
-        self, node: NodeId, cache: _NodeCache, block_hash: int, parent: int | None
-    ) -> None:
-        cache.blocks[block_hash] = _Block(parent)
-        if parent is not None:
-            cache.blocks[parent].children.add(block_hash)
-        self._charge(node, _BLOCK, block_hash, self.kv_bytes_per_block)
-
-    def _touch_chain(
-        self,
-        node: NodeId,
-        cache: _NodeCache,
-        hashes: tuple[int, ...],
-        num_blocks: int,
-        state_counts: Iterable[int],
-    ) -> None:
-        """Touch blocks 0..num_blocks-1 and the states after the given block counts (the ones
-        written or used; other states on the way keep their age), deepest first: the state after
-        block i, then block i, down to block 0. Only the chain that matches is touched, so a block
-        is never older than one of its descendants: the LRU victim is a tail block or a state, and
-        a capacity eviction trims chains from their end (as vLLM frees blocks in reverse order)."""
-        lru = self._lru[node.cluster]
-        counts = set(state_counts)
-        matched = list(islice(_matching(cache, hashes), num_blocks))
+    def _touch(self, cache: NodeCache, hashes: Sequence[int], num_blocks: int) -> None:
+        """Touch blocks 0..num_blocks-1 and the state after block num_blocks (the one used; other
+        states on the way keep their age), deepest first: the state, then block i, down to block
+        0. Only the chain that matches is touched, so a block is never older than one of its
+        descendants: the LRU victim is a tail block or a state, and a capacity eviction trims
+        chains from their end (as vLLM frees blocks in reverse order)."""
+        blocks, recency = cache.blocks, cache.recency
+        matched: list[Block] = []
+        parent: Block | None = None
+        for block_hash in hashes:
+            if len(matched) == num_blocks:
+                break
+            block = blocks.get(block_hash)
+            if block is None or block.parent is not parent:
+                break
+            matched.append(block)
+            parent = block
         for count in range(len(matched), 0, -1):
-            block_hash = matched[count - 1]
-            if count in counts and block_hash in cache.states:
-                lru.move_to_end((node, _STATE, block_hash))
-            lru.move_to_end((node, _BLOCK, block_hash))
+            block = matched[count - 1]
+            if count == num_blocks and block.state is not None:
+                recency.move_to_end(block.state)
+            recency.move_to_end(block)
 
-    def _evict_to_capacity(self, cluster: Cluster) -> None:
-        lru = self._lru[cluster]
-        while self._used[cluster] > self._capacity[cluster]:
-            node, kind, block_hash = next(iter(lru))
-            cache = self._nodes[node]
-            if kind == _STATE:
-                self._evict_state(node, cache, block_hash)
+    def _evict_to_capacity(self, recency: Recency) -> None:
+        while recency.used > recency.capacity:
+            entry = recency.oldest()
+            assert entry is not None  # used bytes > 0 means some entry holds them
+            if isinstance(entry, State):
+                cache = entry.block.cache
+                self._evict_state(entry)
             else:
-                self._evict_block(node, cache, block_hash)
+                assert isinstance(entry, Block)
+                cache = entry.cache
+                self._evict_block(entry)
             if not cache.blocks:
-                del self._nodes[node]
+                del self._nodes[cache.node]
                 self._node_order = None
 
-    def _evict_state(self, node: NodeId, cache: _NodeCache, block_hash: int) -> None:
-        cache.states.discard(block_hash)
-        del self._lru[node.cluster][(node, _STATE, block_hash)]
-        self._used[node.cluster] -= self.state_bytes
+    def _evict_state(self, state: State) -> None:
+        Recency.remove(state)
+        state.block.state = None
+        state.block.cache.recency.used -= self.state_bytes
 
-    def _evict_block(self, node: NodeId, cache: _NodeCache, block_hash: int) -> None:
+    def _evict_block(self, block: Block) -> None:
         """Evict a block, every later block of its chains and every state at or after it."""
-        parent = cache.blocks[block_hash].parent
-        if parent is not None:
-            cache.blocks[parent].children.discard(block_hash)
-        lru = self._lru[node.cluster]
-        stack = [block_hash]
-        while stack:
-            victim = stack.pop()
-            stack.extend(cache.blocks.pop(victim).children)
-            del lru[(node, _BLOCK, victim)]
-            self._used[node.cluster] -= self.kv_bytes_per_block
-            if victim in cache.states:
-                self._evict_state(node, cache, victim)
+        if block.parent is not None:
+            block.parent.num_children -= 1
+        if block.num_children:
+            for victim in _subtree(block.cache, block):
+                self._drop_block(victim)
+        else:
+            self._drop_block(block)
+
+    def _drop_block(self, block: Block) -> None:
+        del block.cache.blocks[block.hash]
+        Recency.remove(block)
+        block.cache.recency.used -= self.kv_bytes_per_block
+        if block.state is not None:
+            self._evict_state(block.state)
+
+
+def _hash_of(block: Block | None) -> int | None:
+    return block.hash if block is not None else None
+
+
+def _hit_blocks(cache: NodeCache, block_hashes: Sequence[int]) -> int:
+    """The longest chain of `block_hashes` that `cache` holds (each block under the previous one)
+    and that ends at a cached state."""
+    blocks = cache.blocks
+    best = 0
+    parent: Block | None = None
+    for i, block_hash in enumerate(block_hashes):
+        block = blocks.get(block_hash)
+        if block is None or block.parent is not parent:
+            break
+        if block.state is not None:
+            best = i + 1
+        parent = block
+    return best
+
+
+def _subtree(cache: NodeCache, root: Block) -> list[Block]:
+    """`root` and every block cached under it, found by a scan of the node's blocks: only a hash
+    collision evicts a block with children, so no block keeps a set of its own."""
+    children: dict[int, list[Block]] = {}
+    for block in cache.blocks.values():
+        if block.parent is not None:
+            children.setdefault(id(block.parent), []).append(block)
+    found, stack = [], [root]
+    while stack:
+        victim = stack.pop()
+        found.append(victim)
+        stack.extend(children.get(id(victim), ()))
+    return found

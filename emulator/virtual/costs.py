@@ -1,14 +1,13 @@
 """Cost models of the virtual engine: prefill seconds per cluster, KV bytes and the decode step,
 from the control plane's ModelInputs (profile tables, speed factors applied). Tables stay
-PiecewiseLinear; `Curve` only evaluates one on a single float without numpy, for the event loop.
+PiecewiseLinear; `Curve` (emulator/control/curve.py) evaluates one on a single float without numpy.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from dataclasses import dataclass
 
-from emulator.control.profiles import MIN_VALUE, PiecewiseLinear
+from emulator.control.curve import Curve
 from emulator.control.throughput_model import ModelInputs
 from emulator.control.types import Cluster
 
@@ -19,29 +18,6 @@ LOCAL_RDMA_BYTES_PER_S = 800e9 / 8
 # after the prefill ends. ASSUMPTION: the case-study model has about this many layers of equal
 # size (the paper gives no layer count for its 1T model; Kimi K2-class models have 61).
 PIPELINE_LAYERS = 61
-
-
-@dataclass(frozen=True, slots=True)
-class Curve:
-    """Scalar evaluation of a PiecewiseLinear with the same arithmetic (same segment choice, same
-    float operations, same floor), so the engine and the throughput model agree to the last bit."""
-
-    xs: tuple[float, ...]
-    ys: tuple[float, ...]
-    slopes: tuple[float, ...]
-
-    @classmethod
-    def from_table(cls, table: PiecewiseLinear) -> Curve:
-        xs, ys = table.xs, table.ys
-        slopes = tuple((ys[i + 1] - ys[i]) / (xs[i + 1] - xs[i]) for i in range(len(xs) - 1))
-        return cls(xs, ys, slopes)
-
-    def __call__(self, x: float) -> float:
-        i = bisect_right(self.xs, x) - 1
-        last = len(self.slopes) - 1
-        i = 0 if i < 0 else (last if i > last else i)
-        y = self.ys[i] + self.slopes[i] * (x - self.xs[i])
-        return y if y > MIN_VALUE else MIN_VALUE
 
 
 @dataclass(frozen=True, slots=True)
