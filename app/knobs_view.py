@@ -23,7 +23,8 @@ from emulator.run.knobs import (
     POLICIES as POLICIES,
 )
 from emulator.scenario import Scenario
-from emulator.telemetry.schemas import Knob, MetricsSnapshot, control_topic, parse_control
+from emulator.telemetry.control_messages import Knob, parse_control
+from emulator.telemetry.schemas import MetricsSnapshot, control_topic
 
 LINK_FIELDS = ("bandwidth_mbit", "delay_ms", "jitter_ms", "loss_pct")
 # Each widget's (low, high), from the knob registry both engines check values against.

@@ -34,7 +34,7 @@ from app.live_view import RunView
 from app.mqtt_feed import MqttFeed
 from emulator.errors import TelemetryError
 from emulator.scenario import Scenario
-from emulator.telemetry.schemas import Knob
+from emulator.telemetry.control_messages import Knob
 
 MAX_SENT_SHOWN = 5
 TCP_NOTE = ("TCP connections per KV link are set when a run starts (Advanced start options, or "

@@ -15,12 +15,13 @@ from dataclasses import dataclass, field
 import pandas as pd
 from pydantic import BaseModel
 
-from emulator.telemetry.schemas import ErrorEvent, MetricsSnapshot, RequestEvent, StatusMessage
+from emulator.telemetry.schemas import ErrorEvent, MetricsSnapshot, NoteEvent, RequestEvent, StatusMessage
 
 MAX_RUNS = 32  # runs remembered; the least recently heard-from is forgotten first
 MAX_SNAPSHOTS = 1200  # 10 minutes at the gateway's 2 Hz
 MAX_EVENTS = 4000  # request lifecycle events: about 8 per request
 MAX_ERRORS = 50
+MAX_NOTES = 500  # knob changes and scheduler decisions: a few per minute
 RECENT_WINDOW_S = 10.0  # the "recent" share routed remote looks this far back
 STALE_S = 30.0  # a run with no status that has been silent this long is taken to be over
 TABLE_ROWS = 15
@@ -32,6 +33,7 @@ class _RunBuffer:
     metrics: deque[tuple[float, MetricsSnapshot]]
     events: deque[tuple[float, RequestEvent]]
     errors: deque[tuple[float, ErrorEvent]]
+    notes: deque[NoteEvent]
     status: tuple[float, StatusMessage] | None = None
     version: int = 0
     last_at_s: float = 0.0
@@ -46,6 +48,7 @@ class RunView:
     metrics_at_s: tuple[float, ...] = ()
     events: tuple[RequestEvent, ...] = ()
     errors: tuple[tuple[float, ErrorEvent], ...] = ()
+    notes: tuple[NoteEvent, ...] = ()  # the run's knob and decision log, as it happened
     status: StatusMessage | None = None
     version: int = 0
     last_at_s: float | None = None  # when anything of this run last arrived
@@ -71,7 +74,7 @@ class FeedBuffer:
             run = self._runs.get(run_id)
             if run is None:
                 run = _RunBuffer(deque(maxlen=self.max_snapshots), deque(maxlen=self.max_events),
-                                 deque(maxlen=MAX_ERRORS))
+                                 deque(maxlen=MAX_ERRORS), deque(maxlen=MAX_NOTES))
                 self._runs[run_id] = run
                 while len(self._runs) > self.max_runs:
                     self._runs.popitem(last=False)
@@ -82,6 +85,8 @@ class FeedBuffer:
                 run.events.append((at_s, message))
             elif isinstance(message, ErrorEvent):
                 run.errors.append((at_s, message))
+            elif isinstance(message, NoteEvent):
+                run.notes.append(message)
             elif isinstance(message, StatusMessage):
                 run.status = (at_s, message)
             else:
@@ -97,7 +102,7 @@ class FeedBuffer:
                 return RunView(run_id)
             return RunView(
                 run_id, tuple(m for _, m in run.metrics), tuple(at for at, _ in run.metrics),
-                tuple(e for _, e in run.events), tuple(run.errors),
+                tuple(e for _, e in run.events), tuple(run.errors), tuple(run.notes),
                 run.status[1] if run.status else None, run.version, run.last_at_s,
             )
 

@@ -14,7 +14,7 @@ from emulator.live.pacing import WorkloadClock
 from emulator.net.spec import LinkSpec
 from emulator.run import knobs as registry
 from emulator.run.knobs import KnobEffect, Pause, SetLink, SetRate, SetSplit
-from emulator.telemetry.schemas import ControlCommand
+from emulator.telemetry.control_messages import ControlCommand
 
 
 class Knobs:

@@ -11,6 +11,7 @@ import contextlib
 import logging
 import statistics
 from collections.abc import Awaitable, Callable
+from typing import Any, Literal
 
 from emulator.control.scheduler import RoleChange, ThresholdChange
 from emulator.control.types import RequestSpec
@@ -25,11 +26,12 @@ from emulator.net.spec import LinkSpec
 from emulator.net.topology import Topology
 from emulator.run import feed, timeline
 from emulator.run.feed import Interval
+from emulator.run.knobs import timeline_event
 from emulator.run.timeline import NodeAction
 from emulator.scenario import Scenario
 from emulator.telemetry.bus import TelemetryBus
 from emulator.telemetry.metrics import EgressRateEstimator, utilization
-from emulator.telemetry.schemas import MetricsSnapshot, QueueDepths
+from emulator.telemetry.schemas import MAX_NOTE_CHARS, MetricsSnapshot, NoteEvent, QueueDepths
 from emulator.telemetry.timeseries import BIT_PER_MBIT
 from emulator.workload.build import num_due
 
@@ -56,6 +58,7 @@ class RunLoops:
         self.link_bytes_to_local: int | None = None  # as of the last snapshot: the record needs no relay
         self.decisions: list[str] = []
         self.knob_changes: list[str] = []
+        self.control_events: list[dict[str, Any]] = []  # applied control messages, as timeline events
         self.duration_s = 0.0
         self._arrivals_done = asyncio.Event()
         self._ended = asyncio.Event()  # every loop checks it: a swallowed cancellation cannot keep one going
@@ -136,8 +139,7 @@ class RunLoops:
                                 else await self.knobs.perform(step))
             except PrfaasError as err:
                 refused = str(err)
-            self._note(timeline.note(self.gateway.now(), "timeline", timeline.words(done, refused)),
-                       self.knob_changes)
+            await self._note("timeline", timeline.words(done, refused), self.knob_changes)
             await self._snapshot(record=False)
 
     async def _update_link(self, spec: LinkSpec) -> None:
@@ -160,10 +162,12 @@ class RunLoops:
                 return
             try:
                 what = await self.knobs.apply_command(command)
+                if (event := timeline_event(command, self.gateway.now())) is not None:
+                    self.control_events.append(event)
             except PrfaasError as err:
                 what = f"refused {command.knob.value}: {err}"
             self.gateway.core.refresh_feed()
-            self._note(timeline.note(self.gateway.now(), "control", what), self.knob_changes)
+            await self._note("control", what, self.knob_changes)
             # publish the effect at once (knob-to-effect is measured on it); the recorded timeseries
             # keeps its METRICS_PERIOD_S cadence, so a flood of commands cannot grow it
             await self._snapshot(record=False)
@@ -237,11 +241,16 @@ class RunLoops:
             slot = self.gateway.board.slot_of(decision.node)
             if slot >= 0:
                 await self.gateway.request_flip(slot, decision.to_role)
-        self._note(timeline.note(self.gateway.now(), "scheduler", decision.reason), self.decisions)
+        await self._note("scheduler", decision.reason, self.decisions)
 
-    def _note(self, line: str, into: list[str]) -> None:
+    async def _note(self, source: Literal["scheduler", "control", "timeline"], what: str, into: list[str]) -> None:
+        """Log and record one line of the knob or decision log, and publish it as it happens."""
+        now = self.gateway.now()
+        line = timeline.note(now, source, what)
         log.info("%s", line)
         into.append(line)
+        await self.bus.publish_event(NoteEvent(run_id=self.gateway.settings.run_id, t_s=max(now, 0.0),
+                                               source=source, what=what[:MAX_NOTE_CHARS]))
 
 
 def _link_fields(spec: LinkSpec) -> dict[str, float | None]:

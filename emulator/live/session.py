@@ -336,7 +336,7 @@ class LiveSession:
         status = self.topology.status()
         await self.bus.publish_status(StatusMessage(
             run_id=self.run_id, t_s=max(self.gateway.now(), 0.0), state=state, engine="live",
-            link_backend=status["backend"], note=note or self.notes[0],
+            link_backend=status["backend"], link_backend_reason=status["reason"], note=note or self.notes[0],
             threshold_tokens=self.gateway.router.config.threshold_tokens,
             workload=self.coverage.statement if self.coverage is not None else ""))
 
@@ -373,6 +373,7 @@ class LiveSession:
             link_backend=status["backend"], link_backend_reason=status["reason"],
             decisions=loops.decisions if loops is not None else (),
             knob_changes=loops.knob_changes if loops is not None else (), notes=self.notes,
+            control_events=loops.control_events if loops is not None else (),
             end_reason=self.end_reason, workload=self.coverage.as_json() if self.coverage else None,
             engine_details={
                 "link_description": status["description"], "mqtt": self.bus.status_note,

@@ -19,7 +19,7 @@ from emulator.control.types import Affinity, RoutePolicy
 from emulator.errors import ScenarioError
 from emulator.limits import MAX_INSTANCES, MAX_RATE_PER_S, MAX_TOKENS
 from emulator.net.spec import MAX_BANDWIDTH_MBIT, MAX_DELAY_MS, LinkSpec, parse_link_spec
-from emulator.telemetry.schemas import ControlCommand, Knob, LinkChange, SchedulerChange
+from emulator.telemetry.control_messages import ControlCommand, Knob, LinkChange, SchedulerChange
 
 AUTO = "auto"
 LINK_PREFIX = "link."
@@ -150,6 +150,21 @@ def apply_command(state: ControlState, command: ControlCommand, *, link: LinkSpe
         return _set_loops(state, change.short_term, change.long_term, has_scheduler)
     spec = next(k for k in REGISTRY if k.control is command.knob)
     return _apply(state, spec, check(spec, where, value))
+
+
+def timeline_event(command: ControlCommand, at_s: float) -> dict[str, Any] | None:
+    """The timeline event that replays an applied control message at `at_s`, as a scenario file
+    writes it (a dashboard run saved as a scenario replays its operator's knobs); None for pause
+    and resume, which no timeline event carries."""
+    value, moment = command.value, round(at_s, 3)
+    if isinstance(value, LinkChange):
+        return {"at_s": moment, "link": dict(value.changes)}
+    if isinstance(value, SchedulerChange):
+        flags = {"short_term": value.short_term, "long_term": value.long_term}
+        settings = {f"scheduler.{name}.enabled": on for name, on in flags.items() if on is not None}
+        return {"at_s": moment, "set": settings} if settings else None
+    spec = next(k for k in REGISTRY if k.control is command.knob)
+    return None if spec.path is None else {"at_s": moment, "set": {spec.path: value}}
 
 
 def check(spec: KnobSpec, where: str, value: object) -> Any:

@@ -147,14 +147,23 @@ def apply_overrides(scenario: Scenario, items: Iterable[str]) -> Scenario:
     """Apply `--set a.b=value` items (values parsed as YAML) and revalidate the whole scenario;
     a relative file path given here starts at the current directory, as on a command line."""
     doc = scenario.model_dump(mode="json")
+    problems = []  # every bad item is named, not only the first
     for item in items:
-        path, value = parse_override(item)
-        check_override_path(scenario, path)
         try:
+            path, value = parse_override(item)
+            check_override_path(scenario, path)
             set_path(doc, path, value)
+        except ScenarioError as err:
+            problems.append(str(err))
         except PathError as err:
-            raise ScenarioError(f"--set {err}: not a section here; check the path") from None
-    return parse_scenario(doc, Path.cwd())
+            problems.append(f"--set {err}: not a section here; check the path")
+    try:
+        result = parse_scenario(doc, Path.cwd())  # the good items' values, checked as a whole
+    except ScenarioError as err:
+        problems += str(err).splitlines()
+    if problems:
+        raise ScenarioError("\n".join(problems))
+    return result
 
 
 def scenario_json_schema() -> dict[str, Any]:

@@ -21,16 +21,15 @@ from pydantic import BaseModel
 from emulator.errors import TelemetryError
 from emulator.net.spec import LinkSpec
 from emulator.telemetry.broker import BrokerAddress, parse_broker_url
+from emulator.telemetry.control_messages import ControlCommand, Knob, parse_control
 from emulator.telemetry.schemas import (
-    ControlCommand,
     ErrorEvent,
-    Knob,
     MetricsSnapshot,
+    NoteEvent,
     RequestEvent,
     StatusMessage,
     control_topic,
     knob_of,
-    parse_control,
     topic,
 )
 
@@ -155,7 +154,7 @@ class TelemetryBus:
     async def publish_metrics(self, snapshot: MetricsSnapshot) -> bool:
         return await self.publish("metrics", snapshot)
 
-    async def publish_event(self, event: RequestEvent | ErrorEvent) -> bool:
+    async def publish_event(self, event: RequestEvent | ErrorEvent | NoteEvent) -> bool:
         return await self.publish("events", event)
 
     async def publish_status(self, status: StatusMessage) -> bool:

@@ -51,6 +51,7 @@ class RunMeta:
     notes: list[str] = field(default_factory=list)
     end_reason: str = "run ended"
     workload: dict[str, Any] = field(default_factory=dict)  # what of the workload the run played
+    control_events: list[dict[str, Any]] = field(default_factory=list)  # knobs applied, as timeline events
     engine_details: dict[str, Any] = field(default_factory=dict)  # engine-specific, see the module doc
 
     def __post_init__(self) -> None:
@@ -77,7 +78,8 @@ def make_run_meta(scenario: Scenario, plane: ControlPlane, *, engine: EngineKind
                   link_backend: str, link_backend_reason: str, run_id: str | None = None,
                   decisions: Sequence[str] = (), knob_changes: Sequence[str] = (),
                   notes: Sequence[str] = (), end_reason: str = "run ended",
-                  workload: Mapping[str, Any] | None = None, engine_details: Mapping[str, Any] | None = None) -> RunMeta:
+                  workload: Mapping[str, Any] | None = None, control_events: Sequence[Mapping[str, Any]] = (),
+                  engine_details: Mapping[str, Any] | None = None) -> RunMeta:
     """The common part from the scenario and its control plane, read the same way for both
     engines; the engine passes what only it knows."""
     router, link, model, scheduler = scenario.router, scenario.link, scenario.model, plane.scheduler
@@ -94,7 +96,8 @@ def make_run_meta(scenario: Scenario, plane: ControlPlane, *, engine: EngineKind
         link_backend=link_backend, link_backend_reason=link_backend_reason,
         transport=scenario.transport.model_dump(mode="json"), decisions=list(decisions),
         knob_changes=list(knob_changes), notes=list(notes), end_reason=end_reason,
-        workload=dict(workload or {}), engine_details=dict(engine_details or {}),
+        workload=dict(workload or {}), control_events=[dict(event) for event in control_events],
+        engine_details=dict(engine_details or {}),
     )
 
 

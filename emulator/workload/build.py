@@ -23,9 +23,16 @@ from emulator.scenario.workload import (
     UniformLength as UniformLengthSpec,
 )
 from emulator.workload.arrivals import ArrivalSpec, Burst, GammaArrivals, OnOffArrivals, PoissonArrivals, RateChange
-from emulator.workload.generator import PrefixSharing, generate_requests
-from emulator.workload.lengths import EmpiricalLength, FixedLength, check_lengths, LengthDist, LogNormalLength, UniformLength
 from emulator.workload.coverage import WorkloadCoverage
+from emulator.workload.generator import PrefixSharing, generate_requests
+from emulator.workload.lengths import (
+    EmpiricalLength,
+    FixedLength,
+    LengthDist,
+    LogNormalLength,
+    UniformLength,
+    check_lengths,
+)
 from emulator.workload.lines import RowCheck
 from emulator.workload.traces import Stop, TraceSpec, check_trace, read_trace
 

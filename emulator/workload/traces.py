@@ -14,8 +14,8 @@ import json
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from enum import StrEnum
 from datetime import datetime, timedelta
+from enum import StrEnum
 from pathlib import Path
 from typing import Literal
 

@@ -27,7 +27,8 @@ from app.knobs_view import (
 from app.live_view import FeedBuffer
 from emulator.errors import TelemetryError
 from emulator.scenario import load_scenario
-from emulator.telemetry.schemas import ErrorEvent, Knob, MetricsSnapshot, parse_control
+from emulator.telemetry.control_messages import Knob, parse_control
+from emulator.telemetry.schemas import ErrorEvent, MetricsSnapshot
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 LINK = {"bandwidth_mbit": 200.0, "delay_ms": 10.0, "jitter_ms": 0.0, "loss_pct": 0.0,

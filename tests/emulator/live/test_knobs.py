@@ -15,7 +15,7 @@ from emulator.limits import MAX_INSTANCES, MAX_RATE_PER_S, MAX_TOKENS
 from emulator.live.knobs import Knobs
 from emulator.live.pacing import WorkloadClock
 from emulator.net.spec import LinkSpec
-from emulator.telemetry.schemas import ControlCommand, Knob, parse_control
+from emulator.telemetry.control_messages import ControlCommand, Knob, parse_control
 
 HUGE = 10**400
 

@@ -23,7 +23,7 @@ from emulator.plane import make_control_plane
 from emulator.run import knobs as registry
 from emulator.scenario import Scenario, apply_overrides, parse_scenario
 from emulator.scenario.overrides import KNOBS
-from emulator.telemetry.schemas import Knob, parse_control
+from emulator.telemetry.control_messages import Knob, parse_control
 from emulator.virtual.engine import simulate
 
 BASE: dict[str, Any] = {
@@ -90,16 +90,16 @@ def test_every_knob_has_a_source_and_the_bounds_the_schemas_promise() -> None:
     assert paths == set(SETTINGS) == set(KNOBS)
     assert {k.control for k in registry.REGISTRY if k.control is not None} == set(Knob)
     assert {knob for knob, _ in CONTROLS} == set(Knob)
-    from emulator.telemetry import schemas
+    from emulator.telemetry import control_messages as messages
     for spec in registry.REGISTRY:  # each bound the control schema enforces is the registry's
-        model = {Knob.THRESHOLD: schemas.ThresholdControl, Knob.ARRIVAL_RATE: schemas.ArrivalRateControl,
-                 Knob.LINK: schemas.LinkControl}.get(spec.control)  # type: ignore[arg-type]
+        model = {Knob.THRESHOLD: messages.ThresholdControl, Knob.ARRIVAL_RATE: messages.ArrivalRateControl,
+                 Knob.LINK: messages.LinkControl}.get(spec.control)  # type: ignore[arg-type]
         if model is not None and spec.field is not None:
             limits = {type(m).__name__: m for m in model.model_fields[spec.field].metadata}
             high = limits["Le"].le
             assert high == spec.high, spec.path
-    assert get_args(schemas.PolicyControl.model_fields["policy"].annotation) == registry.POLICIES
-    assert get_args(schemas.AffinityControl.model_fields["mode"].annotation) == registry.AFFINITIES
+    assert get_args(messages.PolicyControl.model_fields["policy"].annotation) == registry.POLICIES
+    assert get_args(messages.AffinityControl.model_fields["mode"].annotation) == registry.AFFINITIES
 
 
 @pytest.mark.parametrize("path", list(SETTINGS))

@@ -107,7 +107,8 @@ def test_validate_reads_every_trace_row_and_names_bad_ones_by_line(tmp_path):
 
 def test_validate_says_how_many_rows_a_good_trace_holds():
     out = emulator("validate", "scenarios/mooncake-replay.yaml")
-    assert out.returncode == 0 and out.stdout.splitlines()[0].endswith("mooncake_synthetic_trace.jsonl: 3,993 rows read")
+    assert out.returncode == 0
+    assert out.stdout.splitlines()[0].endswith("mooncake_synthetic_trace.jsonl: 3,993 rows read")
 
 
 def test_a_capped_replay_says_so_in_the_cli_output_and_the_summary(tmp_path):
@@ -120,3 +121,11 @@ def test_a_capped_replay_says_so_in_the_cli_output_and_the_summary(tmp_path):
     meta = json.loads((tmp_path / "run" / "summary.json").read_text())["meta"]
     assert meta["workload"]["statement"] == statement
     assert (meta["workload"]["num_requests"], meta["workload"]["num_rows"]) == (200, 3993)
+
+
+def test_every_bad_override_is_reported_not_only_the_first():
+    out = emulator("validate", "scenarios/paper-case-study.yaml", "--set", "routr.x=1", "--set", "bad",
+                   "--set", "router.threshold_tokens=-5")
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert [line.split(":")[1].strip() for line in out.stderr.splitlines()] == [
+        "--set routr", "--set bad", "router.threshold_tokens"]

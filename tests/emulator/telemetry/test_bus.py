@@ -10,10 +10,9 @@ import pytest
 from emulator.errors import TelemetryError
 from emulator.telemetry.broker import EmbeddedBroker, free_port
 from emulator.telemetry.bus import TelemetryBus
+from emulator.telemetry.control_messages import ControlCommand, Knob
 from emulator.telemetry.schemas import (
-    ControlCommand,
     ErrorEvent,
-    Knob,
     MetricsSnapshot,
     RequestEvent,
     StatusMessage,

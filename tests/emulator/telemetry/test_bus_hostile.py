@@ -11,15 +11,8 @@ import pytest
 from emulator.net.spec import LinkSpec
 from emulator.telemetry.broker import EmbeddedBroker
 from emulator.telemetry.bus import TelemetryBus
-from emulator.telemetry.schemas import (
-    ControlCommand,
-    ErrorEvent,
-    Knob,
-    MetricsSnapshot,
-    control_topic,
-    parse_message,
-    topic,
-)
+from emulator.telemetry.control_messages import ControlCommand, Knob
+from emulator.telemetry.schemas import ErrorEvent, MetricsSnapshot, control_topic, parse_message, topic
 
 from .mqtt_helpers import client_for, next_events, run, until
 

@@ -12,14 +12,9 @@ from hypothesis import HealthCheck, example, given, settings, strategies as st
 from emulator.errors import PrfaasError
 from emulator.limits import MAX_CONTROL_BYTES, MAX_RATE_PER_S, MAX_TOKENS
 from emulator.net.spec import MAX_BANDWIDTH_MBIT, MAX_DELAY_MS
-from emulator.telemetry.schemas import (
-    MAX_ERROR_CHARS,
-    ControlCommand,
-    Knob,
-    LinkChange,
-    parse_control,
-    parse_message,
-)
+from emulator.telemetry.control_messages import ControlCommand, Knob, LinkChange, parse_control
+from emulator.telemetry.payload_errors import MAX_ERROR_CHARS
+from emulator.telemetry.schemas import parse_message
 
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 MEMORY_BUDGET_BYTES = 1 << 20  # what one parse may allocate, for any input up to the size cap

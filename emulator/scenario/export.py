@@ -1,0 +1,34 @@
+"""A run as a scenario file that replays it: the scenario it started from (overrides applied) with
+the operator's control messages joined to its timeline, so a dashboard session replays headlessly
+with `python -m emulator run`. Documents only; nothing here runs or reads a run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from emulator.scenario.schema import Scenario, parse_scenario
+
+
+def replay_document(scenario: Scenario, control_events: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+    """The scenario as a plain document whose timeline also holds `control_events` (timeline
+    events, as a live run records its applied knobs in meta.control_events), in time order; a
+    knob sent at the moment of a scripted event comes after it, as it did in the run. Checked by
+    parsing it back, so a document that would not load is never handed out."""
+    doc = scenario.model_dump(mode="json", exclude_defaults=True)
+    timeline = [*doc.get("timeline", ()), *(dict(event) for event in control_events)]
+    doc["timeline"] = sorted(timeline, key=lambda event: event["at_s"])  # stable: scripted first
+    parse_scenario(doc, Path.cwd())
+    return doc
+
+
+def replay_yaml(scenario: Scenario, control_events: Sequence[Mapping[str, Any]] = (), *,
+                source: str = "") -> str:
+    """`replay_document` as YAML with a header that says where it came from."""
+    header = (f"# {scenario.name}, saved from {source or 'a run'} with its knob changes as timeline events.\n"
+              "# Replay it with: python -m emulator run THIS_FILE.yaml\n")
+    return header + yaml.safe_dump(replay_document(scenario, control_events), sort_keys=False)
