@@ -23,6 +23,7 @@ from emulator.run.knobs import (
     POLICIES as POLICIES,
 )
 from emulator.scenario import Scenario
+from emulator.scenario.rules import longest_length
 from emulator.telemetry.control_messages import Knob, parse_control
 from emulator.telemetry.schemas import MetricsSnapshot, control_topic
 
@@ -143,8 +144,17 @@ def describe(knob: Knob, payload: dict[str, Any]) -> str:
     return "arrivals paused" if knob is Knob.PAUSE else "arrivals resumed"
 
 
-# the slider's range: the live presets' prompts are a few thousand tokens (the knob allows more)
-THRESHOLD_MAX = min(16_384, int(BY_PATH["router.threshold_tokens"].high))
+# The slider's range when the scenario does not bound its inputs (a trace): the paper's 128K context.
+THRESHOLD_MAX = min(131_072, int(BY_PATH["router.threshold_tokens"].high))
+THRESHOLD_STEP = 128
+
+
+def threshold_max(scenario: Scenario | None, start: int | None = None) -> int:
+    """The slider's top: the longest input the scenario's workload can draw (no threshold above it
+    changes a route), never below the threshold the run started at, in whole slider steps."""
+    longest = longest_length(scenario.workload.input_len) if scenario is not None else None
+    top = max(longest or THRESHOLD_MAX, start or 0, THRESHOLD_STEP)
+    return min(-(-top // THRESHOLD_STEP) * THRESHOLD_STEP, int(BY_PATH["router.threshold_tokens"].high))
 DEFAULT_KNOBS: dict[str, Any] = {
     "threshold": 2048, "policy": "prfaas", "affinity": "cost", "short_term": False,
     "long_term": False, "bandwidth_mbit": 100.0, "delay_ms": 0.0, "jitter_ms": 0.0, "loss_pct": 0.0,
@@ -152,9 +162,11 @@ DEFAULT_KNOBS: dict[str, Any] = {
 }
 
 
-def knob_values(scenario: Scenario | None, latest: MetricsSnapshot | None) -> dict[str, Any]:
-    """Where each knob starts: the run's last snapshot (threshold, link), else its scenario,
-    else DEFAULT_KNOBS (a run watched from the bus whose scenario the page does not know)."""
+def knob_values(scenario: Scenario | None, latest: MetricsSnapshot | None,
+                start_threshold: int | None = None) -> dict[str, Any]:
+    """Where each knob starts: the run's last snapshot (threshold, link), else the threshold the
+    run started at (its status, or its record: `auto` resolved), else its scenario, else
+    DEFAULT_KNOBS (a run watched from the bus whose scenario the page does not know)."""
     values = dict(DEFAULT_KNOBS)
     if scenario is not None:
         router, scheduler, link = scenario.router, scenario.scheduler, scenario.link
@@ -169,11 +181,13 @@ def knob_values(scenario: Scenario | None, latest: MetricsSnapshot | None) -> di
             values["rate_per_s"] = float(arrival.rate_per_s)
         elif scenario.workload.is_trace:  # the knob is a factor on the trace's own pace
             values["rate_per_s"] = 1.0
+    if start_threshold is not None:
+        values["threshold"] = start_threshold
     if latest is not None:
         if latest.threshold_tokens is not None:
             values["threshold"] = latest.threshold_tokens
         values |= {name: latest.link[name] for name in LINK_FIELDS if name in latest.link}
-    values["threshold"] = min(max(int(values["threshold"]), 0), THRESHOLD_MAX)
+    values["threshold"] = min(max(int(values["threshold"]), 0), threshold_max(scenario, start_threshold))
     for name in (*LINK_FIELDS, "rate_per_s"):  # number inputs hold floats (or None: unshaped)
         values[name] = float(values[name]) if values[name] is not None else None
     return values

@@ -17,7 +17,7 @@ from app.knobs_view import (
     AFFINITIES,
     BOUNDS,
     POLICIES,
-    THRESHOLD_MAX,
+    THRESHOLD_STEP,
     SentKnob,
     affinity_payload,
     arrival_rate_payload,
@@ -28,6 +28,7 @@ from app.knobs_view import (
     link_payload,
     policy_payload,
     scheduler_payload,
+    threshold_max,
     threshold_payload,
 )
 from app.live_view import RunView
@@ -47,6 +48,9 @@ PHASE_NOTES = {
     "ended": "This run is over; its knobs are off.",
 }
 LINK_KEYS = ("live_k_bandwidth_mbit", "live_k_delay_ms", "live_k_jitter_ms", "live_k_loss_pct")
+LINK_WORDS = {"delay_ms": "one-way delay the link adds to every packet",
+              "jitter_ms": "random variation of that delay",
+              "loss_pct": "share of packets the link drops (TCP resends them; the KV arrives later)"}
 SCHEDULER_KEYS = ("live_k_short_term", "live_k_long_term")
 
 
@@ -92,20 +96,21 @@ def _from_widgets(feed: MqttFeed | None, why_no_feed: str, run_id: str, knob: Kn
     _send(feed, why_no_feed, run_id, knob, build(*(st.session_state[k] for k in keys)))
 
 
-def _init_knobs(run_id: str, view: RunView, scenario: Scenario | None) -> None:
+def _init_knobs(run_id: str, view: RunView, scenario: Scenario | None, start_threshold: int | None) -> None:
     """Set each knob from the run once: from its scenario at first, from its metrics once they come."""
-    source = (run_id, view.latest is not None)
+    source = (run_id, view.latest is not None, start_threshold)
     if st.session_state.get("live_knobs_for") == source:
         return
-    for name, value in knob_values(scenario, view.latest).items():
+    for name, value in knob_values(scenario, view.latest, start_threshold).items():
         st.session_state[f"live_k_{name}"] = value
     st.session_state["live_knobs_for"] = source
 
 
 def knobs_sidebar(run_id: str, view: RunView, phase: str, feed: MqttFeed | None, why_no_feed: str,
-                  scenario: Scenario | None) -> None:
-    """The knobs of `run_id`, live only while it runs. Call it inside `with st.sidebar:`."""
-    _init_knobs(run_id, view, scenario)
+                  scenario: Scenario | None, start_threshold: int | None = None) -> None:
+    """The knobs of `run_id`, live only while it runs. Call it inside `with st.sidebar:`.
+    `start_threshold` is the t the run started at when its scenario says `auto`."""
+    _init_knobs(run_id, view, scenario, start_threshold)
     off = phase != "running"
     on = {"disabled": off}
 
@@ -114,9 +119,14 @@ def knobs_sidebar(run_id: str, view: RunView, phase: str, feed: MqttFeed | None,
 
     st.header("Knobs")
     st.caption(f"Run {run_id}. {PHASE_NOTES[phase]}")
-    st.slider("Threshold (tokens)", 0, THRESHOLD_MAX, step=128, key="live_k_threshold",
-              help="prompts whose uncached part is longer go to the remote PrfaaS cluster",
-              **wire(Knob.THRESHOLD, threshold_payload, "live_k_threshold"))
+    with st.form("live_threshold_form", border=False):  # one message on Apply, not one per key press
+        st.slider("Threshold (tokens)", 0, threshold_max(scenario, start_threshold), step=THRESHOLD_STEP,
+                  key="live_k_threshold", disabled=off,
+                  help="prompts whose uncached part is longer go to the remote PrfaaS cluster; the range "
+                       "ends at the longest prompt the scenario can draw")
+        st.form_submit_button("Apply threshold", key="live_apply_threshold", width="stretch", disabled=off,
+                              on_click=_from_widgets,
+                              args=(feed, why_no_feed, run_id, Knob.THRESHOLD, threshold_payload, "live_k_threshold"))
     st.selectbox("Router policy", POLICIES, key="live_k_policy",
                  help="prfaas: by threshold; local-only: homogeneous PD; all-remote: naive heterogeneous",
                  **wire(Knob.POLICY, policy_payload, "live_k_policy"))
@@ -134,6 +144,8 @@ def knobs_sidebar(run_id: str, view: RunView, phase: str, feed: MqttFeed | None,
                    "scheduler.short_term.queue_depth_trigger=8",
               **wire(Knob.SCHEDULER, scheduler_payload, *SCHEDULER_KEYS))
     st.toggle("Scheduler, long-term (re-split P/D)", key=SCHEDULER_KEYS[1],
+              help="every few minutes, re-plans how many local instances prefill and how many decode "
+                   "(a node drains before it changes role)",
               **wire(Knob.SCHEDULER, scheduler_payload, *SCHEDULER_KEYS))
     st.selectbox("Cache affinity", AFFINITIES, key="live_k_affinity",
                  help="which prefill node takes a request: cost (least estimated time to first token), "
@@ -144,7 +156,8 @@ def knobs_sidebar(run_id: str, view: RunView, phase: str, feed: MqttFeed | None,
                     help=bounds_help("bandwidth_mbit"), **on)
     for col, key, label in zip(st.columns(3), LINK_KEYS[1:], ("Delay (ms)", "Jitter (ms)", "Loss (%)"),
                                strict=True):
-        col.number_input(label, key=key, step=1.0, format="%.1f", help=bounds_help(key.removeprefix("live_k_")),
+        name = key.removeprefix("live_k_")
+        col.number_input(label, key=key, step=1.0, format="%.1f", help=f"{LINK_WORDS[name]}; {bounds_help(name)}",
                          **on)
     st.button("Apply link", key="live_apply_link", width="stretch", on_click=_from_widgets,
               args=(feed, why_no_feed, run_id, Knob.LINK, link_payload, *LINK_KEYS), **on)

@@ -177,6 +177,25 @@ def metrics_frame(snapshots: tuple[MetricsSnapshot, ...] | list[MetricsSnapshot]
     return frame
 
 
+def recorded_frame(requests: pd.DataFrame, timeseries: pd.DataFrame) -> pd.DataFrame:
+    """A recorded run (a virtual one, or any run once it has ended) in metrics_frame's columns, so
+    the Live page draws it with the same charts. The share routed remote, which the timeseries does
+    not hold, comes from the requests' routes by arrival time."""
+    frame = timeseries.rename(columns={"queue_remote_prefill": "remote_prefill",
+                                       "queue_local_prefill": "local_prefill", "queue_decode": "decode"})
+    routed = requests[requests["route"].notna()].sort_values("arrival_s", kind="stable")
+    arrivals = routed["arrival_s"].to_numpy()
+    remote = (routed["route"] == "prfaas").to_numpy().cumsum()
+    upto = arrivals.searchsorted(frame["t_s"].to_numpy(), side="right")  # routed by each sample
+    frame["routed"] = upto
+    frame["prfaas"] = [int(remote[n - 1]) if n else 0 for n in upto]
+    frame["remote_share"] = [p / n if n else None for p, n in zip(frame["prfaas"], upto, strict=True)]
+    frame = frame.reindex(columns=METRIC_COLUMNS).sort_values("t_s", kind="stable").reset_index(drop=True)
+    frame = frame.astype({"remote_share": "float64"})
+    frame["recent_remote_share"] = _recent_share(frame)
+    return frame
+
+
 def _recent_share(frame: pd.DataFrame) -> pd.Series:
     """The share routed remote among requests routed in the last RECENT_WINDOW_S seconds."""
     if frame.empty:

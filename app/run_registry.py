@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -24,6 +25,17 @@ from emulator.scenario import apply_overrides, load_scenario
 
 RUNS_DIR_ENV = Env.RUNS_DIR.value  # where started runs are recorded (default: the repository's runs/)
 ENGINES = ("live", "virtual")
+
+
+# `progress: 1,234/5,000 requests ended, run time 61.0 s, wall 2.0 s` (emulator/cli/run.py)
+PROGRESS_LINE = re.compile(r"^progress: ([\d,]+)/([\d,]+) requests ended, run time ([\d.]+) s", re.MULTILINE)
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    done: int  # requests ended
+    total: int  # requests due within the duration
+    run_s: float  # the run's own (for a virtual run, simulated) time
 
 
 class RunRefused(Exception):
@@ -47,6 +59,14 @@ class StartedRun:
         """Stable while the run goes (a selectbox keeps its choice by label)."""
         when = time.strftime("%H:%M:%S", time.localtime(self.started_wall))
         return f"{self.run_id} · {self.scenario} ({self.handle.engine}) · started {when}"
+
+    def progress(self) -> Progress | None:
+        """The last progress line the run's CLI wrote to its log (every few seconds when headless)."""
+        found = PROGRESS_LINE.findall(self.handle.log_tail(40))
+        if not found:
+            return None
+        done, total, run_s = found[-1]
+        return Progress(int(done.replace(",", "")), int(total.replace(",", "")), float(run_s))
 
     def summary(self) -> dict[str, Any] | None:
         """summary.json once the run has written it."""

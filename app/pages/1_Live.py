@@ -10,26 +10,30 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pandas as pd
 import streamlit as st
 
 from app import live_charts
 from app.knobs_view import ack_of
 from app.live_knobs import knobs_sidebar, sent_knobs
-from app.live_view import RunView, metrics_frame, requests_table, roles_table, run_phase
+from app.live_view import RunView, metrics_frame, recorded_frame, requests_table, roles_table, run_phase
 from app.mqtt_feed import MqttFeed, choose_broker, get_feed
 from app.page_links import page_link
 from app.run_registry import RunRefused, StartedRun, get_registry
 from app.runs_view import format_number
 from emulator.api import SCENARIOS_DIR, ScenarioInfo, list_scenarios, live_capability
-from emulator.errors import PrfaasError
+from emulator.errors import PrfaasError, TelemetryError
 from emulator.scenario import Scenario, apply_overrides, load_scenario
+from emulator.scenario.export import replay_yaml
 from emulator.scenario.parts import MAX_CONNECTIONS
+from emulator.telemetry.recorder import load_run
 from emulator.telemetry.run_meta import workload_statement
 
 INTRO = """
 Start a scenario, then steer it while it runs: every knob is published on the run's MQTT control
-topic (`prfaas/<run>/control/<knob>`) and the run's answer is shown below the charts. The charts
-redraw every second from the server's MQTT subscriber.
+topic (`prfaas/<run>/control/<knob>`) and the run's answer shows above the charts. The charts
+redraw every second from the server's MQTT subscriber; a virtual run is simulated in seconds and
+drawn from its record when it ends.
 """
 REFRESH_S = 1.0
 ACK_BOX = {"applied": st.success, "taken": st.success, "refused": st.error, "silent": st.warning,
@@ -46,6 +50,8 @@ REQUEST_COLUMNS = {
     "route": st.column_config.TextColumn("route", width="small"),
     "reason": st.column_config.TextColumn("router's reason", width="large"),
 }
+LAMBDA_NOTE = ("measured throughput beside the throughput model's Λ_max for the scenario (Eq. 6); below "
+               "saturation the measured figure is the offered load, not a capacity")
 OVERRIDES_HELP = ("One `path=value` per line, as `python -m emulator run --set`; e.g. "
                   "`workload.arrival.rate_per_s=1` or a scheduler trigger such as "
                   "`scheduler.short_term.queue_depth_trigger=8`.")
@@ -129,7 +135,15 @@ def _start_section() -> None:
                              "start; a virtual run caps each lossy transfer at as many Mathis flows")
         st.text_area("More overrides", key="live_overrides", height=80, help=OVERRIDES_HELP)
     if error := st.session_state.get("live_start_error"):
-        st.error(error)
+        st.error("\n".join(f"- {line}" for line in error.splitlines()))  # each problem on its own line
+
+
+def _follow_watched() -> None:
+    """The scenario selector follows the run being watched (when this server started it)."""
+    started = REGISTRY.get(st.session_state.get("live_watch"))
+    if started is not None and started.path.parent == SCENARIOS_DIR:
+        st.session_state["live_scenario"] = started.path.name
+        st.session_state["live_engine"] = started.handle.engine
 
 
 def _run_label(run_id: str) -> str:
@@ -156,7 +170,8 @@ def _watch_section() -> str | None:
     if st.session_state.get("live_watch") not in options:
         st.session_state["live_watch"] = options[0]
     left, mid, right = st.columns([4, 1, 1], vertical_alignment="bottom")
-    run_id = left.selectbox("Watching", options, key="live_watch", format_func=_run_label)
+    run_id = left.selectbox("Watching", options, key="live_watch", format_func=_run_label,
+                            on_change=_follow_watched)
     started = REGISTRY.get(run_id)
     if mid.button("Stop", key="live_stop", disabled=started is None or not started.handle.is_running,
                   width="stretch", help="Ctrl-C the run: open requests end failed, it records"):
@@ -182,23 +197,60 @@ def _acks(run_id: str, view: RunView) -> None:
 
 def _status_row(view: RunView, phase: str, started: StartedRun | None) -> None:
     latest, status = view.latest, view.status
+    scenario = _scenario_of(started)
+    duration = f" / {scenario.duration_s:g}" if scenario is not None else ""
     if started is not None and started.handle.engine == "virtual":
-        st.metric("State", "simulating" if phase == "virtual" else "ended")
-        return  # a virtual run says nothing on the bus: its results below are all there is
+        _virtual_status(started, phase, duration)
+        return  # a virtual run says nothing on the bus: its log and record are all there is
     tiles = st.columns(6)
     tiles[0].metric("State", status.state if status is not None and phase != "ended" else phase)
     tiles[1].metric("Link backend", (status.link_backend if status else None) or "-")
-    tiles[2].metric("Run time (s)", f"{latest.t_s:.1f}" if latest else "-")
+    tiles[2].metric("Run time (s)", f"{latest.t_s:.1f}{duration}" if latest else "-",
+                    help="seconds since the run started / the scenario's duration (arrivals stop there; "
+                         "the run then drains)")
     counts = latest.requests if latest else None
     tiles[3].metric("Completed / arrived", f"{counts.completed} / {counts.arrived}" if counts else "-")
     tiles[4].metric("Failed", str(counts.failed) if counts else "-")
     tiles[5].metric("Threshold (tokens)", format_number(latest.threshold_tokens) if latest else "-")
-    if status is not None and status.note:
-        st.caption(f"Why this backend: {status.note}")
+    if scenario is not None and latest is not None and phase == "running":
+        st.progress(min(latest.t_s / scenario.duration_s, 1.0), text=f"{latest.t_s:.0f} of {scenario.duration_s:g} s")
+    if status is not None and (why := status.link_backend_reason or status.note):
+        st.caption(f"Why this backend: {why}")
+        if status.link_backend_reason and status.note and status.note != status.link_backend_reason:
+            st.caption(f"Latest from the run: {status.note}")
     elif started is not None and started.handle.engine == "live":
         st.caption(live_capability()[1])
     if status is not None and status.workload:
         st.caption(f"Workload: {status.workload}")
+
+
+def _virtual_status(started: StartedRun, phase: str, duration: str) -> None:
+    """A virtual run's progress, from the progress lines its CLI writes to its log."""
+    progress = started.progress()
+    tiles = st.columns(3)
+    tiles[0].metric("State", "simulating" if phase == "virtual" else "ended")
+    tiles[1].metric("Simulated time (s)", f"{progress.run_s:.1f}{duration}" if progress else "-")
+    tiles[2].metric("Requests ended", f"{progress.done:,} / {progress.total:,}" if progress else "-")
+    if phase == "virtual" and progress is not None and progress.total:
+        st.progress(min(progress.done / progress.total, 1.0), text=f"{progress.done:,} of {progress.total:,} requests")
+
+
+def _scenario_of(started: StartedRun | None) -> Scenario | None:
+    return _scenario(str(started.path), started.overrides) if started is not None else None
+
+
+def _start_threshold(started: StartedRun | None, view: RunView) -> int | None:
+    """The t the run started at, for the threshold knob before any snapshot: the run's status, its
+    record's threshold_start, or (a fixed threshold) the scenario's own."""
+    if view.status is not None and view.status.threshold_tokens is not None:
+        return view.status.threshold_tokens
+    doc = started.summary() if started is not None else None
+    start = (doc or {}).get("meta", {}).get("threshold_start")
+    if isinstance(start, int):
+        return start
+    scenario = _scenario_of(started)
+    tokens = scenario.router.threshold_tokens if scenario is not None else None
+    return tokens if isinstance(tokens, int) else None
 
 
 def _results(started: StartedRun) -> None:
@@ -209,27 +261,55 @@ def _results(started: StartedRun) -> None:
                      f"results:\n\n```\n{started.handle.log_tail(8)}\n```")
         return
     summary, meta = doc.get("summary", {}), doc.get("meta", {})
-    cols = st.columns(5)
+    cols = st.columns(6)
     for col, (key, label) in zip(cols, (("completed", "Completed"), ("failed_count", "Failed"),
                                         ("ttft_p50_s", "TTFT P50 (s)"), ("ttft_p90_s", "TTFT P90 (s)")),
                                  strict=False):
         col.metric(label, format_number(summary.get(key)))
     share = summary.get("prfaas_fraction")
     cols[4].metric("Share routed remote", f"{share:.1%}" if isinstance(share, int | float) else "-")
+    cols[5].metric("Throughput / Λ_max (req/s)",
+                   f"{format_number(summary.get('throughput_rps'))} / {format_number(meta.get('lambda_max_model'))}",
+                   help=LAMBDA_NOTE)
     for failure in doc.get("expect_failures", []):
         st.warning(f"expect failed: {failure}")
     if statement := workload_statement(meta):
         st.caption(f"Workload: {statement}")
-    if changes := meta.get("knob_changes"):
-        st.markdown("**Knob changes the run recorded:** " + "; ".join(changes))
     st.markdown(f"Recorded in `{started.handle.out_dir}`.")
+    _save_as_scenario(started, meta)
     page_link("Runs", "Open it on the Runs page")
 
 
-def _charts(view: RunView) -> None:
-    frame = metrics_frame(view.metrics)
-    latest = view.latest
-    st.caption(f"Last snapshot: t = {latest.t_s:.2f} s · {len(frame)} snapshots")
+def _save_as_scenario(started: StartedRun, meta: dict) -> None:
+    """The run as a scenario file: its scenario, its start options and the knobs sent during it."""
+    scenario = _scenario_of(started)
+    if scenario is None:
+        return
+    events = [e for e in meta.get("control_events", []) if isinstance(e, dict)]
+    try:
+        text = replay_yaml(scenario, events, source=f"dashboard run {started.run_id}")
+    except PrfaasError as err:
+        st.caption(f"Cannot save this run as a scenario: {err}")
+        return
+    st.download_button("Save as scenario (YAML)", text, file_name=f"{scenario.name}-{started.run_id}.yaml",
+                       mime="application/x-yaml", key="live_save_scenario",
+                       help=f"replays the run headlessly with its {len(events)} knob changes as timeline "
+                            "events: python -m emulator run FILE.yaml")
+
+
+def _recorded(started: StartedRun) -> pd.DataFrame | None:
+    """A finished run's recorded timeseries in the live charts' columns."""
+    try:
+        requests, timeseries, _ = load_run(started.handle.out_dir)
+    except TelemetryError:
+        return None
+    return recorded_frame(requests, timeseries)
+
+
+def _charts(frame: pd.DataFrame, caption: str, view: RunView | None = None) -> None:
+    """The run's charts from `frame` (metrics_frame's columns: the bus's snapshots, or a record);
+    with the bus `view`, also the node roles and the last requests."""
+    st.caption(caption)
     grid = [st.columns(2), st.columns(2), st.columns(2)]
     for col, title, key, build in (
         (grid[0][0], "TTFT P50/P90, threshold on the right axis", "live_ttft", live_charts.ttft_figure),
@@ -240,8 +320,10 @@ def _charts(view: RunView) -> None:
     ):
         col.markdown(f"**{title}**")
         col.plotly_chart(build(frame), key=key, config={"displayModeBar": False})
+    if view is None:
+        return
     grid[2][1].markdown("**Node roles**")
-    grid[2][1].dataframe(roles_table(latest), hide_index=True)
+    grid[2][1].dataframe(roles_table(view.latest), hide_index=True)
     st.markdown("**Last requests** (queue, prefill and exposed transfer make up the TTFT)")
     st.dataframe(requests_table(view.events), hide_index=True, column_config=REQUEST_COLUMNS)
 
@@ -257,9 +339,12 @@ def _panel(run_id: str) -> None:
     if phase in ("ended", "virtual") and started is not None:
         _results(started)
     if phase == "virtual":
-        st.info("Simulating: a virtual run publishes nothing while it runs; its results show here.")
+        st.info("Simulating: a virtual run publishes nothing while it runs; its charts show here when it ends.")
     elif view.metrics:
-        _charts(view)
+        frame = metrics_frame(view.metrics)
+        _charts(frame, f"Last snapshot: t = {view.latest.t_s:.2f} s · {len(frame)} snapshots", view)
+    elif phase == "ended" and started is not None and (recorded := _recorded(started)) is not None:
+        _charts(recorded, f"From the run's record: {len(recorded)} samples, one per second of run time")
     elif phase == "waiting":
         st.info("Waiting for the run's first metrics snapshot (a live run takes a few seconds to start).")
         if started is not None:
@@ -285,7 +370,7 @@ if watched is not None:
     st.session_state["live_shown"] = (watched, watched_phase, watched_view.latest is not None)
     watched_run = REGISTRY.get(watched)
     with st.sidebar:
-        knobs_sidebar(watched, watched_view, watched_phase, FEED, BROKER.how,
-                      _scenario(str(watched_run.path), watched_run.overrides) if watched_run else None)
+        knobs_sidebar(watched, watched_view, watched_phase, FEED, BROKER.how, _scenario_of(watched_run),
+                      _start_threshold(watched_run, watched_view))
     every = REFRESH_S if watched_phase in ("waiting", "running", "virtual") else None
     st.fragment(run_every=every, key="live_panel")(_panel)(watched)

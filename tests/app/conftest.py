@@ -127,10 +127,11 @@ class FakeRun:
     probe: TopicWatch
     run_id: str
 
-    def status(self, state: str = "running") -> None:
+    def status(self, state: str = "running", note: str = "") -> None:
+        reason = "not root: no network namespaces"
         self.probe.publish(topic(self.run_id, "status"), StatusMessage(
             run_id=self.run_id, t_s=0.0, state=state, engine="live", link_backend="proxy",
-            note="link backend: proxy (not root: no network namespaces)",
+            link_backend_reason=reason, note=note or f"link backend: proxy ({reason})",
             workload="generated (poisson): 30 requests"))
 
     def snapshot(self, t_s: float, threshold: int = 2048, **fields) -> None:
@@ -153,6 +154,10 @@ class FakeRun:
     def control(self, knob: str, timeout_s: float = 10.0) -> dict:
         """The first control message the page sent for `knob`."""
         return self.probe.wait_for(control_topic(self.run_id, knob), timeout_s=timeout_s)
+
+    def sent(self, knob: str) -> list[dict]:
+        """Every control message for `knob` received so far."""
+        return self.probe.on(control_topic(self.run_id, knob))
 
 
 @pytest.fixture

@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from app.runs_view import format_number
+
 PAGE = Path(__file__).resolve().parents[2] / "app" / "pages" / "1_Live.py"
 CHART_KEYS = {"live_ttft", "live_egress", "live_queues", "live_share", "live_link"}
 
@@ -44,6 +46,10 @@ def _values(data: list | dict) -> list:
     if isinstance(data, dict):
         return np.frombuffer(base64.b64decode(data["bdata"]), dtype=data["dtype"]).tolist()
     return list(data)
+
+
+def _chart_keys(app: AppTest) -> set[str]:
+    return {c.proto.id.split("-", 2)[2] for c in app.get("plotly_chart")}
 
 
 def _metrics(app: AppTest) -> dict[str, str]:
@@ -82,7 +88,7 @@ def test_shows_a_running_run_its_backend_charts_and_requests(fake_run) -> None:
     metrics = _metrics(app)
     assert metrics["State"] == "running" and metrics["Link backend"] == "proxy"
     assert metrics["Threshold (tokens)"] == "2,048" and metrics["Run time (s)"] == "1.0"
-    assert "Why this backend: link backend: proxy (not root" in _texts(app)
+    assert "Why this backend: not root: no network namespaces" in _texts(app)
     assert "Workload: generated (poisson): 30 requests" in _texts(app)  # the run's own statement
     charts = {c.proto.id.split("-", 2)[2]: json.loads(c.proto.spec) for c in app.get("plotly_chart")}
     assert set(charts) == CHART_KEYS
@@ -99,8 +105,13 @@ def test_shows_a_running_run_its_backend_charts_and_requests(fake_run) -> None:
 def test_threshold_knob_publishes_and_shows_the_runs_answer(fake_run) -> None:
     app = _watching(fake_run)
     assert app.slider(key="live_k_threshold").value == 2048  # from the run's snapshot
-    _ok(app.slider(key="live_k_threshold").set_value(3072).run())
+    for tokens in (2176, 2304, 2432):  # steps of the slider: nothing is sent until Apply
+        _ok(app.slider(key="live_k_threshold").set_value(tokens).run())
+    assert not fake_run.sent("threshold")
+    app.slider(key="live_k_threshold").set_value(3072)  # a form sends its values with the submit
+    _ok(app.button(key="live_apply_threshold").click().run())
     assert fake_run.control("threshold") == {"v": 1, "tokens": 3072}
+    assert fake_run.sent("threshold") == [{"v": 1, "tokens": 3072}]  # one message, not one per step
     assert "threshold -> 3072 tokens**: waiting" in _texts(app)
     fake_run.snapshot(2.0, threshold=3072)  # the gateway's snapshot right after applying it
     _until(app, lambda a: any("threshold -> 3072 tokens**: applied: the run reports it at t = 2.0 s"
@@ -167,6 +178,13 @@ def test_a_refusal_from_the_run_is_shown(fake_run) -> None:
                               for e in a.error))
 
 
+def test_the_backend_reason_stays_when_a_knob_note_arrives(fake_run) -> None:
+    app = _watching(fake_run)
+    fake_run.status(note="control: link -> 30 Mbit/s, 10 ms ± 0 ms, 0 % loss")
+    _until(app, lambda a: "Latest from the run: control: link -> 30 Mbit/s" in _texts(a))
+    assert "Why this backend: not root: no network namespaces" in _texts(app)
+
+
 def test_knobs_are_off_once_the_run_has_finished(fake_run) -> None:
     app = _watching(fake_run)
     fake_run.status("finished")
@@ -190,6 +208,20 @@ def test_starts_a_virtual_run_and_shows_its_results(live_env: str, tmp_path: Pat
     meta = json.loads((runs[0] / "summary.json").read_text())["meta"]
     assert meta["transport"] == {"connections": 8, "congestion": "cubic"}  # the start option reached the run
     assert f"Recorded in `{runs[0]}`" in _texts(app)
+    summary = json.loads((runs[0] / "summary.json").read_text())["summary"]
+    _until(app, lambda a: "live_ttft" in _chart_keys(a))  # the live charts, drawn from the record
+    assert _chart_keys(app) == CHART_KEYS
+    assert _metrics(app)["Throughput / Λ_max (req/s)"] == (
+        f"{format_number(summary['throughput_rps'])} / {format_number(meta['lambda_max_model'])}")
+    assert [b.proto.label for b in app.get("download_button")] == ["Save as scenario (YAML)"]
+
+
+def test_every_bad_start_override_is_listed(live_env: str, tmp_path: Path) -> None:
+    app = _ok(AppTest.from_file(str(PAGE), default_timeout=30).run())
+    app.text_area(key="live_overrides").set_value("routr.x=1\nbad\nrouter.threshold_tokens=-5")
+    _ok(app.button(key="live_start").click().run())
+    assert [line.split(":")[0] for line in app.error[0].value.splitlines()] == [
+        "- --set routr", "- --set bad", "- router.threshold_tokens"]
 
 
 @pytest.mark.parametrize(("overrides", "message"), [

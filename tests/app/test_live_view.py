@@ -5,15 +5,18 @@ from __future__ import annotations
 import math
 import threading
 
+import pandas as pd
 import pytest
 
 from app.live_charts import egress_figure
 from app.live_view import (
+    METRIC_COLUMNS,
     REQUEST_COLUMNS,
     FeedBuffer,
     RunView,
     bus_phase,
     metrics_frame,
+    recorded_frame,
     requests_table,
     roles_table,
     run_phase,
@@ -21,6 +24,7 @@ from app.live_view import (
 from emulator.telemetry.schemas import (
     ErrorEvent,
     MetricsSnapshot,
+    NoteEvent,
     QueueDepths,
     RequestCounts,
     RequestEvent,
@@ -166,3 +170,28 @@ def test_roles_table_lists_remote_nodes_first() -> None:
                                          "local-prefill-0": "prefill"}))
     assert table["node"].tolist() == ["remote-prefill-0", "local-decode-1", "local-prefill-0"]
     assert roles_table(None).empty
+
+
+def test_the_knob_and_decision_log_is_kept_per_run_in_order() -> None:
+    buffer = FeedBuffer()
+    notes = [NoteEvent(run_id="r1", t_s=float(i), source="scheduler", what=f"t {i}") for i in range(3)]
+    for i, note in enumerate(notes):
+        buffer.add("r1", note, float(i))
+    buffer.add("r2", NoteEvent(run_id="r2", t_s=0.5, source="control", what="threshold -> 3072 tokens"), 0.5)
+    assert buffer.view("r1").notes == tuple(notes)
+    assert [n.what for n in buffer.view("r2").notes] == ["threshold -> 3072 tokens"]
+
+
+def test_a_record_draws_with_the_live_columns() -> None:
+    """A recorded run's timeseries in metrics_frame's columns; the share routed remote from its
+    requests' routes by arrival time (the timeseries does not hold it)."""
+    timeseries = pd.DataFrame({"t_s": [0.0, 1.0, 2.0, 3.0], "ttft_p50_s": [None, 0.5, 0.6, 0.7],
+                               "queue_remote_prefill": [0, 1, 0, 0], "queue_local_prefill": [0, 2, 1, 0],
+                               "queue_decode": [0, 0, 1, 0], "egress_bit_per_s": [0.0, 8e6, 4e6, 0.0]})
+    requests = pd.DataFrame({"arrival_s": [0.2, 0.9, 1.5, 2.5], "route": ["prfaas", "local", "prfaas", None]})
+    frame = recorded_frame(requests, timeseries)
+    assert list(frame.columns[:len(METRIC_COLUMNS)]) == list(METRIC_COLUMNS)
+    assert frame["routed"].tolist() == [0, 2, 3, 3]  # the unrouted (failed before routing) is left out
+    assert frame["remote_share"].tolist()[1:] == [0.5, 2 / 3, 2 / 3] and math.isnan(frame["remote_share"][0])
+    assert frame["local_prefill"].tolist() == [0, 2, 1, 0]
+    assert frame["arrived"].isna().all()  # not recorded: a gap, not zero
