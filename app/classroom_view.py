@@ -5,9 +5,11 @@ scenario and overrides still validate, so a renamed scenario fails a test, not a
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.live_charts import CHART_TITLES, TABLE_TITLES
 from emulator.api import SCENARIOS_DIR
 from emulator.errors import PrfaasError
 from emulator.scenario import apply_overrides, load_scenario
@@ -29,8 +31,9 @@ class Step:
     title: str
     scenario: str  # a file under scenarios/
     idea: str  # what the step shows
-    watch: str  # where to look
-    expect: str  # what should happen
+    watch: str  # where to look: the Live page's panels, tiles and knobs by *their names*
+    expect: str  # what the learner should see
+    question: str  # one to ask the class (or yourself) once it has been seen
     variants: tuple[Variant, ...]
     pointer: str  # the page to go to next: "Live", "Runs" or "Threshold explorer"
 
@@ -45,6 +48,7 @@ STEPS: tuple[Step, ...] = (
         "table with each request's route and the router's reason.",
         "About half the requests go remote (prompts are 256-4,096 tokens); egress jumps while a "
         "remote request's KV crosses the link and stays far below 200 Mbit/s; every request completes.",
+        "Egress comes in short spikes, not a steady stream: what sets how tall a spike is, and how long?",
         (Variant("Start it live (about 1 min)", "live"),
          Variant("Virtual (seconds)", "virtual")),
         "Live",
@@ -54,10 +58,13 @@ STEPS: tuple[Step, ...] = (
         "The same workload on a 50 Mbit/s link, once with a dense GQA model (8 full-attention layers, "
         "about 6x the hybrid's KV per token) and once with the hybrid. Virtual runs take seconds; "
         "live ones about 1.5 minutes each.",
-        "Start both, then compare them on the Runs page (*Compare runs*): TTFT CDFs and egress.",
+        "Start both, then on the Runs page pick both under *Compare runs*: the TTFT CDFs, the egress "
+        "overlay and the difference column of the table.",
         "Dense: egress sits at the link's 50 Mbit/s and remote TTFT climbs as transfers queue "
         "(TTFT P50 about 5 s). Hybrid: egress stays well under the link, TTFT P50 about 1 s. This is why "
         "dense models cannot leave the datacenter and hybrid ones can.",
+        "How fast would the link have to be for the dense model to match the hybrid's TTFT, and what "
+        "does the KV explorer's Φ_kv say about it?",
         (Variant("Dense (virtual)", "virtual"),
          Variant("Hybrid (virtual)", "virtual", (HYBRID,)),
          Variant("Dense (live)", "live")),
@@ -67,11 +74,13 @@ STEPS: tuple[Step, ...] = (
         "The link slows, then the threshold rises", "classroom-basic.yaml",
         "A tiny hybrid model, prompts of 256-8,192 tokens. The scenario's timeline drops the link from "
         "200 to 50 Mbit/s at 20 s and raises the threshold from 2,048 to 4,096 tokens at 40 s.",
-        "On the Live page: the capacity line in *Egress vs link capacity* at 20 s; the dotted "
-        "threshold line in the TTFT chart at 40 s; *Share routed remote (last 10 s)* after it. "
-        "Try the *Threshold* knob in the sidebar yourself.",
+        "On the Live page: the capacity line in *Egress vs link capacity* at 20 s; the threshold line "
+        "in *TTFT P50/P90, threshold on the right axis* at 40 s; *Share routed remote* after it; both "
+        "changes in the *Decisions* table. Then move *Threshold (tokens)* in the sidebar and press Apply.",
         "After 40 s fewer prompts go remote (about three in four before, one in two after), so egress "
         "falls and the local prefill queue takes the rest.",
+        "Raising t moves work from the remote cluster to the local one: which queue in *Queue depth "
+        "per pool* pays for the link's relief?",
         (Variant("Start it live (about 1 min)", "live"),),
         "Live",
     ),
@@ -79,21 +88,26 @@ STEPS: tuple[Step, ...] = (
         "A bandwidth drop and the scheduler's reaction", "live-bandwidth-drop.yaml",
         "The quickstart setup on a 100 Mbit/s link that falls to 10 Mbit/s at 20 s, with the "
         "short-term scheduler re-searching the threshold every 3 s.",
-        "The capacity line falls to 10 Mbit/s and egress presses against it; a few seconds later the "
-        "threshold line in the TTFT chart steps up.",
+        "*Egress vs link capacity*: the capacity line falls to 10 Mbit/s and egress presses against "
+        "it; the dotted markers on the charts and the *Decisions* table say when the scheduler moved "
+        "t and why; the threshold line in *TTFT P50/P90, threshold on the right axis* steps up.",
         "The scheduler raises t (about 2,965 -> 3,411 tokens in the virtual run), so only the longest "
-        "prompts still cross the slow link; the run's summary lists the scheduler's decisions.",
+        "prompts still cross the slow link.",
+        "The scheduler waited a few seconds before it moved t: why not react to the first slow transfer?",
         (Variant("Start it live (about 1.5 min)", "live"),
          Variant("Virtual (seconds)", "virtual")),
         "Live",
     ),
     Step(
         "A burst", "live-quickstart.yaml",
-        "You make the burst: while the quickstart runs, raise *Arrival rate* in the Live page's "
-        "sidebar from 0.5 to 3 requests/s for about ten seconds, then set it back (or *Pause*).",
-        "*Queue depth per pool* and TTFT P90; the *Completed / arrived* tile.",
+        "You make the burst: while the quickstart runs, raise *Arrival rate (req/s)* in the Live "
+        "page's sidebar from 0.5 to 3 requests/s for about ten seconds, then set it back (or *Pause "
+        "arrivals*).",
+        "*Queue depth per pool* and the TTFT P90 line of *TTFT P50/P90, threshold on the right axis*; "
+        "the *Completed / arrived* tile.",
         "Queues build on both prefill pools and TTFT P90 climbs during the burst; after it they drain "
         "and nothing is lost (the run fails a request only with a reason).",
+        "TTFT P90 stays high for a while after the rate is back to 0.5/s: what is it still measuring?",
         (Variant("Start it live (about 1 min)", "live"),),
         "Live",
     ),
@@ -101,15 +115,30 @@ STEPS: tuple[Step, ...] = (
         "Paper scale: the case study", "paper-case-study.yaml",
         "The paper's case study (4 x H200 PrfaaS prefill, 8 x H20 local PD cluster, about 100 Gbit/s "
         "between them) for 10 simulated minutes, on the virtual engine in a second or two.",
-        "The run's summary on the Live page, then the Threshold explorer on the same scenario.",
+        "The run's tiles and charts on the Live page (*Throughput / Λ_max (req/s)*), then the "
+        "Threshold explorer on the same scenario, with the paper's figures beside the project's.",
         "About half the requests go remote, near the optimizer's p at t* = 19,620 tokens with a 3:5 "
         "prefill/decode split; the explorer shows why this t balances the two prefill paths.",
+        "Measured throughput is below Λ_max: is the cluster too slow, or is it simply not offered "
+        "more than 2 requests/s?",
         (Variant("Run it (virtual, seconds)", "virtual"),),
         "Threshold explorer",
     ),
 )
 ALSO_TRY = ("`live-worker-crash.yaml` kills the remote prefill worker mid-run and restarts it: "
             "long prompts fall back to local prefill meanwhile, and no request is lost.")
+# What a step may name in *italics*: the Live page's panels, tables, tiles and knobs, the Runs
+# page's comparison and the run's Λ tile (a renamed panel fails a test, not a class).
+LIVE_NAMES = frozenset({*CHART_TITLES.values(), *TABLE_TITLES, "Completed / arrived", "Run time (s)",
+                        "Throughput / Λ_max (req/s)", "Threshold (tokens)", "Arrival rate (req/s)",
+                        "Pause arrivals", "Compare runs"})
+NAMED = re.compile(r"\*([^*]+)\*")
+
+
+def unknown_names(steps: tuple[Step, ...] = STEPS) -> list[str]:
+    """Each *name* a step's watch or idea points to that no page shows under that name."""
+    return [f"step {number}: *{name}*" for number, step in enumerate(steps, start=1)
+            for name in NAMED.findall(step.watch + " " + step.idea) if name not in LIVE_NAMES]
 
 
 def check_steps(steps: tuple[Step, ...] = STEPS, scenarios_dir: Path = SCENARIOS_DIR) -> list[str]:

@@ -11,6 +11,15 @@ import plotly.graph_objects as go
 
 from emulator.telemetry.timeseries import frame_rate_unit
 
+# The Live page's panels by key, titled as the page shows them (the Classroom tour names them too).
+CHART_TITLES = {
+    "live_ttft": "TTFT P50/P90, threshold on the right axis",
+    "live_egress": "Egress vs link capacity",
+    "live_queues": "Queue depth per pool",
+    "live_share": "Share routed remote",
+    "live_link": "KV senders: retransmission rate and RTT",
+}
+TABLE_TITLES = ("Node roles", "Last requests", "Decisions")
 HEIGHT = 270
 LEGEND_TOP = {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom"}
 COLORS = {"p50": "#1f77b4", "p90": "#d62728", "threshold": "#7f7f7f", "egress": "#ff7f0e",

@@ -311,14 +311,14 @@ def _charts(frame: pd.DataFrame, caption: str, view: RunView | None = None) -> N
     with the bus `view`, also the node roles and the last requests."""
     st.caption(caption)
     grid = [st.columns(2), st.columns(2), st.columns(2)]
-    for col, title, key, build in (
-        (grid[0][0], "TTFT P50/P90, threshold on the right axis", "live_ttft", live_charts.ttft_figure),
-        (grid[0][1], "Egress vs link capacity", "live_egress", live_charts.egress_figure),
-        (grid[1][0], "Queue depth per pool", "live_queues", live_charts.queues_figure),
-        (grid[1][1], "Share routed remote", "live_share", live_charts.share_figure),
-        (grid[2][0], "KV senders: retransmission rate and RTT", "live_link", live_charts.link_health_figure),
+    for col, key, build in (
+        (grid[0][0], "live_ttft", live_charts.ttft_figure),
+        (grid[0][1], "live_egress", live_charts.egress_figure),
+        (grid[1][0], "live_queues", live_charts.queues_figure),
+        (grid[1][1], "live_share", live_charts.share_figure),
+        (grid[2][0], "live_link", live_charts.link_health_figure),
     ):
-        col.markdown(f"**{title}**")
+        col.markdown(f"**{live_charts.CHART_TITLES[key]}**")
         col.plotly_chart(build(frame), key=key, config={"displayModeBar": False})
     if view is None:
         return

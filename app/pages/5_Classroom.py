@@ -42,7 +42,8 @@ def _step(number: int, step: Step) -> None:
         st.subheader(f"Step {number}. {step.title}")
         st.markdown(step.idea)
         st.markdown(f"**Watch:** {step.watch}")
-        st.markdown(f"**What should happen:** {step.expect}")
+        st.markdown(f"**What you should see:** {step.expect}")
+        st.markdown(f"**Ask:** {step.question}")
         st.caption(f"Scenario: `scenarios/{step.scenario}`")
         cols = st.columns(len(step.variants) + 1)
         for i, (col, variant) in enumerate(zip(cols, step.variants, strict=False)):

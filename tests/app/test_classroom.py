@@ -7,7 +7,7 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
-from app.classroom_view import STEPS, Step, Variant, check_steps
+from app.classroom_view import STEPS, Step, Variant, check_steps, unknown_names
 
 PAGE = Path(__file__).resolve().parents[2] / "app" / "pages" / "5_Classroom.py"
 
@@ -16,12 +16,19 @@ def test_four_to_six_steps_all_valid() -> None:
     assert 4 <= len(STEPS) <= 6
     assert check_steps() == []
     assert {v.engine for step in STEPS for v in step.variants} == {"live", "virtual"}
-    assert all(step.watch and step.expect and step.variants for step in STEPS)
+    assert all(step.watch and step.expect and step.question.endswith("?") and step.variants for step in STEPS)
+
+
+def test_every_name_a_step_points_to_is_on_the_page() -> None:
+    """*Names* in a step's watch are the Live page's panel, table, tile and knob titles exactly."""
+    assert unknown_names() == []
+    renamed = (Step("x", "live-quickstart.yaml", "", "*Egress chart*", "", "?", (Variant("a", "live"),), "Live"),)
+    assert unknown_names(renamed) == ["step 1: *Egress chart*"]
 
 
 def test_check_steps_names_what_is_wrong() -> None:
-    broken = (Step("x", "no-such.yaml", "", "", "", (Variant("a", "live"),), "Live"),
-              Step("y", "live-quickstart.yaml", "", "", "", (Variant("b", "fast", ("duration_s=-1",)),), "Live"))
+    broken = (Step("x", "no-such.yaml", "", "", "", "", (Variant("a", "live"),), "Live"),
+              Step("y", "live-quickstart.yaml", "", "", "", "", (Variant("b", "fast", ("duration_s=-1",)),), "Live"))
     problems = check_steps(broken)
     assert problems[0].startswith("step 1 (a): ") and "no-such.yaml: file not found" in problems[0]
     assert problems[1] == "step 2 (b): engine 'fast' is unknown"
