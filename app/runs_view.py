@@ -1,5 +1,6 @@
-"""Tables behind the Runs page: recorded runs found under a directory, one run's headline numbers
-and per-node figures, TTFT CDFs, Gantt segments, timeseries lines, and several runs side by side.
+"""Tables behind the Runs page: recorded runs found under a directory (and run folders left
+incomplete, with why), one run's headline numbers and per-node figures, TTFT CDFs, Gantt segments,
+timeseries lines, and tables as display text. Several runs side by side: `app.runs_compare`.
 
 Pure functions over `emulator.telemetry.recorder.load_run`'s frames, so tests check them without
 Streamlit. Nothing here writes a run or starts one.
@@ -16,28 +17,25 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from emulator.compare import reason_order, summary_failures
 from emulator.control.types import RequestStatus
 from emulator.errors import TelemetryError
 from emulator.paths import REPO_ROOT
-from emulator.telemetry.figures import HEADLINE, egress_bit_per_s, node_figures, rate_label
+from emulator.telemetry.figures import node_figures
+from emulator.telemetry.labels import format_number, label
 from emulator.telemetry.recorder import load_run
 from emulator.telemetry.timeseries import frame_rate_unit
 
 DEFAULT_RUNS_DIR = "runs"  # `python -m emulator run`'s default --out is runs/<scenario>-<time>
 MAX_GANTT_REQUESTS = 200
 
-# (summary key, label) of the headline numbers, in the order the comparison shows them (then egress,
-# in a unit that suits the runs: compare_table).
-SUMMARY_METRICS: tuple[tuple[str, str], ...] = (
-    ("requests", "requests"),
-    ("completed", "completed"),
-    ("failed_count", "failed"),
-    *HEADLINE,
-)
 NODE_COLUMNS = ("node", "role", "requests", "busy", "mean queue")
-LISTING_COLUMNS = ("run", "scenario", "engine", "link_backend", "requests", "completed", "failed",
-                   "ttft_p50_s", "ttft_p90_s", "modified")
+# The listing's summary figures, named as everywhere else (labels.py)
+LISTING_FIGURES = ("requests", "completed", "failed_count", "ttft_p50_s", "ttft_p90_s")
+LISTING_COLUMNS = ("run", "status", "scenario", "engine", label("link_backend"),
+                   *(label(key) for key in LISTING_FIGURES), "recorded at")
+RUN_LOG = "run.log"  # what `emulator.api.start_run` writes beside the run's files
+LOG_TAIL_LINES = 20
+LOG_TAIL_BYTES = 64 * 1024
 EGRESS_SERIES = {"egress_bit_per_s": "egress", "link_capacity_bit_per_s": "link capacity"}
 # The Gantt's segments, in drawing order; gantt_segments says where each starts and ends.
 SEGMENTS = ("queue", "prefill", "transfer", "decode")
@@ -63,11 +61,24 @@ class Run:
 
 
 @dataclass(frozen=True, slots=True)
+class IncompleteRun:
+    """A run folder with a run.log but no summary.json: its run was stopped, failed before it
+    recorded anything, or is still going. Listed, so a killed run does not silently vanish."""
+
+    name: str
+    path: Path
+    why: str
+    log_tail: str  # the last lines of run.log
+
+
+@dataclass(frozen=True, slots=True)
 class RunListing:
-    """The runs found under a directory, newest first, and the directories that are not runs."""
+    """The runs found under a directory, newest first, the directories that are not runs, and the
+    run folders left incomplete."""
 
     runs: tuple[Run, ...]
     problems: tuple[tuple[str, str], ...] = field(default=())  # (dir name, load_run's one line)
+    incomplete: tuple[IncompleteRun, ...] = field(default=())
 
     def by_name(self) -> dict[str, Run]:
         return {run.name: run for run in self.runs}
@@ -82,19 +93,25 @@ def resolve_runs_dir(text: str, root: Path = REPO_ROOT) -> Path:
     return path if path.is_absolute() else root / path
 
 
-def find_run_dirs(runs_dir: Path) -> list[Path]:
-    """`runs_dir` itself if it holds a summary.json, else its subdirectories that do, newest first.
+def find_run_dirs(runs_dir: Path, marker: str = "summary.json") -> list[Path]:
+    """`runs_dir` itself if it holds `marker`, else its subdirectories that do, newest first.
 
-    A directory without summary.json is not a run and is skipped silently; one with it is offered
-    to `load_run`, which names what is wrong when it is foreign or incomplete.
+    A directory without summary.json is not a recorded run (`find_incomplete_dirs` finds the run
+    folders among them); one with it is offered to `load_run`, which names what is wrong when it
+    is foreign or incomplete.
     """
     if not runs_dir.is_dir():
         raise TelemetryError(f"runs directory {str(runs_dir)!r} does not exist; "
                              "type the directory holding your run folders (default runs/)")
-    if (runs_dir / "summary.json").is_file():
+    if (runs_dir / marker).is_file():
         return [runs_dir]
-    found = [p for p in runs_dir.iterdir() if p.is_dir() and (p / "summary.json").is_file()]
-    return sorted(found, key=lambda p: ((p / "summary.json").stat().st_mtime, p.name), reverse=True)
+    found = [p for p in runs_dir.iterdir() if p.is_dir() and (p / marker).is_file()]
+    return sorted(found, key=lambda p: ((p / marker).stat().st_mtime, p.name), reverse=True)
+
+
+def find_incomplete_dirs(runs_dir: Path) -> list[Path]:
+    """Run folders (they hold run.log) without summary.json, newest log first."""
+    return [p for p in find_run_dirs(runs_dir, RUN_LOG) if not (p / "summary.json").exists()]
 
 
 Loader = Callable[[Path], tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]]
@@ -110,22 +127,55 @@ def list_runs(runs_dir: Path, loader: Loader = load_run) -> RunListing:
             problems.append((path.name, str(err)))
             continue
         runs.append(Run(path.name, path, requests, timeseries, doc))
-    return RunListing(tuple(runs), tuple(problems))
+    incomplete = tuple(incomplete_run(path) for path in find_incomplete_dirs(runs_dir))
+    return RunListing(tuple(runs), tuple(problems), incomplete)
+
+
+def incomplete_run(path: Path) -> IncompleteRun:
+    """What a run folder without summary.json tells: the error its log ends with, else that the run
+    stopped before it finished (killed) or still goes."""
+    tail = log_tail(path / RUN_LOG)
+    lines = [line for line in tail.splitlines() if line.strip()]
+    last = lines[-1].strip() if lines else ""
+    if last.startswith("error:") or any(line.startswith("Traceback") for line in lines):
+        why = f"no summary.json: the run ended with an error ({last[:200]})"
+    else:
+        why = ("no summary.json: the run was stopped before it finished (killed?), or is still going; "
+               f"its log was last written {_mtime(path / RUN_LOG)}")
+    return IncompleteRun(path.name, path, why, tail)
+
+
+def log_tail(path: Path, num_lines: int = LOG_TAIL_LINES) -> str:
+    """The last `num_lines` lines of a log (read from its last 64 KiB); "" when it is unreadable."""
+    try:
+        with open(path, "rb") as log:
+            log.seek(max(0, log.seek(0, 2) - LOG_TAIL_BYTES))
+            text = log.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.replace("\r", "\n").splitlines()[-num_lines:])
+
+
+def _mtime(path: Path) -> str:
+    try:
+        return pd.Timestamp(path.stat().st_mtime, unit="s").strftime("%Y-%m-%d %H:%M:%S")
+    except OSError:
+        return "-"
 
 
 def listing_table(listing: RunListing) -> pd.DataFrame:
-    """One row per run: what ran and its headline TTFT."""
+    """One row per run folder, as display text: what ran and its headline TTFT; an incomplete
+    folder says so and shows `-` for what it never recorded."""
     rows = []
     for run in listing.runs:
         summary, meta = run.summary, run.meta
-        rows.append({
-            "run": run.name, "scenario": meta.get("scenario"), "engine": meta.get("engine"),
-            "link_backend": link_backend(meta), "requests": summary.get("requests"),
-            "completed": summary.get("completed"), "failed": summary.get("failed_count"),
-            "ttft_p50_s": summary.get("ttft_p50_s"), "ttft_p90_s": summary.get("ttft_p90_s"),
-            "modified": pd.Timestamp((run.path / "summary.json").stat().st_mtime, unit="s"),
-        })
-    return pd.DataFrame(rows, columns=list(LISTING_COLUMNS))
+        rows.append([run.name, "recorded", str(meta.get("scenario", "-")), str(meta.get("engine", "-")),
+                     link_backend(meta), *(format_number(summary.get(key)) for key in LISTING_FIGURES),
+                     _mtime(run.path / "summary.json")])
+    for folder in listing.incomplete:
+        rows.append([folder.name, "incomplete", *["-"] * (len(LISTING_COLUMNS) - 3), _mtime(folder.path / RUN_LOG)])
+    table = pd.DataFrame(rows, columns=list(LISTING_COLUMNS))
+    return table.sort_values("recorded at", ascending=False, kind="stable").reset_index(drop=True)
 
 
 def link_backend(meta: Mapping[str, Any]) -> str:
@@ -134,17 +184,6 @@ def link_backend(meta: Mapping[str, Any]) -> str:
     if backend:
         return str(backend)
     return "simulated" if meta.get("engine") == "virtual" else "unknown"
-
-
-def format_number(value: Any, digits: int = 3) -> str:
-    """A summary value for a metric tile: '-' when missing, integers with separators."""
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "-"
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return str(value)
-    if isinstance(value, int) or abs(value) >= 10 ** (digits - 1):
-        return f"{round(value):,}"
-    return f"{value:.{digits}g}"
 
 
 def format_percent(value: Any) -> str:
@@ -227,25 +266,6 @@ def egress_lines(timeseries: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     return lines, unit
 
 
-def compare_table(runs: Mapping[str, Run]) -> pd.DataFrame:
-    """Headline numbers side by side, as display text: one row per metric, one column per run, then
-    one row per fail reason any of the runs met (`failed: worker_lost`)."""
-    rows = {"scenario": [str(run.meta.get("scenario", "-")) for run in runs.values()],
-            "engine": [str(run.meta.get("engine", "-")) for run in runs.values()],
-            "link backend": [link_backend(run.meta) for run in runs.values()]}
-    for key, label in SUMMARY_METRICS:
-        rows[label] = [format_number(run.summary.get(key)) for run in runs.values()]
-    egress = [egress_bit_per_s(run.summary) for run in runs.values()]
-    unit, per_unit = rate_label(egress)
-    rows[f"egress mean ({unit})"] = [format_number(None if v is None else v / per_unit) for v in egress]
-    counts = [summary_failures(run.doc) for run in runs.values()]
-    for reason in reason_order(reason for count in counts for reason in count):
-        rows[f"failed: {reason}"] = [format_number(count.get(reason, 0)) for count in counts]
-    table = pd.DataFrame.from_dict(rows, orient="index", columns=list(runs))
-    table.index.name = "metric"
-    return table
-
-
 def node_table(summary: Mapping[str, Any]) -> pd.DataFrame:
     """One row per node (prefill nodes, then decode nodes): requests served, and a prefill node's
     busy fraction and mean queue (NaN for a decode node); empty for a run recorded before
@@ -255,15 +275,24 @@ def node_table(summary: Mapping[str, Any]) -> pd.DataFrame:
     return table.astype({"requests": "Int64", "busy": "float64", "mean queue": "float64"})
 
 
-def compare_cdfs(runs: Mapping[str, Run]) -> pd.DataFrame:
-    """Every run's TTFT CDF over all routes, labelled by run name."""
-    parts = []
-    for name, run in runs.items():
-        cdf = ttft_cdf(run.requests, by=None)
-        parts.append(cdf.assign(group=name))
-    if not parts:
-        return pd.DataFrame(columns=["group", "ttft_s", "fraction"])
-    return pd.concat(parts, ignore_index=True)
+def as_text(frame: pd.DataFrame, percent: tuple[str, ...] = ()) -> pd.DataFrame:
+    """`frame` for display: numbers to three significant digits (the `percent` columns as `42%`),
+    `-` for every missing value, never `None` or `nan`."""
+    def shown(column: str) -> Callable[[Any], str]:
+        return format_percent if column in percent else format_number
+    out = frame.astype(object).where(frame.notna(), None)
+    return out.apply(lambda col: col.map(shown(str(col.name))))
+
+
+def column_widths(frame: pd.DataFrame, max_px: int = 420) -> dict[str, int]:
+    """Pixels per column (and `_index`, Streamlit's name for the index) that fit its header and
+    its longest cell, so no header is clipped."""
+    def width(header: object, cells: pd.Series | pd.Index) -> int:
+        longest = max([len(str(header)), *(len(str(c)) for c in cells)])
+        return min(max_px, 8 * longest + 28)
+    widths = {str(col): width(col, frame[col]) for col in frame.columns}
+    widths["_index"] = width(frame.index.name or "", frame.index)
+    return widths
 
 
 def csv_bytes(frame: pd.DataFrame) -> bytes:

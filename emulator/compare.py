@@ -25,11 +25,13 @@ from emulator.telemetry.figures import (
     NOQUEUE_NOTE,
     NodeFigures,
     egress_bit_per_s,
+    egress_label,
     format_node,
     node_figures,
     number,
     rate_label,
 )
+from emulator.telemetry.labels import format_number
 from emulator.telemetry.recorder import load_run
 
 LABEL_WIDTH = 28
@@ -44,6 +46,11 @@ class MetricDiff:
     a: float | None
     b: float | None
     per_unit: float = 1.0
+
+    @property
+    def difference(self) -> float | None:
+        """b - a, as recorded; None when either is missing."""
+        return None if self.a is None or self.b is None else self.b - self.a
 
     @property
     def relative(self) -> float | None:
@@ -93,7 +100,7 @@ def compare_runs(run_a: str | Path, run_b: str | Path) -> Comparison:
     rows = tuple(MetricDiff(name, label, number(sum_a, name), number(sum_b, name)) for name, label in HEADLINE)
     egress = (egress_bit_per_s(sum_a), egress_bit_per_s(sum_b))
     unit, per_unit = rate_label(egress)
-    rows += (MetricDiff(EGRESS_KEY, f"egress mean ({unit})", *egress, per_unit=per_unit),)
+    rows += (MetricDiff(EGRESS_KEY, egress_label(unit), *egress, per_unit=per_unit),)
     failures = line_up_failures(summary_failures(doc_a), summary_failures(doc_b))
     return Comparison(_label(run_a, doc_a), _label(run_b, doc_b), rows, _ttfts(req_a), _ttfts(req_b), failures,
                       line_up_nodes(node_figures(sum_a), node_figures(sum_b)))
@@ -129,7 +136,7 @@ def format_table(comparison: Comparison) -> str:
     for row in comparison.rows:
         rel = "" if row.relative is None else f"{row.relative:+.1%}"
         a, b = (None if v is None else v / row.per_unit for v in (row.a, row.b))
-        lines.append(f"{row.label:<{width}}  {_shown(a):>16}  {_shown(b):>16}  {rel:>8}")
+        lines.append(f"{row.label:<{width}}  {format_number(a):>16}  {format_number(b):>16}  {rel:>8}")
     lines.append(f"{'failed, by reason':<{width}}  {'A':>16}  {'B':>16}  {'B - A':>8}")
     for fail in comparison.failures:
         lines.append(f"{'  ' + fail.reason[:width - 2]:<{width}}  {fail.a:>16}  {fail.b:>16}  {fail.b - fail.a:>+8}")
@@ -194,6 +201,3 @@ def _ttfts(requests: pd.DataFrame) -> np.ndarray:
     done = requests[(requests["status"] == RequestStatus.COMPLETED.value) & requests["ttft_s"].notna()]
     return np.sort(done["ttft_s"].to_numpy(dtype=float))
 
-
-def _shown(value: float | None) -> str:
-    return "-" if value is None else f"{value:.4g}"

@@ -1,7 +1,9 @@
-"""Runs: recorded runs under a directory, one run opened (summary, per-node table, TTFT CDF, Gantt,
-egress, threshold), several compared, and each run's files to download.
+"""Runs: recorded runs under a directory (and run folders left incomplete, with their log), one run
+opened (summary, per-node table, TTFT CDF, Gantt, egress, threshold, decision timeline), several
+compared, and each run's files to download.
 
-Layout only; the tables come from `app.runs_view`, the files from `emulator.telemetry.recorder`.
+Layout only; the tables come from `app.runs_view`, `app.runs_compare` and `app.decisions_view`,
+the files from `emulator.telemetry.recorder`.
 """
 
 from __future__ import annotations
@@ -14,19 +16,20 @@ import plotly.express as px
 import plotly.graph_objects as go
 import streamlit as st
 
+from app.decisions_view import TABLE_COLUMNS, add_decision_markers, decision_rows
+from app.runs_compare import compare_cdfs, compare_egress, compare_table, run_letters
 from app.runs_view import (
     DEFAULT_RUNS_DIR,
     MAX_GANTT_REQUESTS,
     SEGMENTS,
     Run,
     RunListing,
-    compare_cdfs,
-    compare_table,
+    as_text,
+    column_widths,
     csv_bytes,
     egress_lines,
     file_bytes,
     first_tokens,
-    format_number,
     format_percent,
     gantt_segments,
     link_backend,
@@ -39,7 +42,9 @@ from app.runs_view import (
 )
 from emulator.errors import TelemetryError
 from emulator.telemetry.figures import NODE_NOTE, NOQUEUE_NOTE, egress_bit_per_s, format_rate
+from emulator.telemetry.labels import format_number, label
 from emulator.telemetry.recorder import load_run
+from emulator.telemetry.report import token_axis
 from emulator.telemetry.run_meta import workload_statement
 
 SEGMENT_COLORS = {"queue": "#bbbbbb", "prefill": "#1f77b4", "transfer": "#ff7f0e", "decode": "#2ca02c"}
@@ -70,32 +75,48 @@ def _listing(text: str) -> RunListing | None:
     if listing.problems:
         st.warning("Skipped, not readable as runs:\n" + "\n".join(
             f"- `{name}`: {reason}" for name, reason in listing.problems))
-    if not listing.runs:
+    if not listing.runs and not listing.incomplete:
         st.info(f"No recorded runs under {text.strip()!r}: a run directory holds summary.json, "
                 "requests.parquet and timeseries.parquet.")
         return None
     return listing
 
 
+def _table(frame: pd.DataFrame, key: str, hide_index: bool = True) -> None:
+    """A display-text table (`as_text`), each column wide enough for its header and cells."""
+    widths = column_widths(frame)
+    config = {col: st.column_config.Column(width=px) for col, px in widths.items()
+              if col != "_index" or not hide_index}
+    st.dataframe(frame, hide_index=hide_index, key=key, column_config=config, placeholder="-")
+
+
+def _incomplete(listing: RunListing) -> None:
+    """Each run folder without summary.json: why, and the end of its log."""
+    for folder in listing.incomplete:
+        with st.expander(f"`{folder.name}` is incomplete: {folder.why}"):
+            st.code(folder.log_tail or "(run.log is empty)", language=None)
+
+
+def _tile(key: str) -> str:
+    """A figure's name (labels.py) as a tile's title: `Throughput (req/s)`."""
+    text = label(key)
+    return text[:1].upper() + text[1:]
+
+
 def _summary_tiles(run: Run) -> None:
     summary, meta = run.summary, run.meta
     what = st.columns(3)
-    what[0].metric("Engine", str(meta.get("engine", "-")))
-    what[1].metric("Scenario", str(meta.get("scenario", "-")))
-    what[2].metric("Link backend", link_backend(meta))
+    what[0].metric(_tile("engine"), str(meta.get("engine", "-")))
+    what[1].metric(_tile("scenario"), str(meta.get("scenario", "-")))
+    what[2].metric(_tile("link_backend"), link_backend(meta))
     numbers = st.columns(7)
-    for col, (key, label) in zip(numbers[:6], (
-        ("completed", "Completed"), ("failed_count", "Failed"), ("ttft_mean_s", "TTFT mean (s)"),
-        ("ttft_p50_s", "TTFT P50 (s)"), ("ttft_p90_s", "TTFT P90 (s)"),
-        ("throughput_rps", "Throughput (req/s)"),
-    ), strict=True):
-        col.metric(label, format_number(summary.get(key)))
-    numbers[6].metric("Egress mean", format_rate(egress_bit_per_s(summary)))
+    for col, key in zip(numbers[:6], ("completed", "failed_count", "ttft_mean_s", "ttft_p50_s", "ttft_p90_s",
+                                      "throughput_rps"), strict=True):
+        col.metric(_tile(key), format_number(summary.get(key)))
+    numbers[6].metric(_tile("egress_bit_per_s_mean"), format_rate(egress_bit_per_s(summary)))
     shares = st.columns(5)
-    for col, (key, label) in zip(shares[:2], (
-        ("ttft_noqueue_mean_s", "TTFT no-queue mean (s)"), ("ttft_noqueue_p90_s", "TTFT no-queue P90 (s)"),
-    ), strict=True):
-        col.metric(label, format_number(summary.get(key)), help=NOQUEUE_NOTE)
+    for col, key in zip(shares[:2], ("ttft_noqueue_mean_s", "ttft_noqueue_p90_s"), strict=True):
+        col.metric(_tile(key), format_number(summary.get(key)), help=NOQUEUE_NOTE)
     shares[2].metric("Offloaded (requests / tokens)", f"{format_percent(summary.get('prfaas_fraction'))} / "
                      f"{format_percent(summary.get('prfaas_input_token_fraction'))}")
     shares[3].metric("Prefix hit", format_percent(summary.get("prefix_hit_fraction")), help="cached / input tokens")
@@ -126,10 +147,7 @@ def _node_table(run: Run) -> None:
     if nodes.empty:
         st.caption("No per-node figures: this run was recorded before they existed.")
         return
-    st.dataframe(nodes, hide_index=True, key="runs_nodes", column_config={
-        "busy": st.column_config.ProgressColumn("busy", min_value=0.0, max_value=1.0, format="percent"),
-        "mean queue": st.column_config.NumberColumn("mean queue", format="%.3g"),
-    })
+    _table(as_text(nodes, percent=("busy",)), "runs_nodes")
     st.caption(NODE_NOTE)
 
 
@@ -170,15 +188,31 @@ def _gantt_chart(run: Run) -> None:
                "arrival; the thin orange bar is the KV transfer, which may overlap the prefill.")
 
 
-def _line_chart(lines: pd.DataFrame, key: str, y_title: str, shape: str) -> None:
-    """`lines` as timeseries_lines gives them, one colour per series."""
+def _line_chart(lines: pd.DataFrame, key: str, y_title: str, shape: str,
+                decisions: pd.DataFrame | None = None, color: str = "series") -> go.Figure | None:
+    """`lines` as timeseries_lines gives them, one colour per series, the run's decisions marked;
+    a token axis gets whole-number ticks."""
     if lines.empty:
         st.info(f"No {y_title} samples recorded.")
-        return
-    fig = px.line(lines, x="t_s", y="value", color="series", line_shape=shape,
-                  labels={"t_s": "time (s)", "value": y_title, "series": ""})
+        return None
+    fig = px.line(lines, x="t_s", y="value", color=color, line_shape=shape,
+                  labels={"t_s": "time (s)", "value": y_title, color: ""})
     fig.update_layout(legend=LEGEND_TOP, margin={"t": 40})
+    if y_title == "tokens":
+        fig.update_yaxes(**token_axis(lines["value"]))
+    if decisions is not None:
+        add_decision_markers(fig, decisions)
     st.plotly_chart(fig, key=key)
+    return fig
+
+
+def _decisions(rows: pd.DataFrame) -> None:
+    if rows.empty:
+        st.caption("No scheduler decisions or knob changes recorded in this run.")
+        return
+    _table(as_text(rows[list(TABLE_COLUMNS)]), "runs_decisions")
+    st.caption("Dotted lines on the egress and threshold charts mark these times: purple the scheduler, "
+               "grey the scenario's timeline, red a control message.")
 
 
 def _downloads(run: Run) -> None:
@@ -201,6 +235,7 @@ def _open_run(listing: RunListing) -> None:
     runs = listing.by_name()
     name = st.selectbox("Run", list(runs), key="runs_open")
     run = runs[name]
+    decisions = decision_rows(run.meta)
     _summary_tiles(run)
     st.markdown("**Per node**")
     _node_table(run)
@@ -211,11 +246,14 @@ def _open_run(listing: RunListing) -> None:
     with right:
         st.markdown("**Egress vs link capacity**")
         lines, unit = egress_lines(run.timeseries)
-        _line_chart(lines, "egress", unit, "linear")
+        _line_chart(lines, "egress", unit, "linear", decisions)
     st.markdown("**Per-request timeline**: queue, prefill, KV transfer, decode")
     _gantt_chart(run)
     st.markdown("**Routing threshold over time**")
-    _line_chart(timeseries_lines(run.timeseries, {"threshold_tokens": "threshold"}), "threshold", "tokens", "hv")
+    _line_chart(timeseries_lines(run.timeseries, {"threshold_tokens": "threshold"}), "threshold", "tokens", "hv",
+                decisions)
+    st.markdown("**Decisions and knob changes**")
+    _decisions(decisions)
     _downloads(run)
 
 
@@ -226,8 +264,17 @@ def _compare(listing: RunListing) -> None:
         st.info("Pick two or more runs to compare.")
         return
     picked = {name: runs[name] for name in chosen}
-    st.dataframe(compare_table(picked))
-    _cdf_chart(compare_cdfs(picked), "compare_cdf", "run")
+    st.caption("Differences are to A: " + ", ".join(f"{letter} = `{name}`"
+                                                     for name, letter in run_letters(chosen).items()))
+    _table(compare_table(picked), "runs_compare_table", hide_index=False)
+    left, right = st.columns(2)
+    with left:
+        st.markdown("**TTFT CDF**")
+        _cdf_chart(compare_cdfs(picked), "compare_cdf", "run")
+    with right:
+        st.markdown("**Egress over time**")
+        lines, unit = compare_egress(picked)
+        _line_chart(lines, "compare_egress", unit, "linear", color="run")
 
 
 st.set_page_config(page_title="Runs · PrfaaS Lab", layout="wide")
@@ -238,7 +285,9 @@ runs_text = st.text_input("Runs directory", value=DEFAULT_RUNS_DIR, key="runs_di
                           help="A folder of run folders, or one run folder; relative to the repository root")
 found = _listing(runs_text)
 if found is not None:
-    st.dataframe(listing_table(found), hide_index=True)
+    _table(listing_table(found), "runs_listing")
+    _incomplete(found)
+if found is not None and found.runs:
     open_tab, compare_tab = st.tabs(["Open a run", "Compare runs"])
     with open_tab:
         _open_run(found)

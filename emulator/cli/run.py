@@ -1,7 +1,8 @@
 """`python -m emulator run SCENARIO [--engine live|virtual] [--out DIR] [--broker URL] [--set a.b=v]`.
 
 Writes DIR/requests.parquet, timeseries.parquet, summary.json and report.html; prints a short
-summary; exits 1 when an `expect:` bound of the scenario fails. A progress bar shows on a terminal.
+summary and each `expect:` bound, held or failed; exits 1 when one fails. A progress bar shows on a
+terminal; elsewhere (a log, CI) a progress line every 5 s of wall time.
 """
 
 from __future__ import annotations
@@ -10,16 +11,21 @@ import argparse
 import asyncio
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from emulator.scenario import apply_overrides, load_scenario
-from emulator.telemetry.figures import egress_bit_per_s, format_rate
+from emulator.telemetry.figures import EGRESS_KEY, egress_bit_per_s, format_rate
+from emulator.telemetry.labels import format_number, label
+from emulator.telemetry.records import check_expectations
 from emulator.telemetry.run_meta import workload_statement
 
 COMMANDS = ("run",)
 SUMMARY_KEYS = ("requests", "completed", "failed_count", "ttft_p50_s", "ttft_p90_s", "tpot_mean_s",
                 "throughput_rps", "prfaas_fraction")
+LABEL_WIDTH = 26
+LOG_EVERY_S = 5.0  # headless progress: one line per this much wall time
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -38,23 +44,48 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 class ProgressBar:
-    """One line on stderr, redrawn at most 4 times a second; silent when stderr is not a terminal."""
+    """Progress on stderr: on a terminal one line, redrawn at most 4 times a second; elsewhere (a
+    run.log, CI) a plain line every `LOG_EVERY_S` of wall time and one at the end, so a log shows
+    a long run moving. `clock` and `stream` are for tests."""
 
-    def __init__(self, enabled: bool) -> None:
-        self.enabled, self._last = enabled, 0.0
+    def __init__(self, is_terminal: bool, clock: Callable[[], float] = time.monotonic,
+                 stream: TextIO | None = None) -> None:
+        self.is_terminal, self._clock, self._stream = is_terminal, clock, stream
+        self._started = self._last = clock()
+        self._seen: tuple[int, int, float] | None = None
+        self._logged: tuple[int, int, float] | None = None
+
+    @property
+    def stream(self) -> TextIO:
+        return self._stream or sys.stderr
 
     def __call__(self, done: int, total: int, elapsed_s: float) -> None:
-        now = time.monotonic()
-        if not self.enabled or (now - self._last < 0.25 and done < total):
-            return
-        self._last = now
-        filled = int(30 * done / total) if total else 30
-        sys.stderr.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {done}/{total} requests  {elapsed_s:6.1f} s")
-        sys.stderr.flush()
+        now = self._clock()
+        self._seen = (done, total, elapsed_s)
+        if self.is_terminal:
+            if now - self._last < 0.25 and done < total:
+                return
+            self._last = now
+            filled = int(30 * done / total) if total else 30
+            self.stream.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {done}/{total} requests  {elapsed_s:6.1f} s")
+            self.stream.flush()
+        elif now - self._last >= LOG_EVERY_S:
+            self._last = now
+            self._log_line()
+
+    def _log_line(self) -> None:
+        assert self._seen is not None
+        done, total, elapsed_s = self._logged = self._seen
+        wall_s = self._clock() - self._started
+        self.stream.write(f"progress: {done:,}/{total:,} requests ended, run time {elapsed_s:.1f} s, "
+                          f"wall {wall_s:.1f} s\n")
+        self.stream.flush()
 
     def close(self) -> None:
-        if self.enabled:
-            sys.stderr.write("\n")
+        if self.is_terminal:
+            self.stream.write("\n")
+        elif self._seen is not None and self._seen != self._logged:
+            self._log_line()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -79,13 +110,29 @@ def run(args: argparse.Namespace) -> int:
 
 
 def print_summary(doc: dict[str, Any], out: Path) -> None:
+    """What ran, the headline figures under their labels (labels.py), and each `expect:` bound."""
     summary, meta = doc["summary"], doc["meta"]
     print(f"{meta.get('scenario')} ({meta.get('engine')}): {out}")
     if statement := workload_statement(meta):
         print(f"  workload: {statement}")
     for key in SUMMARY_KEYS:
-        value = summary.get(key)
-        print(f"  {key:<18} {value:.4g}" if isinstance(value, float) else f"  {key:<18} {value}")
-    print(f"  {'egress_mean':<18} {format_rate(egress_bit_per_s(summary))}")
-    for line in doc["expect_failures"]:
-        print(f"  EXPECT FAILED: {line}")
+        print(f"  {label(key):<{LABEL_WIDTH}} {format_number(summary.get(key))}")
+    print(f"  {label(EGRESS_KEY):<{LABEL_WIDTH}} {format_rate(egress_bit_per_s(summary))}")
+    lines = expect_lines(summary, doc.get("expect") or {})
+    if lines:
+        print("  expect:")
+        print("\n".join(f"    {line}" for line in lines))
+
+
+def expect_lines(summary: dict[str, Any], expect: dict[str, dict[str, float]]) -> list[str]:
+    """One line per bound: the figure, its value, the bound, and `held` or `FAILED: <why>`, judged
+    by records.check_expectations (the same check as summary.json's expect_failures)."""
+    lines = []
+    for metric, bounds in expect.items():
+        for bound, limit in bounds.items():
+            failed = check_expectations(summary, {metric: {bound: limit}})
+            verdict = "FAILED: " + "; ".join(failed) if failed else "held"
+            name = f"{label(metric)} [{metric}]"
+            lines.append(f"{name:<{LABEL_WIDTH + 8}} {format_number(summary.get(metric)):>10}  "
+                         f"{bound} {format_number(limit):<8}  {verdict}")
+    return lines

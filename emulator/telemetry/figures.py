@@ -12,26 +12,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from emulator.telemetry.labels import format_number, label
 from emulator.telemetry.timeseries import BIT_PER_GBIT, rate_unit
 
-# (summary key, label) of the numbers shown beside one another, in this order; egress is apart
-# (its unit depends on its size: `egress_bit_per_s`, `rate_label`).
-HEADLINE: tuple[tuple[str, str], ...] = (
-    ("ttft_mean_s", "TTFT mean (s)"),
-    ("ttft_p50_s", "TTFT P50 (s)"),
-    ("ttft_p90_s", "TTFT P90 (s)"),
-    ("ttft_noqueue_mean_s", "TTFT no-queue mean (s)"),
-    ("ttft_noqueue_p50_s", "TTFT no-queue P50 (s)"),
-    ("ttft_noqueue_p90_s", "TTFT no-queue P90 (s)"),
-    ("throughput_rps", "throughput (req/s)"),
-    ("tpot_mean_s", "TPOT mean (s)"),
-    ("completed_fraction", "completed fraction"),
-    ("prfaas_fraction", "offloaded (of requests)"),
-    ("prfaas_input_token_fraction", "offloaded (of input tokens)"),
-    ("prefix_hit_fraction", "prefix hit (cached/input)"),
-    ("prefix_hit_fraction_remote", "prefix hit, remote"),
-    ("prefix_hit_fraction_local", "prefix hit, local"),
-)
+# The numbers shown beside one another, in this order, named as labels.py names them; egress is
+# apart (its unit depends on its size: `egress_bit_per_s`, `rate_label`, `egress_label`).
+HEADLINE_KEYS = ("ttft_mean_s", "ttft_p50_s", "ttft_p90_s", "ttft_noqueue_mean_s", "ttft_noqueue_p50_s",
+                 "ttft_noqueue_p90_s", "throughput_rps", "tpot_mean_s", "completed_fraction", "prfaas_fraction",
+                 "prfaas_input_token_fraction", "prefix_hit_fraction", "prefix_hit_fraction_remote",
+                 "prefix_hit_fraction_local")
+HEADLINE: tuple[tuple[str, str], ...] = tuple((key, label(key)) for key in HEADLINE_KEYS)
 EGRESS_KEY = "egress_bit_per_s_mean"
 NOQUEUE_NOTE = ("TTFT no-queue is the paper's Table 6 TTFT: prefill service time plus the KV transfer "
                 "left exposed after it, without waiting in any queue; TTFT counts the queues too.")
@@ -61,6 +51,11 @@ def rate_label(values_bit_per_s: Iterable[float | None]) -> tuple[str, float]:
     Mbit/s link, Gbit/s from 1 Gbit/s up (timeseries.rate_unit, as the egress charts)."""
     known = [v for v in values_bit_per_s if v is not None]
     return rate_unit(max(known) if known else math.nan)
+
+
+def egress_label(unit: str) -> str:
+    """The mean egress's name in a table whose values are in `unit` (`rate_label`)."""
+    return f"{label(EGRESS_KEY)} ({unit})"
 
 
 def format_rate(bit_per_s: float | None) -> str:
@@ -106,10 +101,6 @@ def format_node(row: NodeFigures | None) -> str:
     parts = [f"{row.requests:,} req" if row.requests is not None else "- req"]
     if row.role == "prefill":
         parts.append("busy -" if row.busy_fraction is None else f"busy {row.busy_fraction:.1%}")
-        parts.append("queue -" if row.queue_mean is None else f"queue {_short(row.queue_mean)}")
+        parts.append("queue -" if row.queue_mean is None else f"queue {format_number(row.queue_mean)}")
     return ", ".join(parts)
 
-
-def _short(value: float) -> str:
-    """Three significant digits, and a hotspot's long queue in full (`2,343`, not `2.34e+03`)."""
-    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"

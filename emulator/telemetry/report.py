@@ -2,13 +2,15 @@
 
 It opens offline (a classroom without network, a CI artifact). It reads the frames `load_run`
 returns and computes nothing the summary does not already hold, beyond sorting for the CDF; the
-summary's figures are shown as `figures.py` says (egress in the link's unit, the per-node table).
+summary's figures are named and rounded as `labels.py` says and shown as `figures.py` says (egress
+in the link's unit, the per-node table); the decision timeline is `decision_log.py`'s.
 """
 
 from __future__ import annotations
 
 import html
-import json
+import math
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
 from emulator.control.types import RequestStatus
+from emulator.telemetry.decision_log import LogEntry, log_entries
 from emulator.telemetry.figures import (
     EGRESS_KEY,
     NODE_NOTE,
@@ -26,7 +29,8 @@ from emulator.telemetry.figures import (
     format_rate,
     node_figures,
 )
-from emulator.telemetry.timeseries import frame_rate_unit
+from emulator.telemetry.labels import format_number, label
+from emulator.telemetry.timeseries import BIT_PER_MBIT, frame_rate_unit
 
 TITLES = {
     "ttft_time": "TTFT over time",
@@ -36,8 +40,10 @@ TITLES = {
     "threshold": "Routing threshold over time",
 }
 NODES_TITLE = "Per node"
-# Shown elsewhere: egress once, in its unit (EGRESS_KEY), and the node tables in their own section.
-_NOT_IN_TABLE = frozenset({"egress_gbps_mean", "prefill_nodes", "decode_nodes"})
+DECISIONS_TITLE = "Decisions and knob changes"
+# Shown elsewhere: egress once, in its unit (EGRESS_KEY), the node tables and the decision log in
+# their own sections.
+_NOT_IN_TABLE = frozenset({"egress_gbps_mean", "prefill_nodes", "decode_nodes", "decisions", "knob_changes"})
 RATE_LABELS = {"egress_bit_per_s": "egress", "link_capacity_bit_per_s": "link capacity"}
 QUEUE_COLUMNS = {"queue_remote_prefill": "remote prefill", "queue_local_prefill": "local prefill",
                  "queue_decode": "decode"}
@@ -61,8 +67,9 @@ def write_report(path: str | Path, requests_df: pd.DataFrame, timeseries_df: pd.
         _chart(TITLES["ttft_cdf"], _ttft_cdf(requests_df), "TTFT (s)", "fraction of requests"),
         _egress_chart(timeseries_df),
         _chart(TITLES["queues"], _lines(timeseries_df, QUEUE_COLUMNS), "time (s)", "requests"),
-        _chart(TITLES["threshold"], _lines(timeseries_df, {"threshold_tokens": "threshold"},
-                                           shape="hv"), "time (s)", "tokens"),
+        _chart(TITLES["threshold"], _lines(timeseries_df, {"threshold_tokens": "threshold"}, shape="hv"),
+               "time (s)", "tokens", y_axis=token_axis(timeseries_df.get("threshold_tokens", ()))),
+        _section(DECISIONS_TITLE, _decisions_html(log_entries(summary.get("meta", {})))),
     ]
     title = html.escape(f"PrfaaS run {summary.get('meta', {}).get('scenario', '')}".strip())
     page = (f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{title}</title>"
@@ -75,13 +82,27 @@ def _section(title: str, body: str) -> str:
     return f"<section><h2>{html.escape(title)}</h2>\n{body}</section>\n"
 
 
-def _chart(title: str, traces: list[go.Scatter], x_title: str, y_title: str) -> str:
+def _chart(title: str, traces: list[go.Scatter], x_title: str, y_title: str,
+           y_axis: Mapping[str, Any] | None = None) -> str:
     if not traces:
         return _section(title, "<p class='nodata'>no data</p>")
     figure = go.Figure(traces)
     figure.update_layout(xaxis_title=x_title, yaxis_title=y_title, height=380,
                          margin={"l": 60, "r": 20, "t": 20, "b": 50}, template="plotly_white")
+    figure.update_yaxes(**(y_axis or {}))
     return _section(title, figure.to_html(full_html=False, include_plotlyjs=False))
+
+
+def token_axis(values: Iterable[float]) -> dict[str, Any]:
+    """Plotly y-axis settings for a token count such as the threshold: whole-number ticks with
+    separators, and a flat line drawn within +-10% of its value (Plotly's own range for a flat
+    line is +-1, ticked `2,047.5`)."""
+    finite = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    axis: dict[str, Any] = {"tickformat": ",d"}
+    if finite and max(finite) - min(finite) < 1:
+        pad = max(10.0, abs(finite[0]) * 0.1)
+        axis["range"] = [finite[0] - pad, finite[0] + pad]
+    return axis
 
 
 def _egress_chart(timeseries_df: pd.DataFrame) -> str:
@@ -92,14 +113,24 @@ def _egress_chart(timeseries_df: pd.DataFrame) -> str:
 
 
 def _summary_html(numbers: dict[str, Any], meta: dict[str, Any], failures: list[str]) -> str:
-    rows = [(k, format_rate(egress_bit_per_s(numbers)) if k == EGRESS_KEY else _shown(v))
+    rows = [(label(k), format_rate(egress_bit_per_s(numbers)) if k == EGRESS_KEY else _shown(v))
             for k, v in numbers.items() if k not in _NOT_IN_TABLE]
-    rows += [(k, _shown(v)) for k, v in meta.items()]
+    rows += [(label(k), _meta_shown(k, v)) for k, v in meta.items() if k not in _NOT_IN_TABLE]
     cells = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(text)}</td></tr>"
                     for k, text in rows)
     verdict = ("".join(f"<p class='fail'>expect failed: {html.escape(f)}</p>" for f in failures)
                or "<p>all expectations met</p>")
     return f"<p>{html.escape(NOQUEUE_NOTE)}</p>\n<table>{cells}</table>\n{verdict}"
+
+
+def _decisions_html(entries: tuple[LogEntry, ...]) -> str:
+    """The scheduler's decisions and the knob changes, in time order: time, what, why."""
+    if not entries:
+        return "<p class='nodata'>none recorded</p>"
+    head = "<tr><th>time (s)</th><th>what</th><th>why</th></tr>"
+    cells = "".join(f"<tr><td>{format_number(e.t_s)}</td><td>{html.escape(e.what)}</td>"
+                    f"<td>{html.escape(e.why)}</td></tr>" for e in entries)
+    return f"<table>{head}{cells}</table>"
 
 
 def _nodes_html(nodes: tuple[NodeFigures, ...]) -> str:
@@ -119,13 +150,25 @@ def _percent(value: float | None) -> str:
 
 
 def _shown(value: Any) -> str:
+    """A figure's value: three significant digits, a mapping as `name value` pairs, `no data`."""
     if value is None:
         return "no data"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    if isinstance(value, dict | list):
-        return json.dumps(value, default=str)
-    return str(value)
+    if isinstance(value, Mapping):
+        return ", ".join(f"{label(str(k))} {_shown(v)}" for k, v in value.items()) or "-"
+    if isinstance(value, list | tuple):
+        return "; ".join(_shown(v) for v in value) or "-"
+    return format_number(value)
+
+
+def _meta_shown(key: str, value: Any) -> str:
+    """A meta value; the link as `100 Mbit/s, 10 ms, 0% loss`, the workload as its statement."""
+    if key == "link" and isinstance(value, Mapping) and isinstance(value.get("bandwidth_mbit"), int | float):
+        loss = value.get("loss_pct")
+        return (f"{format_rate(value['bandwidth_mbit'] * BIT_PER_MBIT)}, {format_number(value.get('delay_ms'))} ms, "
+                f"{format_number(loss if loss is not None else 0)}% loss")
+    if key == "workload" and isinstance(value, Mapping) and isinstance(value.get("statement"), str):
+        return value["statement"]
+    return _shown(value)
 
 
 def _completed(requests_df: pd.DataFrame) -> pd.DataFrame:
@@ -154,9 +197,9 @@ def _lines(timeseries_df: pd.DataFrame, columns: dict[str, str],
            shape: str = "linear", scale: float = 1.0) -> list[go.Scatter]:
     """One line per column that holds at least one value, times `scale`."""
     traces = []
-    for column, label in columns.items():
+    for column, name in columns.items():
         if column in timeseries_df and timeseries_df[column].notna().any():
             rows = timeseries_df[timeseries_df[column].notna()]
-            traces.append(go.Scatter(x=rows["t_s"], y=rows[column] * scale, mode="lines", name=label,
+            traces.append(go.Scatter(x=rows["t_s"], y=rows[column] * scale, mode="lines", name=name,
                                      line_shape=shape))
     return traces

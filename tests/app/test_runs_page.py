@@ -8,7 +8,6 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
 from streamlit.testing.v1 import AppTest
 
 PAGE = Path(__file__).resolve().parents[2] / "app" / "pages" / "2_Runs.py"
@@ -60,6 +59,7 @@ def test_renders_with_the_default_directory() -> None:
 def test_lists_fixture_runs_and_flags_the_foreign_one(runs_dir: Path) -> None:
     app = _page(runs_dir)
     assert app.dataframe[0].value["run"].tolist() == ["slow-virtual", "fast-live"]
+    assert app.dataframe[0].value["status"].tolist() == ["recorded", "recorded"]
     warnings = " ".join(w.value for w in app.warning)
     assert "`foreign`" in warnings and "lacks requests.parquet" in warnings
     assert app.selectbox(key="runs_open").options == ["slow-virtual", "fast-live"]
@@ -82,9 +82,9 @@ def test_opens_a_run_with_summary_charts_and_downloads(runs_dir: Path) -> None:
     assert metrics["Egress mean"] == "5.33 Mbit/s"  # 2 MB of remote KV over 3 s, not 0.00533 Gbit/s
     nodes = app.dataframe[1].value
     assert nodes["node"].tolist() == ["local-prefill-0", "remote-prefill-0", "local-decode-0"]
-    assert nodes["requests"].tolist() == [3, 2, 5]  # r6's prefill never ended
-    assert nodes["busy"].tolist()[:2] == pytest.approx([1.2 / 3, 0.8 / 3])
-    assert nodes["mean queue"].tolist()[:2] == pytest.approx([0.1, 0.1])
+    assert nodes["requests"].tolist() == ["3", "2", "5"]  # r6's prefill never ended
+    assert nodes["busy"].tolist() == ["40%", "27%", "-"]  # 1.2 and 0.8 s of 3 s; a decode node has none
+    assert nodes["mean queue"].tolist() == ["0.1", "0.1", "-"]
     assert "link backend: proxy (no root)" in [c.value for c in app.caption]
     assert any("ttft_p90_s = 1.12 > max 1.0" in w.value for w in app.warning)
 
@@ -132,16 +132,90 @@ def test_compares_two_runs(runs_dir: Path) -> None:
     app = _page(runs_dir)
     assert app.multiselect(key="runs_compare").value == ["slow-virtual", "fast-live"]
     table = _compare_table(app)
-    assert table.columns.tolist() == ["slow-virtual", "fast-live"]
-    assert table.loc["TTFT P50 (s)"].tolist() == ["1.6", "0.8"]
-    assert table.loc["TTFT no-queue P90 (s)"].tolist() == ["0.6", "0.6"]  # TTFTs scale, service does not
-    overlaid = _charts(app)["compare_cdf"]["data"]
-    assert sorted(t["name"] for t in overlaid) == ["fast-live", "slow-virtual"]
+    assert table.columns.tolist() == ["slow-virtual", "fast-live", "B - A", "B - A (%)"]
+    assert table.loc["TTFT P50 (s)"].tolist() == ["1.6", "0.8", "-0.8", "-50%"]
+    assert table.loc["TTFT no-queue P90 (s)"].tolist() == ["0.6", "0.6", "0", "0%"]  # TTFTs scale, service not
+    assert "A = `slow-virtual`, B = `fast-live`" in " ".join(c.value for c in app.caption)
+    charts = _charts(app)
+    assert sorted(t["name"] for t in charts["compare_cdf"]["data"]) == ["fast-live", "slow-virtual"]
+    egress = charts["compare_egress"]
+    assert sorted(t["name"] for t in egress["data"]) == ["fast-live", "slow-virtual"]
+    assert egress["layout"]["yaxis"]["title"]["text"] == "Mbit/s"  # 0..500 Mbit/s, by magnitude
 
     app.multiselect(key="runs_compare").set_value(["fast-live"]).run()
     assert not app.exception
-    assert "compare_cdf" not in _charts(app)
+    assert "compare_cdf" not in _charts(app) and "compare_egress" not in _charts(app)
     assert any("two or more" in i.value for i in app.info)
+
+
+def _columns(app: AppTest, first_column: str) -> dict[str, dict]:
+    """The column config the page sent for the table whose first column (or index) is `first_column`."""
+    element = next(d for d in app.dataframe if first_column in (d.value.index.name, d.value.columns[0]))
+    return json.loads(element.proto.columns)
+
+
+def test_tables_use_human_names_rounded_numbers_and_wide_enough_headers(runs_dir: Path) -> None:
+    app = _page(runs_dir)
+    listing = app.dataframe[0].value
+    assert listing.columns.tolist() == ["run", "status", "scenario", "engine", "link backend", "requests",
+                                        "completed", "failed", "TTFT P50 (s)", "TTFT P90 (s)", "recorded at"]
+    assert listing["TTFT P90 (s)"].tolist() == ["2.24", "1.12"]
+    for key, frame in (("run", listing), ("metric", _compare_table(app))):
+        widths = _columns(app, key)
+        for column in frame.columns:
+            assert widths[column]["width"] >= 8 * len(column), (key, column)
+        cells = frame.to_numpy().ravel().tolist()
+        assert "None" not in cells and "nan" not in cells and None not in cells
+
+
+def test_a_killed_run_is_listed_as_incomplete_with_its_log_tail(runs_dir: Path) -> None:
+    killed = runs_dir / "killed-run"
+    killed.mkdir()
+    (killed / "run.log").write_text("mooncake-replay: starting\nprogress: 40/1,000 requests ended, run time 12.0 s\n")
+    app = _page(runs_dir)
+    listing = app.dataframe[0].value.set_index("run")
+    assert listing.loc["killed-run", "status"] == "incomplete"
+    assert listing.loc["killed-run", "requests"] == "-"
+    assert app.selectbox(key="runs_open").options == ["slow-virtual", "fast-live"]  # nothing to open
+    expander = next(e for e in app.expander if "killed-run" in e.label)
+    assert "incomplete: no summary.json: the run was stopped before it finished" in expander.label
+    assert "progress: 40/1,000 requests ended" in expander.code[0].value
+
+
+def test_only_incomplete_runs_still_show_the_listing(tmp_path: Path) -> None:
+    (tmp_path / "killed").mkdir()
+    (tmp_path / "killed" / "run.log").write_text("")
+    app = _page(tmp_path)
+    assert not app.exception and not app.error
+    assert app.dataframe[0].value["status"].tolist() == ["incomplete"]
+    assert "(run.log is empty)" in app.expander[0].code[0].value
+    assert not app.tabs
+
+
+def test_the_decision_timeline_is_a_table_and_marks_the_charts(runs_dir: Path) -> None:
+    path = runs_dir / "fast-live" / "summary.json"
+    doc = json.loads(path.read_text())
+    doc["meta"]["decisions"] = ["t=2.0s scheduler: egress 1.00 of 12.5 Mbit/s: t 2048 -> 4096 (model: 1.67 req/s)"]
+    doc["meta"]["knob_changes"] = ["t=1.0s timeline: link -> 10 Mbit/s, 10 ms, 0 % loss"]
+    path.write_text(json.dumps(doc))
+    app = _page(runs_dir)
+    app.selectbox(key="runs_open").set_value("fast-live").run()
+    assert not app.exception, [e.message for e in app.exception]
+    table = next(d.value for d in app.dataframe if d.value.columns[0] == "time (s)")
+    assert table.to_dict("list") == {
+        "time (s)": ["1", "2"],
+        "what": ["link -> 10 Mbit/s, 10 ms, 0 % loss", "threshold 2048 -> 4096 tokens"],
+        "why": ["the scenario's timeline", "egress 1.00 of 12.5 Mbit/s; model: 1.67 req/s"]}
+    charts = _charts(app)
+    for key in ("threshold", "egress"):
+        assert [shape["x0"] for shape in charts[key]["layout"]["shapes"]] == [1.0, 2.0], key
+        assert [a["text"] for a in charts[key]["layout"]["annotations"]][1] == "threshold 2048 -> 4096 tokens"
+    assert charts["threshold"]["layout"]["yaxis"]["tickformat"] == ",d"  # whole tokens, never 2,047.5
+
+
+def test_a_run_without_decisions_says_so(runs_dir: Path) -> None:
+    app = _page(runs_dir)
+    assert "No scheduler decisions or knob changes recorded in this run." in [c.value for c in app.caption]
 
 
 def test_a_directory_that_does_not_exist_is_an_error(tmp_path: Path) -> None:

@@ -10,14 +10,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from app.runs_compare import compare_cdfs, compare_egress, compare_table, format_difference, format_relative
 from app.runs_view import (
-    compare_cdfs,
-    compare_table,
+    as_text,
+    column_widths,
     csv_bytes,
     egress_lines,
     find_run_dirs,
     first_tokens,
-    format_number,
     format_percent,
     gantt_segments,
     link_backend,
@@ -29,6 +29,7 @@ from app.runs_view import (
     ttft_cdf,
 )
 from emulator.errors import TelemetryError
+from emulator.telemetry.labels import format_number
 
 
 def test_lists_runs_newest_first_and_flags_foreign_dirs(runs_dir: Path) -> None:
@@ -38,9 +39,11 @@ def test_lists_runs_newest_first_and_flags_foreign_dirs(runs_dir: Path) -> None:
     assert "lacks requests.parquet, timeseries.parquet" in listing.problems[0][1]
     table = listing_table(listing)
     assert table["run"].tolist() == ["slow-virtual", "fast-live"]
+    assert table["status"].tolist() == ["recorded", "recorded"]
     assert table["engine"].tolist() == ["virtual", "live"]
-    assert table["link_backend"].tolist() == ["simulated", "proxy"]
-    assert table["requests"].tolist() == [6, 6] and table["failed"].tolist() == [1, 1]
+    assert table["link backend"].tolist() == ["simulated", "proxy"]  # human names, no raw keys
+    assert table["requests"].tolist() == ["6", "6"] and table["failed"].tolist() == ["1", "1"]
+    assert table["TTFT P90 (s)"].tolist() == ["2.24", "1.12"]  # three significant digits
 
 
 def test_a_run_dir_itself_is_a_listing_of_one(runs_dir: Path) -> None:
@@ -128,11 +131,11 @@ def test_a_run_recorded_in_mbit_lists_and_charts_in_bit_per_s(runs_dir: Path) ->
 def test_compare_table_and_cdfs_side_by_side(runs_dir: Path) -> None:
     runs = list_runs(runs_dir).by_name()
     table = compare_table(runs)
-    assert table.columns.tolist() == ["slow-virtual", "fast-live"]
-    assert table.loc["TTFT P50 (s)"].tolist() == ["1.6", "0.8"]
-    assert table.loc["engine"].tolist() == ["virtual", "live"]
-    assert table.loc["failed"].tolist() == ["1", "1"]
-    assert table.loc["failed: link_down"].tolist() == ["1", "1"]  # failures lined up by reason
+    assert table.columns.tolist() == ["slow-virtual", "fast-live", "B - A", "B - A (%)"]
+    assert table.loc["TTFT P50 (s)"].tolist() == ["1.6", "0.8", "-0.8", "-50%"]
+    assert table.loc["engine"].tolist() == ["virtual", "live", "-", "-"]
+    assert table.loc["failed"].tolist() == ["1", "1", "0", "0%"]
+    assert table.loc["failed: link_down"].tolist() == ["1", "1", "0", "0%"]  # failures lined up by reason
     cdfs = compare_cdfs(runs)
     assert cdfs.groupby("group").size().to_dict() == {"fast-live": 5, "slow-virtual": 5}
 
@@ -155,9 +158,9 @@ def test_node_table_by_hand(runs_dir: Path) -> None:
 
 def test_compare_table_shows_the_trace_study_figures(runs_dir: Path) -> None:
     table = compare_table(list_runs(runs_dir).by_name())
-    assert table.loc["offloaded (of requests)"].tolist() == ["0.5", "0.5"]
-    assert table.loc["prefix hit, remote"].tolist() == ["0", "0"]
-    assert table.loc["TTFT no-queue mean (s)"].tolist() == ["0.48", "0.48"]
+    assert table.loc["offloaded (of requests)"].tolist() == ["0.5", "0.5", "0", "0%"]
+    assert table.loc["prefix hit, remote"].tolist() == ["0", "0", "0", "-"]  # relative to 0: none
+    assert table.loc["TTFT no-queue mean (s)"].tolist() == ["0.48", "0.48", "0", "0%"]
     assert "egress mean (Mbit/s)" in table.index and "egress (Gbit/s)" not in table.index
 
 
@@ -205,5 +208,70 @@ def test_a_run_recorded_before_fail_detail_still_lists_and_compares(runs_dir: Pa
     assert "fast-live" in runs and runs["fast-live"].requests["fail_detail"].isna().all()
     table = compare_table(runs)
     assert table.loc["failed: link_down", "slow-virtual"] == "1" and table.loc["failed: link_down", "fast-live"] == "0"
+    assert list(runs)[0] == "fast-live"  # rewritten last, so A
+    assert table.loc["failed: link_down", "B - A"] == "+1"
     old_reason = "failed: worker lost: local-decode-0 (its process ended)"
     assert (table.loc[old_reason, "slow-virtual"], table.loc[old_reason, "fast-live"]) == ("0", "1")
+
+
+def test_compare_table_differences_to_the_first_run_of_three(runs_dir: Path, make_run) -> None:
+    make_run(runs_dir / "slower", scale=4.0, engine="virtual")
+    runs = list_runs(runs_dir).by_name()
+    assert list(runs) == ["slower", "slow-virtual", "fast-live"]
+    table = compare_table(runs)
+    assert table.columns.tolist()[3:] == ["B - A", "B - A (%)", "C - A", "C - A (%)"]
+    assert table.loc["TTFT P50 (s)"].tolist() == ["3.2", "1.6", "0.8", "-1.6", "-50%", "-2.4", "-75%"]
+    assert "None" not in table.to_numpy() and "nan" not in table.to_numpy()
+
+
+@pytest.mark.parametrize(("value", "text"), [(None, "-"), (0.0, "0"), (0.8, "+0.8"), (-1234.5, "-1,234")])
+def test_format_difference(value: float | None, text: str) -> None:
+    assert format_difference(value) == text
+
+
+@pytest.mark.parametrize(("value", "text"), [(None, "-"), (-0.5, "-50%"), (0.1234, "+12.3%"), (0.0, "0%")])
+def test_format_relative(value: float | None, text: str) -> None:
+    assert format_relative(value) == text
+
+
+def test_compare_egress_overlays_the_runs_in_one_unit(runs_dir: Path) -> None:
+    lines, unit = compare_egress(list_runs(runs_dir).by_name())  # egress 0..500 Mbit/s in both
+    assert unit == "Mbit/s"
+    assert set(lines["run"]) == {"fast-live", "slow-virtual"}
+    assert lines[lines["run"] == "fast-live"]["value"].tolist() == pytest.approx([0, 100, 200, 300, 400, 500])
+
+
+def test_a_killed_run_folder_is_listed_as_incomplete_with_its_log_tail(runs_dir: Path) -> None:
+    killed = runs_dir / "killed"
+    killed.mkdir()
+    (killed / "run.log").write_text("".join(f"progress: {i}/100 requests ended\n" for i in range(40)))
+    failed = runs_dir / "failed"
+    failed.mkdir()
+    (failed / "run.log").write_text("error: link.delay_ms: -5 is negative; use 0 for no added delay\n")
+    listing = list_runs(runs_dir)
+    assert [run.name for run in listing.runs] == ["slow-virtual", "fast-live"]
+    incomplete = {folder.name: folder for folder in listing.incomplete}
+    assert set(incomplete) == {"killed", "failed"}  # "notes" has no run.log: not a run folder
+    assert "stopped before it finished" in incomplete["killed"].why
+    assert incomplete["killed"].log_tail.splitlines() == [f"progress: {i}/100 requests ended" for i in range(20, 40)]
+    assert incomplete["failed"].why == ("no summary.json: the run ended with an error "
+                                        "(error: link.delay_ms: -5 is negative; use 0 for no added delay)")
+    table = listing_table(listing).set_index("run")
+    assert table.loc["killed", "status"] == "incomplete" and table.loc["fast-live", "status"] == "recorded"
+    assert table.loc["killed", "TTFT P50 (s)"] == "-"
+
+
+def test_as_text_rounds_and_shows_a_dash_for_missing(runs_dir: Path) -> None:
+    nodes = as_text(node_table(list_runs(runs_dir).by_name()["fast-live"].summary), percent=("busy",))
+    assert nodes["busy"].tolist() == ["40%", "27%", "-"]
+    assert nodes["mean queue"].tolist() == ["0.1", "0.1", "-"]
+    assert nodes["requests"].tolist() == ["3", "2", "5"]
+    frame = pd.DataFrame({"TTFT P50 (s)": [6.2785, None], "x": [12_345.0, float("nan")]})
+    assert as_text(frame).to_dict("list") == {"TTFT P50 (s)": ["6.28", "-"], "x": ["12,345", "-"]}
+
+
+def test_column_widths_fit_the_header() -> None:
+    frame = pd.DataFrame({"offloaded (of input tokens)": ["0.5"], "x": ["a long cell value here"]})
+    widths = column_widths(frame)
+    assert widths["offloaded (of input tokens)"] >= 8 * len("offloaded (of input tokens)")
+    assert widths["x"] >= 8 * len("a long cell value here")

@@ -1,0 +1,60 @@
+"""A run's decision timeline for the dashboard: the scheduler's decisions and the knob changes its
+summary.json `meta` recorded, as a table (time, what, why) and as annotated vertical markers on a
+Plotly figure whose x axis is run time in seconds (the threshold and egress charts).
+
+    rows = decision_rows(meta)            # DataFrame: "time (s)", "what", "why" (+ "source")
+    st.dataframe(rows[list(TABLE_COLUMNS)], hide_index=True)
+    add_decision_markers(fig, rows)       # one dotted line per timed row, hover says what and why
+
+The lines are read by `emulator.telemetry.decision_log`, which report.html shares. No Streamlit here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from emulator.telemetry.decision_log import log_entries
+
+TIME, WHAT, WHY, SOURCE = "time (s)", "what", "why", "source"
+TABLE_COLUMNS = (TIME, WHAT, WHY)
+MAX_LABELLED = 12  # more markers than this are numbered, not worded, so their labels do not overlap
+LABEL_CHARS = 32
+SOURCE_COLORS = {"scheduler": "#9467bd", "timeline": "#7f7f7f", "control": "#d62728"}
+
+
+def decision_rows(meta: Mapping[str, Any]) -> pd.DataFrame:
+    """One row per decision or knob change, in time order: time (s) (NaN for a line without one),
+    what, why, and the source that wrote it (scheduler, timeline, control). Empty, with these
+    columns, for a run that recorded none."""
+    entries = log_entries(meta)
+    return pd.DataFrame({
+        TIME: pd.Series([e.t_s for e in entries], dtype="float64"),
+        WHAT: [e.what for e in entries], WHY: [e.why for e in entries],
+        SOURCE: [e.source for e in entries],
+    }, columns=[TIME, WHAT, WHY, SOURCE])
+
+
+def add_decision_markers(fig: go.Figure, rows: pd.DataFrame) -> go.Figure:
+    """A dotted vertical line at each timed row of `decision_rows`, labelled at the top with what
+    happened (numbered, as the table's order, when there are many); hovering the label shows the
+    time, what and why. Returns `fig`, changed in place."""
+    timed = rows[rows[TIME].notna()].reset_index(drop=True)
+    worded = len(timed) <= MAX_LABELLED
+    for i, row in timed.iterrows():
+        text = _short(str(row[WHAT])) if worded else str(int(i) + 1)
+        fig.add_vline(
+            x=float(row[TIME]), line_dash="dot", line_width=1,
+            line_color=SOURCE_COLORS.get(str(row.get(SOURCE, "")), "#555555"),
+            annotation_text=text, annotation_position="top left", annotation_textangle=-90,
+            annotation_font_size=10,
+            annotation_hovertext=f"t = {row[TIME]:.1f} s: {row[WHAT]}<br>why: {row[WHY]}",
+        )
+    return fig
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= LABEL_CHARS else text[:LABEL_CHARS - 1] + "…"

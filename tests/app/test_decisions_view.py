@@ -1,0 +1,34 @@
+"""The decision timeline's table and chart markers, from a summary's meta."""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from app.decisions_view import TABLE_COLUMNS, add_decision_markers, decision_rows
+
+META = {"decisions": ["t=125.0s scheduler: window mean 24431 tokens: t 19620 -> 17140 (model: 3.58 req/s)"],
+        "knob_changes": ["t=20.0s timeline: link -> 10 Mbit/s, 10 ms, 0 % loss", "unstamped line"]}
+
+
+def test_rows_have_time_what_why_in_time_order() -> None:
+    rows = decision_rows(META)
+    assert list(rows[list(TABLE_COLUMNS)].columns) == ["time (s)", "what", "why"]
+    assert rows["time (s)"].tolist()[:2] == [20.0, 125.0]
+    assert rows["what"].tolist() == ["link -> 10 Mbit/s, 10 ms, 0 % loss", "threshold 19620 -> 17140 tokens",
+                                     "unstamped line"]
+    assert rows["why"].tolist()[:2] == ["the scenario's timeline", "window mean 24431 tokens; model: 3.58 req/s"]
+    assert decision_rows({}).empty and list(decision_rows({}).columns)[:3] == list(TABLE_COLUMNS)
+
+
+def test_markers_are_vertical_lines_at_each_timed_row() -> None:
+    fig = add_decision_markers(go.Figure(go.Scatter(x=[0, 200], y=[1, 2])), decision_rows(META))
+    assert [shape.x0 for shape in fig.layout.shapes] == [20.0, 125.0]  # the unstamped line has no place
+    texts = [a.text for a in fig.layout.annotations]
+    assert texts == ["link -> 10 Mbit/s, 10 ms, 0 % l…", "threshold 19620 -> 17140 tokens"]
+    assert "why: the scenario's timeline" in fig.layout.annotations[0].hovertext
+
+
+def test_many_markers_are_numbered() -> None:
+    meta = {"decisions": [f"t={t}.0s scheduler: x: t 100 -> 200" for t in range(20)]}
+    fig = add_decision_markers(go.Figure(), decision_rows(meta))
+    assert [a.text for a in fig.layout.annotations] == [str(i) for i in range(1, 21)]

@@ -1,0 +1,78 @@
+"""`python -m emulator run` as a script or CI sees it: the final table lists every `expect:` bound,
+held or failed, and without a terminal progress comes as plain lines, not silence."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from emulator.cli.run import LOG_EVERY_S, ProgressBar, expect_lines
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def test_the_final_table_lists_each_expect_bound_held_or_failed(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "emulator", "run", "scenarios/mooncake-replay.yaml", "--out", str(tmp_path / "run"),
+         "--set", "workload.max_requests=100", "--set", "expect.ttft_p90_s={max: 1000}",
+         "--set", "expect.throughput_rps={min: 1000}"],
+        cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1, out.stderr  # one bound failed
+    lines = out.stdout.splitlines()
+    assert any(line.startswith("  workload: replaying 100 of 3,993 rows") for line in lines)
+    assert any(line.startswith("  TTFT P90 (s) ") for line in lines)  # figures by their labels
+    assert any(line.startswith("  egress mean ") and "bit/s" in line for line in lines)
+    bounds = lines[lines.index("  expect:") + 1:]
+    assert len(bounds) == 2
+    held, failed = bounds
+    assert held.split()[:4] == ["TTFT", "P90", "(s)", "[ttft_p90_s]"] and held.endswith("max 1,000     held")
+    doc = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert doc["expect_failures"] == [failed.split("FAILED: ", 1)[1]]  # the recorder's own verdict
+    assert "[throughput_rps]" in failed and "min 1,000" in failed
+    # stderr is a pipe: a plain progress line (at least the last one), never a redrawn bar
+    progress = [line for line in out.stderr.splitlines() if line.startswith("progress: ")]
+    assert progress and progress[-1].startswith("progress: 100/100 requests ended, run time ")
+    assert "\r" not in out.stderr
+
+
+def test_expect_lines_judge_each_bound_alone() -> None:
+    summary = {"ttft_p90_s": 2.5, "throughput_rps": 3.0}
+    lines = expect_lines(summary, {"ttft_p90_s": {"min": 1, "max": 2}, "nope": {"max": 1}})
+    assert [line.rsplit("  ", 1)[-1] for line in lines] == [
+        "held", "FAILED: ttft_p90_s = 2.5 > max 2",
+        "FAILED: nope: unknown metric; use one of throughput_rps, ttft_p90_s"]
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_headless_progress_is_a_line_every_five_seconds_and_one_at_the_end() -> None:
+    clock, stream = FakeClock(), io.StringIO()
+    bar = ProgressBar(False, clock=clock, stream=stream)
+    for done in range(1, 11):
+        clock.now += 1.0
+        bar(done, 20, done * 3.0)
+    assert stream.getvalue().splitlines() == [
+        f"progress: 5/20 requests ended, run time 15.0 s, wall {LOG_EVERY_S:.1f} s",
+        "progress: 10/20 requests ended, run time 30.0 s, wall 10.0 s"]
+    clock.now += 0.5
+    bar(11, 20, 33.0)
+    bar.close()
+    assert stream.getvalue().splitlines()[-1] == "progress: 11/20 requests ended, run time 33.0 s, wall 10.5 s"
+
+
+def test_the_terminal_bar_is_redrawn_in_place() -> None:
+    clock, stream = FakeClock(), io.StringIO()
+    bar = ProgressBar(True, clock=clock, stream=stream)
+    clock.now += 1.0
+    bar(10, 20, 5.0)
+    bar.close()
+    assert stream.getvalue() == f"\r[{'#' * 15}{'.' * 15}] 10/20 requests     5.0 s\n"
