@@ -221,7 +221,10 @@ def requests_table(events: tuple[RequestEvent, ...] | list[RequestEvent],
         stamps.setdefault(event.request_id, {})[event.event] = event
     rows = sorted((_request_row(rid, by_kind) for rid, by_kind in stamps.items()),
                   key=lambda pair: pair[0], reverse=True)
-    return pd.DataFrame([row for _, row in rows[:limit]], columns=REQUEST_COLUMNS)
+    table = pd.DataFrame([row for _, row in rows[:limit]], columns=REQUEST_COLUMNS)
+    words = ["route", "node", "reason"]  # not known yet reads "-", not "None"
+    table[words] = table[words].astype("object").where(table[words].notna(), "-")
+    return table
 
 
 def _request_row(rid: str, by_kind: dict[str, RequestEvent]) -> tuple[float, dict]:

@@ -48,6 +48,7 @@ REQUEST_COLUMNS = {
     "request": st.column_config.TextColumn("request", width="small"),
     "status": st.column_config.TextColumn("status", width="small"),
     "route": st.column_config.TextColumn("route", width="small"),
+    "node": st.column_config.TextColumn("prefill node", width="medium"),
     "reason": st.column_config.TextColumn("router's reason", width="large"),
 }
 LAMBDA_NOTE = ("measured throughput beside the throughput model's Λ_max for the scenario (Eq. 6); below "

@@ -195,3 +195,8 @@ def test_a_record_draws_with_the_live_columns() -> None:
     assert frame["remote_share"].tolist()[1:] == [0.5, 2 / 3, 2 / 3] and math.isnan(frame["remote_share"][0])
     assert frame["local_prefill"].tolist() == [0, 2, 1, 0]
     assert frame["arrived"].isna().all()  # not recorded: a gap, not zero
+
+
+def test_a_request_not_yet_routed_reads_dashes_not_none() -> None:
+    table = requests_table([RequestEvent(run_id="r1", t_s=0.1, request_id="rq-1", event="arrived")])
+    assert table.loc[0, ["status", "route", "node", "reason"]].tolist() == ["queued", "-", "-", "-"]
