@@ -9,8 +9,9 @@ from __future__ import annotations
 import plotly.express as px
 import streamlit as st
 
-from app.presets_view import CURVE_TOKENS, make_cache_curves, make_presets_table
-from model_stub.config import SIZES
+from app.palette import PRESET_DASHES, PRESET_SYMBOLS, color_map
+from app.presets_view import CURVE_TOKENS, coinciding_presets, make_cache_curves, make_presets_table
+from model_stub.config import PRESET_NAMES, SIZES
 
 INTRO = """
 **Prefill-as-a-Service (PrfaaS)** splits LLM serving across datacenters: long prompts are
@@ -27,7 +28,7 @@ COLUMN_CONFIG = {
     "pattern": st.column_config.TextColumn("Layer pattern", width="large"),
     "d_model": st.column_config.NumberColumn("d_model"),
     "kv_bytes_per_token": st.column_config.NumberColumn(
-        "KV bytes/token", help="Growing cache one more token adds (full-attention layers)"
+        "KV bytes/token", format="localized", help="Growing cache one more token adds (full-attention layers)"
     ),
     "fixed_bytes": st.column_config.NumberColumn(
         "Fixed state", format="bytes", help="Recurrent and conv states, sliding windows"
@@ -39,11 +40,17 @@ COLUMN_CONFIG = {
 
 
 def _cache_chart(size: str, tokens: int, log_y: bool) -> None:
-    """Cache size vs context length, one line per preset, with the chosen length marked."""
+    """Cache size vs context length, one line per preset, with the chosen length marked.
+
+    Each preset has its palette colour plus its own dash and marker: presets with the same KV bytes
+    per token draw almost the same line, and colour alone would let the later one hide the other.
+    """
     curves = make_cache_curves(size)
     curves["cache_mb"] = curves["cache_bytes"] / 1e6  # decimal MB, as the table's byte format
     fig = px.line(
-        curves, x="tokens", y="cache_mb", color="preset", markers=True, log_x=True, log_y=log_y,
+        curves, x="tokens", y="cache_mb", color="preset", line_dash="preset", symbol="preset",
+        log_x=True, log_y=log_y, color_discrete_map=color_map(PRESET_NAMES),
+        line_dash_map=PRESET_DASHES, symbol_map=PRESET_SYMBOLS,
         labels={"tokens": "context length (tokens)", "cache_mb": "cache (MB)", "preset": ""},
     )
     octaves = [t for t in CURVE_TOKENS if t & (t - 1) == 0]  # the powers of two: 1K, 2K, ...
@@ -54,6 +61,10 @@ def _cache_chart(size: str, tokens: int, log_y: bool) -> None:
         legend={"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom"}, margin={"t": 40}
     )
     st.plotly_chart(fig, key="cache_chart")
+    for first, second in coinciding_presets(size):
+        st.caption(f"{first} and {second} add the same KV bytes per token and differ only by their "
+                   "fixed state, so their lines nearly coincide; their dash styles and markers tell "
+                   "them apart.")
 
 
 st.set_page_config(page_title="PrfaaS Lab", layout="wide")

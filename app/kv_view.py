@@ -1,17 +1,18 @@
 """Tables behind the KV explorer: cache bytes of the real models and the presets (from
 `model_stub.kv_calculator`), the paper's measured Phi_kv, and Eq. 2's egress of a prefill cluster.
 
-Pure functions; the page only lays them out. Phi_kv is the paper's measurement, not recomputed here.
+Pure functions; the page only lays them out. Phi_kv is the paper's measurement (`app.paper_figures`),
+not recomputed here; `app.paper_compare` sets the project's own figures beside it.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
+from app.paper_figures import PHI_KV_TABLE, PHI_LENGTHS, PhiRow
 from model_stub.config import PRESET_NAMES, SIZES, get_preset
 from model_stub.kv_calculator import REAL_MODELS, RealModelSpec
 
@@ -19,29 +20,6 @@ from model_stub.kv_calculator import REAL_MODELS, RealModelSpec
 CURVE_TOKENS: tuple[int, ...] = tuple(round(1024 * 2 ** (step / 2)) for step in range(21))
 KV_COLUMNS = ("model", "source", "kind", "layers", "kv_bytes_per_token", "fixed_bytes",
               "cache_bytes")
-
-# Measured Phi_kv = S_kv(l) / T_prefill(l) in Gbit/s on 8 x H200 with SGLang 0.5.9, at 1K, 8K, 32K
-# and 128K input tokens: Table 3 of Qin et al., "Prefill-as-a-Service: KVCache of Next-Generation
-# Models Could Go Cross-Datacenter", arXiv 2604.15039 (2026), as copied in shared/paper-model.md.
-PHI_LENGTHS: tuple[int, ...] = (1024, 8192, 32768, 131072)
-
-
-@dataclass(frozen=True, slots=True)
-class PhiRow:
-    model: str
-    layers: str  # the paper's layer-mix column
-    is_hybrid: bool
-    gbps: tuple[float, float, float, float]  # at PHI_LENGTHS
-
-
-PHI_KV_TABLE: tuple[PhiRow, ...] = (
-    PhiRow("Kimi Linear 48B", "KDA:MLA 3:1", True, (1.19, 2.29, 3.87, 4.88)),
-    PhiRow("MiMo-V2-Flash 309B", "SWA:GQA 5:1", True, (0.82, 2.85, 4.66, 4.71)),
-    PhiRow("Qwen3.5-397B", "GDN:GQA 3:1", True, (4.13, 6.28, 8.25, 7.47)),
-    PhiRow("Ring-2.5-1T", "Lightning:MLA 7:1", True, (7.27, 4.47, 2.59, 1.46)),
-    PhiRow("MiniMax-M2.5 229B", "GQA (dense)", False, (4.94, 32.87, 59.93, 47.82)),
-    PhiRow("Qwen3-235B", "GQA (dense)", False, (4.12, 22.42, 33.35, 21.50)),
-)
 
 
 def kind_of(layer_kinds: list[str] | tuple[str, ...]) -> str:

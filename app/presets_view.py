@@ -52,3 +52,11 @@ def make_cache_curves(size: str, tokens_grid: tuple[int, ...] = CURVE_TOKENS) ->
             for tokens in tokens_grid
         ]
     return pd.DataFrame(rows, columns=["preset", "tokens", "cache_bytes"])
+
+
+def coinciding_presets(size: str) -> list[tuple[str, str]]:
+    """Pairs of presets (in PRESET_NAMES order) that add the same KV bytes per token at `size`:
+    their cache curves differ only by a fixed offset, so on a chart they nearly coincide."""
+    per_token = {name: get_preset(name, size).kv_bytes_per_token() for name in PRESET_NAMES}
+    return [(a, b) for i, a in enumerate(PRESET_NAMES) for b in PRESET_NAMES[i + 1:]
+            if per_token[a] == per_token[b]]

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from app.paper_compare import ProjectFigures
 from emulator.analytic import ProfileTables, model_inputs
 from emulator.control.profiles import LengthSamples
 from emulator.control.throughput_model import (
@@ -86,6 +87,11 @@ def load_base(path: Path) -> Base:
     scenario = load_scenario(path)
     inputs, tables = model_inputs(scenario)
     return Base(scenario, inputs, tables)
+
+
+def own_figures(base: Base) -> ProjectFigures:
+    """The optimizer's figures for the scenario at its own values, to set beside the paper's."""
+    return ProjectFigures.from_plan(optimize(base.inputs), base.egress_gbps)
 
 
 def with_overrides(base: Base, num_prfaas: int, egress_gbps: float,

@@ -17,6 +17,14 @@ from app.kv_view import (
     make_phi_table,
     make_skv_curves,
 )
+from app.palette import color_map
+from app.paper_compare import load_preset_bench, preset_phi_table, profile_phi_table
+from app.paper_figures import TABLE3_SOURCE, TABLE5_SOURCE
+from app.paper_view import show_text_table
+from app.threshold_view import CASE_STUDY
+from emulator.errors import PrfaasError
+from emulator.paths import SCENARIOS_DIR
+from emulator.scenario import load_scenario
 from model_stub.config import SIZES
 
 INTRO = """
@@ -29,7 +37,7 @@ KV_COLUMNS = {
     "source": st.column_config.TextColumn("Source"),
     "kind": st.column_config.TextColumn("Kind"),
     "layers": st.column_config.TextColumn("Layers", width="medium"),
-    "kv_bytes_per_token": st.column_config.NumberColumn("KV bytes/token"),
+    "kv_bytes_per_token": st.column_config.NumberColumn("KV bytes/token", format="localized"),
     "fixed_bytes": st.column_config.NumberColumn("Fixed state", format="bytes"),
     "cache_bytes": st.column_config.NumberColumn("Cache at context", format="bytes"),
 }
@@ -38,6 +46,12 @@ EGRESS_COLUMNS = {
     "phi_kv_gbps": st.column_config.NumberColumn("Φ_kv(L_avg) (Gbit/s)", format="%.2f"),
     "egress_gbps": st.column_config.NumberColumn("B_out (Gbit/s)", format="%.1f"),
     "link_share": st.column_config.NumberColumn("Share of the link", format="percent"),
+}
+PHI_COLUMNS = {
+    "model": st.column_config.TextColumn("Model"),
+    "layers": st.column_config.TextColumn("Layers"),
+    "kind": st.column_config.TextColumn("Kind"),
+    **{label: st.column_config.NumberColumn(label, format="%.2f") for label in ("1K", "8K", "32K", "128K")},
 }
 DEFAULT_CURVES = ("Kimi-Linear-48B-A3B", "Qwen3.5-397B-A17B", "MiMo-V2-Flash (309B)",
                   "MiniMax-M2.5 (229B)", "Llama-3-70B")
@@ -76,7 +90,8 @@ def _curves(models: list[str], size: str) -> None:
     curves = make_skv_curves(chosen, size)
     curves["cache_gb"] = curves["cache_bytes"] / 1e9
     fig = px.line(curves, x="tokens", y="cache_gb", color="model", line_dash="kind", log_x=True,
-                  log_y=log_y, labels={"tokens": "context length (tokens)", "cache_gb": "cache (GB)"})
+                  log_y=log_y, color_discrete_map=color_map(chosen),
+                  labels={"tokens": "context length (tokens)", "cache_gb": "cache (GB)"})
     octaves = [t for t in CURVE_TOKENS if t & (t - 1) == 0]  # the powers of two: 1K, 2K, ...
     fig.update_xaxes(tickvals=octaves, ticktext=[_tokens_label(t) for t in octaves])
     if log_y:
@@ -89,13 +104,14 @@ def _phi_section() -> None:
     st.subheader("Measured KV throughput Φ_kv (paper, Table 3)")
     phi = make_phi_table()
     left, right = st.columns([1, 1])
-    left.dataframe(phi, hide_index=True)
-    left.caption("Φ_kv = S_kv(l) / T_prefill(l) in Gbit/s on 8 x H200 with SGLang 0.5.9 "
-                 "(Qin et al., arXiv 2604.15039, Table 3).")
+    left.dataframe(phi, hide_index=True, column_config=PHI_COLUMNS)
+    left.caption(f"Φ_kv = S_kv(l) / T_prefill(l) in Gbit/s at 1K..128K input tokens, as printed "
+                 f"(Qin et al., {TABLE3_SOURCE}).")
     long = phi.melt(id_vars=["model", "layers", "kind"], var_name="length", value_name="gbps")
     long["tokens"] = long["length"].map({f"{n // 1024}K": n for n in PHI_LENGTHS})
     fig = px.line(long, x="tokens", y="gbps", color="model", line_dash="kind", markers=True,
-                  log_x=True, labels={"tokens": "input length (tokens)", "gbps": "Φ_kv (Gbit/s)"})
+                  log_x=True, color_discrete_map=color_map(phi["model"]),
+                  labels={"tokens": "input length (tokens)", "gbps": "Φ_kv (Gbit/s)"})
     fig.update_xaxes(tickvals=list(PHI_LENGTHS), ticktext=[f"{n // 1024}K" for n in PHI_LENGTHS])
     fig.update_layout(legend=LEGEND_TOP, margin={"t": 40})
     right.plotly_chart(fig, key="phi_chart")
@@ -122,12 +138,42 @@ def _egress_section() -> None:
         col.markdown(f"**{kind.capitalize()} models**")
         col.dataframe(table[table["kind"] == kind].drop(columns="kind"), hide_index=True,
                       column_config=EGRESS_COLUMNS)
-    fig = px.bar(table, x="model", y="egress_gbps", color="kind",
-                 labels={"egress_gbps": "egress B_out (Gbit/s)", "model": ""})
+    fig = px.bar(table, x="model", y="egress_gbps", color="model", pattern_shape="kind",
+                 color_discrete_map=color_map(table["model"]),
+                 labels={"egress_gbps": "egress B_out (Gbit/s)"})
+    fig.update_xaxes(title_text="")
     fig.add_hline(y=float(link), line_dash="dot", line_color="gray",
                   annotation_text=f"link {float(link):g} Gbit/s")
     fig.update_layout(legend=LEGEND_TOP, margin={"t": 40})
     st.plotly_chart(fig, key="egress_chart")
+
+
+def _paper_section() -> None:
+    st.subheader("Φ_kv: the paper beside the project")
+    try:
+        case_study = load_scenario(SCENARIOS_DIR / CASE_STUDY)
+        profile = profile_phi_table(case_study)
+    except (PrfaasError, ValueError, OSError) as err:
+        st.error(str(err))
+    else:
+        st.markdown("**The case study's model (Table 5)**")
+        show_text_table(profile)
+        st.caption(f"Paper: {TABLE5_SOURCE}. Project: S_kv / T_prefill on the remote device from "
+                   f"the profile in scenarios/{CASE_STUDY}, which the emulator runs with.")
+    st.markdown("**Table 3 beside the presets that mirror its models**")
+    bench = load_preset_bench()
+    if bench is None:
+        st.info("No preset measurement: run `python -m model_stub bench` to write "
+                "bench/results/model_stub_cpu.json.")
+        return
+    show_text_table(preset_phi_table(bench))
+    machine = bench.get("machine", {})
+    st.caption(f"Paper: {TABLE3_SOURCE}, interpolated linearly between its lengths. Preset: the "
+               f"same layer mix at size {bench.get('settings', {}).get('size', '?')}, measured by "
+               f"`python -m model_stub bench` on {machine.get('device', '?')} "
+               f"({machine.get('threads', '?')} threads). A preset is a small model prefilled on a "
+               "CPU, so its Φ_kv is a small fraction of the paper's; how the ratio moves with the "
+               "length is the comparable part.")
 
 
 st.set_page_config(page_title="KV explorer · PrfaaS Lab", layout="wide")
@@ -135,4 +181,5 @@ st.title("KV explorer")
 st.markdown(INTRO)
 _kv_section()
 _phi_section()
+_paper_section()
 _egress_section()

@@ -9,10 +9,15 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
+from app.palette import POOL_COLORS
+from app.paper_compare import case_study_table
+from app.paper_view import show_case_study_table
 from app.threshold_view import (
+    CASE_STUDY,
     SCENARIOS_DIR,
     Base,
     Exploration,
@@ -21,6 +26,7 @@ from app.threshold_view import (
     fitted_law,
     list_scenarios,
     load_base,
+    own_figures,
     plan_json,
     summary_numbers,
     with_overrides,
@@ -34,7 +40,7 @@ cluster and splits the local instances into **n_p** prefill and **n_d** decode. 
 Θ_pd_p/(1−p) and the decoders' Θ_pd_d; the best t balances the first two.
 """
 KNOB_KEYS = ("te_n_prfaas", "te_b_out_gbps", "te_use_lognormal", "te_mu", "te_sigma")
-COLORS = {"prfaas": "#d62728", "pd_p": "#1f77b4", "pd_d": "#2ca02c", "lambda": "#222222"}
+COLORS = {**POOL_COLORS, "lambda": "#222222"}
 METRIC_HELP = {
     "Bottleneck": "the term of Eq. 6 that sets Λ_max at the optimum",
     "PrfaaS path bound by": "Eq. 3 at the optimum: compute (N_prfaas / T_remote) or link (B_out / S_kv)",
@@ -46,6 +52,12 @@ LEGEND_TOP = {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom"}
 def _load_base(path: str, stamp_ns: int) -> Base:
     del stamp_ns  # part of the cache key only: an edited scenario is read again
     return load_base(SCENARIOS_DIR / path)
+
+
+@st.cache_data(show_spinner=False, max_entries=4)
+def _paper_table(path: str, stamp_ns: int) -> pd.DataFrame:
+    """Paper vs project at the scenario's own values (the knobs do not move it)."""
+    return case_study_table(own_figures(_load_base(path, stamp_ns)))
 
 
 def _reset_knobs() -> None:
@@ -182,5 +194,12 @@ with left:
 with right:
     st.markdown("**Λ_max against the local split**")
     _split_chart(exploration)
+if scenario_name == CASE_STUDY:
+    st.subheader("The paper beside the project")
+    show_case_study_table(
+        _paper_table(scenario_name, (SCENARIOS_DIR / scenario_name).stat().st_mtime_ns),
+        "Project: `python -m emulator optimize` on this scenario at its own values (the knobs "
+        "above do not move this table): throughput ratios are PrfaaS's Λ_max over each baseline's, "
+        "egress is at Λ_max.")
 with st.expander("The optimizer's answer (as `python -m emulator optimize` prints it)"):
     st.json(plan_json(exploration.plan, base.tables))
