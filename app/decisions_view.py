@@ -11,13 +11,14 @@ The lines are read by `emulator.telemetry.decision_log`, which report.html share
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import pandas as pd
 import plotly.graph_objects as go
 
-from emulator.telemetry.decision_log import log_entries
+from emulator.telemetry.decision_log import LogEntry, log_entries, note_entry
+from emulator.telemetry.schemas import NoteEvent
 
 TIME, WHAT, WHY, SOURCE = "time (s)", "what", "why", "source"
 TABLE_COLUMNS = (TIME, WHAT, WHY)
@@ -30,7 +31,15 @@ def decision_rows(meta: Mapping[str, Any]) -> pd.DataFrame:
     """One row per decision or knob change, in time order: time (s) (NaN for a line without one),
     what, why, and the source that wrote it (scheduler, timeline, control). Empty, with these
     columns, for a run that recorded none."""
-    entries = log_entries(meta)
+    return entry_rows(log_entries(meta))
+
+
+def note_rows(notes: Iterable[NoteEvent]) -> pd.DataFrame:
+    """decision_rows' table from a live run's log as it arrives on the bus."""
+    return entry_rows([note_entry(n.t_s, n.source, n.what) for n in sorted(notes, key=lambda n: n.t_s)])
+
+
+def entry_rows(entries: Sequence[LogEntry]) -> pd.DataFrame:
     return pd.DataFrame({
         TIME: pd.Series([e.t_s for e in entries], dtype="float64"),
         WHAT: [e.what for e in entries], WHY: [e.why for e in entries],

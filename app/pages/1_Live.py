@@ -14,18 +14,19 @@ import pandas as pd
 import streamlit as st
 
 from app import live_charts
+from app.decisions_view import TABLE_COLUMNS, TIME, WHY, add_decision_markers, decision_rows, note_rows
 from app.knobs_view import ack_of
 from app.live_knobs import knobs_sidebar, sent_knobs
 from app.live_view import RunView, metrics_frame, recorded_frame, requests_table, roles_table, run_phase
 from app.mqtt_feed import MqttFeed, choose_broker, get_feed
 from app.page_links import page_link
 from app.run_registry import RunRefused, StartedRun, get_registry
-from app.runs_view import format_number
 from emulator.api import SCENARIOS_DIR, ScenarioInfo, list_scenarios, live_capability
 from emulator.errors import PrfaasError, TelemetryError
 from emulator.scenario import Scenario, apply_overrides, load_scenario
 from emulator.scenario.export import replay_yaml
 from emulator.scenario.parts import MAX_CONNECTIONS
+from emulator.telemetry.labels import format_number
 from emulator.telemetry.recorder import load_run
 from emulator.telemetry.run_meta import workload_statement
 
@@ -298,6 +299,13 @@ def _save_as_scenario(started: StartedRun, meta: dict) -> None:
                             "events: python -m emulator run FILE.yaml")
 
 
+def _decisions(started: StartedRun | None, view: RunView) -> pd.DataFrame:
+    """The run's decisions and knob changes: from its record once written (complete), else as
+    they arrived on the bus."""
+    doc = started.summary() if started is not None and not started.handle.is_running else None
+    return decision_rows(doc.get("meta", {})) if doc is not None else note_rows(view.notes)
+
+
 def _recorded(started: StartedRun) -> pd.DataFrame | None:
     """A finished run's recorded timeseries in the live charts' columns."""
     try:
@@ -307,10 +315,12 @@ def _recorded(started: StartedRun) -> pd.DataFrame | None:
     return recorded_frame(requests, timeseries)
 
 
-def _charts(frame: pd.DataFrame, caption: str, view: RunView | None = None) -> None:
-    """The run's charts from `frame` (metrics_frame's columns: the bus's snapshots, or a record);
-    with the bus `view`, also the node roles and the last requests."""
+def _charts(frame: pd.DataFrame, caption: str, decisions: pd.DataFrame, view: RunView | None = None) -> None:
+    """The run's charts from `frame` (metrics_frame's columns: the bus's snapshots, or a record),
+    the scheduler's decisions and the knob changes marked on the threshold and egress charts and
+    listed below; with the bus `view`, also the node roles and the last requests."""
     st.caption(caption)
+    marked = {"live_ttft", "live_egress"}
     grid = [st.columns(2), st.columns(2), st.columns(2)]
     for col, key, build in (
         (grid[0][0], "live_ttft", live_charts.ttft_figure),
@@ -320,13 +330,23 @@ def _charts(frame: pd.DataFrame, caption: str, view: RunView | None = None) -> N
         (grid[2][0], "live_link", live_charts.link_health_figure),
     ):
         col.markdown(f"**{live_charts.CHART_TITLES[key]}**")
-        col.plotly_chart(build(frame), key=key, config={"displayModeBar": False})
-    if view is None:
-        return
-    grid[2][1].markdown("**Node roles**")
-    grid[2][1].dataframe(roles_table(view.latest), hide_index=True)
-    st.markdown("**Last requests** (queue, prefill and exposed transfer make up the TTFT)")
-    st.dataframe(requests_table(view.events), hide_index=True, column_config=REQUEST_COLUMNS)
+        figure = build(frame)
+        if key in marked:
+            add_decision_markers(figure, decisions)
+        col.plotly_chart(figure, key=key, config={"displayModeBar": False})
+    if view is not None:
+        grid[2][1].markdown("**Node roles**")
+        grid[2][1].dataframe(roles_table(view.latest), hide_index=True)
+    st.markdown("**Decisions** (the scheduler's, and every knob the timeline or a control message turned)")
+    if decisions.empty:
+        st.caption("None yet: no knob has been turned and the scheduler has not moved anything.")
+    else:
+        st.dataframe(decisions[list(TABLE_COLUMNS)], hide_index=True, key="live_decisions",
+                     column_config={TIME: st.column_config.NumberColumn(TIME, format="%.1f", width="small"),
+                                    WHY: st.column_config.TextColumn(WHY, width="large")})
+    if view is not None:
+        st.markdown("**Last requests** (queue, prefill and exposed transfer make up the TTFT)")
+        st.dataframe(requests_table(view.events), hide_index=True, column_config=REQUEST_COLUMNS)
 
 
 def _panel(run_id: str) -> None:
@@ -343,9 +363,11 @@ def _panel(run_id: str) -> None:
         st.info("Simulating: a virtual run publishes nothing while it runs; its charts show here when it ends.")
     elif view.metrics:
         frame = metrics_frame(view.metrics)
-        _charts(frame, f"Last snapshot: t = {view.latest.t_s:.2f} s · {len(frame)} snapshots", view)
+        _charts(frame, f"Last snapshot: t = {view.latest.t_s:.2f} s · {len(frame)} snapshots",
+                _decisions(started, view), view)
     elif phase == "ended" and started is not None and (recorded := _recorded(started)) is not None:
-        _charts(recorded, f"From the run's record: {len(recorded)} samples, one per second of run time")
+        _charts(recorded, f"From the run's record: {len(recorded)} samples, one per second of run time",
+                _decisions(started, view))
     elif phase == "waiting":
         st.info("Waiting for the run's first metrics snapshot (a live run takes a few seconds to start).")
         if started is not None:

@@ -50,7 +50,11 @@ def parse_line(line: str) -> LogEntry:
     named = _SOURCE.fullmatch(rest)
     if named is None:
         return LogEntry(t_s, "", rest, "")
-    source, text = named["source"], named["text"]
+    return note_entry(t_s, named["source"], named["text"])
+
+
+def note_entry(t_s: float | None, source: str, text: str) -> LogEntry:
+    """One entry from its parts, as a live run publishes them (telemetry.schemas.NoteEvent)."""
     if source == "scheduler":
         if threshold := _THRESHOLD.fullmatch(text):
             why = threshold["why"] + (f"; {threshold['model']}" if threshold["model"] else "")

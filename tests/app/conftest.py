@@ -18,6 +18,7 @@ from emulator.telemetry.records import RequestRecord
 from emulator.telemetry.schemas import (
     ErrorEvent,
     MetricsSnapshot,
+    NoteEvent,
     RequestEvent,
     StatusMessage,
     control_topic,
@@ -154,6 +155,11 @@ class FakeRun:
     def control(self, knob: str, timeout_s: float = 10.0) -> dict:
         """The first control message the page sent for `knob`."""
         return self.probe.wait_for(control_topic(self.run_id, knob), timeout_s=timeout_s)
+
+    def note(self, t_s: float, source: str, what: str) -> None:
+        """A line of the run's knob and decision log, as the live loops publish it."""
+        self.probe.publish(topic(self.run_id, "events"), NoteEvent(run_id=self.run_id, t_s=t_s, source=source,
+                                                                    what=what))
 
     def sent(self, knob: str) -> list[dict]:
         """Every control message for `knob` received so far."""

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from app.runs_view import format_number
+from emulator.telemetry.labels import format_number
 
 PAGE = Path(__file__).resolve().parents[2] / "app" / "pages" / "1_Live.py"
 CHART_KEYS = {"live_ttft", "live_egress", "live_queues", "live_share", "live_link"}
@@ -176,6 +176,21 @@ def test_a_refusal_from_the_run_is_shown(fake_run) -> None:
     fake_run.refuse("policy", "control/policy: not now; try later", t_s=1.5)
     _until(app, lambda a: any("router policy -> all-remote**: refused: control/policy: not now" in e.value
                               for e in a.error))
+
+
+def test_the_schedulers_decisions_are_marked_and_listed_as_they_happen(fake_run) -> None:
+    app = _watching(fake_run)
+    assert "None yet: no knob has been turned" in _texts(app)
+    fake_run.note(0.9, "scheduler", "link goodput below the model's egress (held 2 intervals): t 2048 -> 3200 "
+                                    "(model: 0.91 req/s, p 0.30, bottleneck prfaas)")
+    _until(app, lambda a: any(d.value.shape[0] == 1 for d in a.dataframe if "why" in d.value.columns))
+    decisions = next(d.value for d in app.dataframe if "why" in d.value.columns)
+    assert decisions.iloc[0].tolist() == [0.9, "threshold 2048 -> 3200 tokens",
+                                          "link goodput below the model's egress (held 2 intervals); model: 0.91 "
+                                          "req/s, p 0.30, bottleneck prfaas"]
+    charts = {c.proto.id.split("-", 2)[2]: json.loads(c.proto.spec) for c in app.get("plotly_chart")}
+    for key in ("live_ttft", "live_egress"):  # a dotted marker at 0.9 s on the threshold and egress charts
+        assert [shape["x0"] for shape in charts[key]["layout"]["shapes"]] == [0.9]
 
 
 def test_the_backend_reason_stays_when_a_knob_note_arrives(fake_run) -> None:
