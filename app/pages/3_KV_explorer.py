@@ -43,9 +43,9 @@ KV_COLUMNS = {
 }
 EGRESS_COLUMNS = {
     "model": st.column_config.TextColumn("Model"),
-    "phi_kv_gbps": st.column_config.NumberColumn("Φ_kv(L_avg) (Gbit/s)", format="%.2f"),
-    "egress_gbps": st.column_config.NumberColumn("B_out (Gbit/s)", format="%.1f"),
-    "link_share": st.column_config.NumberColumn("Share of the link", format="percent"),
+    "phi_kv_gbps": st.column_config.NumberColumn("Φ_kv(L_avg) (Gbit/s)", format="%.3g"),
+    "egress_gbps": st.column_config.NumberColumn("B_out (Gbit/s)", format="%.3g"),
+    "link_pct": st.column_config.NumberColumn("Share of the link", format="%.3g%%"),
 }
 PHI_COLUMNS = {
     "model": st.column_config.TextColumn("Model"),
@@ -133,10 +133,11 @@ def _egress_section() -> None:
     except ValueError as err:
         st.error(str(err))
         return
+    shown = table.assign(link_pct=table["link_share"] * 100).drop(columns="link_share")
     hybrid_col, dense_col = st.columns(2)
     for col, kind in ((hybrid_col, "hybrid"), (dense_col, "dense")):
         col.markdown(f"**{kind.capitalize()} models**")
-        col.dataframe(table[table["kind"] == kind].drop(columns="kind"), hide_index=True,
+        col.dataframe(shown[shown["kind"] == kind].drop(columns="kind"), hide_index=True,
                       column_config=EGRESS_COLUMNS)
     fig = px.bar(table, x="model", y="egress_gbps", color="model", pattern_shape="kind",
                  color_discrete_map=color_map(table["model"]),
