@@ -15,6 +15,7 @@ import streamlit as st
 
 from app.paper_compare import run_vs_paper_table
 
+PAPER_SCENARIO = "paper-case-study"  # the scenario whose runs are shown beside the paper (its name)
 PX_PER_CHAR, PX_PADDING = 8, 24  # the grid's 14 px sans font averages under 8 px a character
 ROW_PX, BORDER_PX = 35, 3  # a grid row (the header too): a table shows every row, no scrolling
 FIGURE = re.compile(r"[-+]?[\d,.:]+(x|%| points)?|-|same|differs")  # a cell of a column of figures

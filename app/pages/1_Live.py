@@ -20,6 +20,7 @@ from app.live_knobs import knobs_sidebar, sent_knobs
 from app.live_view import RunView, metrics_frame, recorded_frame, requests_table, roles_table, run_phase
 from app.mqtt_feed import MqttFeed, choose_broker, get_feed
 from app.page_links import page_link
+from app.paper_view import PAPER_SCENARIO, show_run_vs_paper
 from app.run_registry import RunRefused, StartedRun, get_registry
 from emulator.api import SCENARIOS_DIR, ScenarioInfo, list_scenarios, live_capability
 from emulator.errors import PrfaasError, TelemetryError
@@ -277,6 +278,9 @@ def _results(started: StartedRun) -> None:
         st.warning(f"expect failed: {failure}")
     if statement := workload_statement(meta):
         st.caption(f"Workload: {statement}")
+    if meta.get("scenario") == PAPER_SCENARIO:
+        with st.expander("The paper beside this run", expanded=True):
+            show_run_vs_paper(doc)
     st.markdown(f"Recorded in `{started.handle.out_dir}`.")
     _save_as_scenario(started, meta)
     page_link("Runs", "Open it on the Runs page")

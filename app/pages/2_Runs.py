@@ -17,6 +17,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from app.decisions_view import TABLE_COLUMNS, add_decision_markers, decision_rows
+from app.paper_view import PAPER_SCENARIO, show_run_vs_paper
 from app.runs_compare import compare_cdfs, compare_egress, compare_table, run_letters
 from app.runs_view import (
     DEFAULT_RUNS_DIR,
@@ -254,6 +255,9 @@ def _open_run(listing: RunListing) -> None:
                 decisions)
     st.markdown("**Decisions and knob changes**")
     _decisions(decisions)
+    if run.meta.get("scenario") == PAPER_SCENARIO:
+        st.markdown("**The paper beside this run**")
+        show_run_vs_paper(run.doc)
     _downloads(run)
 
 

@@ -269,3 +269,17 @@ def test_a_run_recorded_before_the_workload_statement_says_so(runs_dir: Path) ->
     app = _page(runs_dir)
     app.selectbox(key="runs_open").set_value("fast-live").run()
     assert any(c.value.startswith("Workload: not recorded") for c in app.caption)
+
+
+def test_a_paper_case_study_run_is_shown_beside_the_paper(runs_dir: Path) -> None:
+    path = runs_dir / "slow-virtual" / "summary.json"
+    doc = json.loads(path.read_text())
+    doc["meta"] |= {"scenario": "paper-case-study", "threshold_start": 19_620, "n_p_start": 3}
+    path.write_text(json.dumps(doc))
+    app = _page(runs_dir)
+    app.selectbox(key="runs_open").set_value("slow-virtual").run()
+    assert not app.exception, [e.message for e in app.exception]
+    assert "The paper beside this run" in [m.value.strip("*") for m in app.markdown]
+    table = next(d.value for d in app.dataframe if "Paper" in d.value.columns)
+    row = table.set_index(table.columns[0]).loc["Threshold t (tokens)"]
+    assert (row["Paper"], row["Project"]) == ("19,400", "19,620")
