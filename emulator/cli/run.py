@@ -127,12 +127,12 @@ def print_summary(doc: dict[str, Any], out: Path) -> None:
 def expect_lines(summary: dict[str, Any], expect: dict[str, dict[str, float]]) -> list[str]:
     """One line per bound: the figure, its value, the bound, and `held` or `FAILED: <why>`, judged
     by records.check_expectations (the same check as summary.json's expect_failures)."""
-    lines = []
+    rows = []
     for metric, bounds in expect.items():
         for bound, limit in bounds.items():
             failed = check_expectations(summary, {metric: {bound: limit}})
             verdict = "FAILED: " + "; ".join(failed) if failed else "held"
-            name = f"{label(metric)} [{metric}]"
-            lines.append(f"{name:<{LABEL_WIDTH + 8}} {format_number(summary.get(metric)):>10}  "
-                         f"{bound} {format_number(limit):<8}  {verdict}")
-    return lines
+            rows.append((f"{label(metric)} [{metric}]", format_number(summary.get(metric)),
+                         f"{bound} {format_number(limit)}", verdict))
+    width = max((len(name) for name, *_ in rows), default=0)  # the columns line up whatever the names
+    return [f"{name:<{width}} {value:>10}  {bound:<12}  {verdict}" for name, value, bound, verdict in rows]
