@@ -14,7 +14,13 @@ from emulator.limits import MAX_OUTPUT_TOKENS
 from emulator.net.spec import LinkSpec
 from emulator.run.knobs import BY_PATH as KNOBS
 from emulator.scenario.parts import ACTIONS, ClustersSpec
-from emulator.scenario.workload import FixedLength, LengthDist, LognormalLength, UniformLength
+from emulator.scenario.workload import (
+    MOONCAKE_BLOCK_TOKENS,
+    FixedLength,
+    LengthDist,
+    LognormalLength,
+    UniformLength,
+)
 
 if TYPE_CHECKING:
     from emulator.scenario.schema import Scenario
@@ -89,6 +95,11 @@ def _workload_problems(s: Scenario) -> Iterator[str]:
         if extra:
             yield (f"workload.trace: given together with {', '.join(extra)}; use either a trace or "
                    "arrival + input_len + output_len, remove one")
+        block = s.prefix_cache.block_tokens
+        if w.trace.format == "mooncake" and block != MOONCAKE_BLOCK_TOKENS:
+            yield (f"prefix_cache.block_tokens: {block}, but a Mooncake trace's hash_ids each stand for "
+                   f"{MOONCAKE_BLOCK_TOKENS} tokens; set prefix_cache.block_tokens: {MOONCAKE_BLOCK_TOKENS} "
+                   "so shared prefixes mean what the trace says")
     elif all(v is None for v in generated.values()):
         yield "workload: no requests; add arrival + input_len + output_len, or a trace"
     else:

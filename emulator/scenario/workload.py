@@ -30,6 +30,7 @@ from emulator.scenario.parts import Moment, Requests, Section, Tokens
 from emulator.shared_data import DATA_DIRS_ENV, may_read, relocate, shared_dir
 from emulator.validation import FIELD_ERROR
 
+MOONCAKE_BLOCK_TOKENS = 512  # the block a Mooncake trace's hash_ids each stand for (FAST'25 traces)
 Rate = Annotated[float, Field(strict=True, gt=0, le=MAX_RATE_PER_S)]
 Period = Annotated[float, Field(strict=True, gt=0, le=MAX_DURATION_S)]
 Scale = Annotated[float, Field(strict=True, ge=1 / MAX_TRACE_SCALE, le=MAX_TRACE_SCALE)]

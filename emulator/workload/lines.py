@@ -55,6 +55,8 @@ def read_lines(
             if not line:
                 return
             text = line.rstrip("\r\n")
+            if lineno == 1:
+                text = text.removeprefix("\ufeff")  # a byte-order mark, as spreadsheet exports write
             if len(text) > max_line_chars:
                 raise ScenarioError(
                     f"{what} {path} line {lineno}: longer than {max_line_chars} characters; "

@@ -133,6 +133,10 @@ def read_trace(spec: TraceSpec, horizon_s: float = math.inf) -> TraceReplay:
         if spec.max_requests is not None and len(requests) >= spec.max_requests:
             stop = Stop.CAP
             break
+    if not requests and stop is None:
+        bad = f"; its {num_skipped:,} rows were all skipped as bad" if num_skipped else ""
+        raise ScenarioError(f"trace {spec.path}: no rows to replay{bad}; point workload.trace.path at a "
+                            f"{spec.format} trace")
     rest = _count_rest(rows) if stop is not None else 0
     past = 1 if stop is Stop.HORIZON else 0  # the row that crossed the horizon, read but not replayed
     num_rows = None if rest is None else len(requests) + num_skipped + past + rest
@@ -160,6 +164,9 @@ def check_trace(spec: TraceSpec) -> RowCheck:
                 problems.append(str(err))
             continue
         previous = row.stamp_ps
+    if not num_rows:
+        problems.append(f"trace {spec.path}: no rows; point workload.trace.path at a {spec.format} trace")
+        num_problems = 1
     return RowCheck(num_rows, tuple(problems), num_problems)
 
 

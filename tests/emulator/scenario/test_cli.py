@@ -129,3 +129,10 @@ def test_every_bad_override_is_reported_not_only_the_first():
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert [line.split(":")[1].strip() for line in out.stderr.splitlines()] == [
         "--set routr", "--set bad", "router.threshold_tokens"]
+
+
+def test_a_mooncake_trace_needs_its_own_block_size():
+    out = emulator("validate", "scenarios/mooncake-replay.yaml", "--set", "prefix_cache.block_tokens=64")
+    assert out.returncode == 2 and out.stderr == (
+        "error: prefix_cache.block_tokens: 64, but a Mooncake trace's hash_ids each stand for 512 tokens; "
+        "set prefix_cache.block_tokens: 512 so shared prefixes mean what the trace says\n")

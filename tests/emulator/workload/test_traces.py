@@ -278,3 +278,28 @@ def test_check_trace_passes_the_shared_traces_and_lists_at_most_five_problems(tm
     bad = _write(tmp_path, "bad.jsonl", [_mc(timestamp=i, output_length=-1) for i in range(12)])
     many = check_trace(TraceSpec("mooncake", str(bad)))
     assert (many.num_rows, many.num_problems, len(many.problems)) == (12, 12, 5)
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_row(tmp_path) -> None:
+    """Spreadsheet exports start with one; the header (and a JSON row) must still read."""
+    csv_path = tmp_path / "t.csv"
+    csv_path.write_text("\ufeff" + AZURE_HEADER + "\n2023-11-16 18:17:03.1,600,7\n", encoding="utf-8")
+    assert [(r.input_len, r.output_len) for r in read_azure(csv_path)] == [(600, 7)]
+    jsonl = tmp_path / "t.jsonl"
+    jsonl.write_text("\ufeff" + _mc(timestamp=0) + "\n", encoding="utf-8")
+    assert len(read_mooncake(jsonl)) == 1
+
+
+@pytest.mark.parametrize(("name", "text", "skip"), [
+    ("empty.jsonl", "\n\n", False), ("header-only.csv", AZURE_HEADER + "\n", False),
+    ("all-bad.jsonl", "{oops\n[1]\n", True),
+])
+def test_a_trace_with_nothing_to_replay_is_refused(tmp_path, name: str, text: str, skip: bool) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    spec = TraceSpec("azure" if name.endswith(".csv") else "mooncake", str(path), skip_bad_rows=skip)
+    with pytest.raises(ScenarioError, match="no rows to replay"):
+        read_trace(spec)
+    if not skip:
+        assert check_trace(spec).problems == (f"trace {path}: no rows; point workload.trace.path at a "
+                                              f"{spec.format} trace",)
