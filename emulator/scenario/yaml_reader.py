@@ -4,8 +4,9 @@ PyYAML's SafeLoader builds no objects, but it still recurses once per nesting le
 node of a document before anything checks it, expands aliases on use (a "billion laughs" document
 is a few lines), converts integers of any length and reads `1e12` as text (YAML 1.1 wants a dot).
 ScenarioLoader bounds depth, node count, alias expansion and integer digits (emulator/limits.py),
-refuses duplicate keys, and reads exponent floats as numbers. Every problem is a YAMLError with
-the position, which the callers turn into one ScenarioError line.
+refuses duplicate keys, reads exponent floats as numbers, and takes only true/false as booleans
+(YAML 1.2: `affinity: off` is the word off, not False). Every problem is a YAMLError with the
+position, which the callers turn into one ScenarioError line.
 """
 
 from __future__ import annotations
@@ -19,6 +20,10 @@ from yaml.constructor import ConstructorError
 from emulator.limits import MAX_INT_DIGITS, MAX_NESTING, MAX_YAML_NODES
 
 FLOAT_TAG = "tag:yaml.org,2002:float"
+BOOL_TAG = "tag:yaml.org,2002:bool"
+# YAML 1.2's booleans. YAML 1.1 also reads yes/no/on/off as booleans, so a scenario's documented
+# `router.affinity: off` (or `--set router.affinity=off`) would arrive as False.
+BOOL_PATTERN = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
 # YAML 1.1's float pattern, with the fraction's dot optional before an exponent (1e12, 2E-3), as
 # YAML 1.2 and JSON read them.
 FLOAT_PATTERN = re.compile(
@@ -40,7 +45,7 @@ class ScenarioLoader(yaml.SafeLoader):
     """SafeLoader with the bounds above; one instance reads one document."""
 
     yaml_implicit_resolvers = {
-        first: [(tag, rx) for tag, rx in resolvers if tag != FLOAT_TAG]
+        first: [(tag, rx) for tag, rx in resolvers if tag not in (FLOAT_TAG, BOOL_TAG)]
         for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
     }
 
@@ -91,6 +96,7 @@ class ScenarioLoader(yaml.SafeLoader):
 
 
 ScenarioLoader.add_implicit_resolver(FLOAT_TAG, FLOAT_PATTERN, list("-+0123456789."))
+ScenarioLoader.add_implicit_resolver(BOOL_TAG, BOOL_PATTERN, list("tTfF"))
 ScenarioLoader.add_constructor("tag:yaml.org,2002:int", ScenarioLoader.construct_yaml_int)
 
 

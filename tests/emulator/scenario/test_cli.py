@@ -136,3 +136,10 @@ def test_a_mooncake_trace_needs_its_own_block_size():
     assert out.returncode == 2 and out.stderr == (
         "error: prefix_cache.block_tokens: 64, but a Mooncake trace's hash_ids each stand for 512 tokens; "
         "set prefix_cache.block_tokens: 512 so shared prefixes mean what the trace says\n")
+
+
+def test_yaml_booleans_are_true_and_false_only():
+    """`off` is an affinity, not YAML 1.1's False; `yes` is no boolean (YAML 1.2)."""
+    assert emulator("validate", "scenarios/paper-case-study.yaml", "--set", "router.affinity=off").returncode == 0
+    refused = emulator("validate", "scenarios/paper-case-study.yaml", "--set", "scheduler.short_term.enabled=yes")
+    assert refused.returncode == 2 and refused.stderr.startswith("error: scheduler.short_term.enabled: 'yes'")
