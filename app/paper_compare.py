@@ -28,6 +28,7 @@ from app.paper_figures import (
 from emulator.control.throughput_model import Plan
 from emulator.paths import REPO_ROOT
 from emulator.scenario import Scenario
+from emulator.telemetry.labels import format_number
 
 COLUMNS = ("Figure", "Paper", "Project", "Difference", "Paper source")
 NONE = "-"
@@ -94,11 +95,10 @@ def _throughput_ratio(summary: Mapping[str, Any], baseline: Mapping[str, Any] | 
 
 
 def _number(value: float | None, suffix: str = "") -> str:
-    """3 significant digits, or a whole number with thousands separators from 1,000 up."""
-    if value is None or not math.isfinite(value):
-        return NONE
-    # '#' keeps trailing zeros (3.60, not 3.6); a whole number then loses the bare point (191.)
-    return (f"{value:,.0f}" if abs(value) >= 1000 else f"{value:#.3g}".rstrip(".")) + suffix
+    """The dashboard's way of writing a figure (telemetry.labels.format_number), its zeros kept
+    (the paper's 3.60 and 13.0 say how precise they are), with its unit."""
+    text = format_number(value, keep_zeros=True)
+    return text if text == NONE else text + suffix
 
 
 def _relative(project: float | None, paper: float | None) -> str:

@@ -72,14 +72,15 @@ def label(key: str) -> str:
     return FIGURE_LABELS.get(key) or META_LABELS.get(key) or key.replace("_", " ")
 
 
-def format_number(value: Any, digits: int = 3) -> str:
+def format_number(value: Any, digits: int = 3, keep_zeros: bool = False) -> str:
     """`0.123`, `1.5`, `250`, `12,345`: `digits` significant digits, whole numbers from
     10**(digits-1) up (a hotspot's long queue in full, never `2.34e+03`), `-` when there is no
-    number; text passes through."""
+    number; text passes through. `keep_zeros` writes the digits a figure was given to (`3.60`,
+    `13.0`: a published figure's precision)."""
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "-"
     if isinstance(value, bool) or not isinstance(value, int | float):
         return str(value)
     if isinstance(value, int) or abs(value) >= 10 ** (digits - 1):
         return f"{round(value):,}"
-    return f"{value:.{digits}g}"
+    return f"{value:#.{digits}g}".rstrip(".") if keep_zeros else f"{value:.{digits}g}"
