@@ -37,15 +37,15 @@ KV_COLUMNS = {
     "source": st.column_config.TextColumn("Source"),
     "kind": st.column_config.TextColumn("Kind"),
     "layers": st.column_config.TextColumn("Layers", width="medium"),
-    "kv_bytes_per_token": st.column_config.NumberColumn("KV bytes/token", format="localized"),
+    "kv_bytes_per_token": st.column_config.NumberColumn("KV bytes/token", format="localized", width="medium"),
     "fixed_bytes": st.column_config.NumberColumn("Fixed state", format="bytes"),
-    "cache_bytes": st.column_config.NumberColumn("Cache at context", format="bytes"),
+    "cache_bytes": st.column_config.NumberColumn("Cache at context", format="bytes", width="medium"),
 }
 EGRESS_COLUMNS = {
     "model": st.column_config.TextColumn("Model"),
-    "phi_kv_gbps": st.column_config.NumberColumn("Φ_kv(L_avg) (Gbit/s)", format="%.3g"),
+    "phi_kv_gbps": st.column_config.NumberColumn("Φ_kv(L_avg) (Gbit/s)", format="%.3g", width="medium"),
     "egress_gbps": st.column_config.NumberColumn("B_out (Gbit/s)", format="%.3g"),
-    "link_pct": st.column_config.NumberColumn("Share of the link", format="%.3g%%"),
+    "link_pct": st.column_config.NumberColumn("Share of the link", format="%.3g%%", width="medium"),
 }
 PHI_COLUMNS = {
     "model": st.column_config.TextColumn("Model"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
@@ -52,3 +53,12 @@ def test_tokens_input_changes_cache_bytes() -> None:
     table = app.dataframe[0].value.set_index("preset")
     for name in PRESET_NAMES:
         assert table.loc[name, "cache_bytes"] == get_preset(name, "small").cache_bytes(1024)
+
+
+def test_no_header_is_clipped_in_the_presets_table() -> None:
+    """Headers longer than a small column's width ("Cache at contex") get a medium column."""
+    app = AppTest.from_file(str(HOME), default_timeout=30).run()
+    columns = json.loads(app.dataframe[0].proto.columns)
+    for key in ("kv_bytes_per_token", "cache_bytes"):
+        assert columns[key]["width"] == "medium", key
+    assert columns["cache_bytes"]["label"] == "Cache at context"
