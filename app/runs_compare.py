@@ -41,8 +41,10 @@ def format_relative(value: float | None) -> str:
 
 
 def compare_table(runs: Mapping[str, Run]) -> pd.DataFrame:
-    """One row per figure, one column per run (display text), then for each run after the first
-    its difference to A (`B - A`) and relative difference (`B - A (%)`); failures by reason last."""
+    """One row per figure, one column per run headed by its letter (A, B, ...: run names from the
+    dashboard are long, and a table wider than the page hides its difference columns; the page's
+    caption says which run is which), then for each run after the first its difference to A
+    (`B - A`) and relative difference (`B - A (%)`); failures by reason last."""
     names = list(runs)
     letters = run_letters(names)
     text_rows = {"scenario": [str(run.meta.get("scenario", "-")) for run in runs.values()],
@@ -69,7 +71,7 @@ def compare_table(runs: Mapping[str, Run]) -> pd.DataFrame:
         for value in shown[1:]:
             diff = MetricDiff(row, row, shown[0], value)
             rows[row] += [format_difference(diff.difference), format_relative(diff.relative)]
-    table = pd.DataFrame.from_dict(rows, orient="index", columns=[*names, *diff_columns])
+    table = pd.DataFrame.from_dict(rows, orient="index", columns=[*(letters[n] for n in names), *diff_columns])
     table.index.name = "metric"
     return table
 

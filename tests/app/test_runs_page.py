@@ -123,16 +123,17 @@ def test_opens_and_compares_a_run_recorded_before_the_trace_study_figures(runs_d
     assert metrics["Egress mean"] == "5.33 Mbit/s"  # from egress_gbps_mean
     assert any("recorded before they existed" in c.value for c in app.caption)
     table = _compare_table(app)
-    assert table.loc["prefix hit (cached/input)", "fast-live"] == "-"
-    assert table.loc["prefix hit (cached/input)", "slow-virtual"] == "0"
-    assert table.loc["egress mean (Mbit/s)", "fast-live"] == "5.33"
+    assert table.loc["prefix hit (cached/input)", "A"] == "-"  # fast-live, rewritten last, is A
+    assert table.loc["prefix hit (cached/input)", "B"] == "0"
+    assert table.loc["egress mean (Mbit/s)", "A"] == "5.33"
 
 
 def test_compares_two_runs(runs_dir: Path) -> None:
     app = _page(runs_dir)
     assert app.multiselect(key="runs_compare").value == ["slow-virtual", "fast-live"]
     table = _compare_table(app)
-    assert table.columns.tolist() == ["slow-virtual", "fast-live", "B - A", "B - A (%)"]
+    assert table.columns.tolist() == ["A", "B", "B - A", "B - A (%)"]
+    assert "Differences are to A: A = `slow-virtual`, B = `fast-live`" in [c.value for c in app.caption]
     assert table.loc["TTFT P50 (s)"].tolist() == ["1.6", "0.8", "-0.8", "-50%"]
     assert table.loc["TTFT no-queue P90 (s)"].tolist() == ["0.6", "0.6", "0", "0%"]  # TTFTs scale, service not
     assert "A = `slow-virtual`, B = `fast-live`" in " ".join(c.value for c in app.caption)

@@ -131,7 +131,7 @@ def test_a_run_recorded_in_mbit_lists_and_charts_in_bit_per_s(runs_dir: Path) ->
 def test_compare_table_and_cdfs_side_by_side(runs_dir: Path) -> None:
     runs = list_runs(runs_dir).by_name()
     table = compare_table(runs)
-    assert table.columns.tolist() == ["slow-virtual", "fast-live", "B - A", "B - A (%)"]
+    assert table.columns.tolist() == ["A", "B", "B - A", "B - A (%)"]  # A = slow-virtual, B = fast-live
     assert table.loc["TTFT P50 (s)"].tolist() == ["1.6", "0.8", "-0.8", "-50%"]
     assert table.loc["engine"].tolist() == ["virtual", "live", "-", "-"]
     assert table.loc["failed"].tolist() == ["1", "1", "0", "0%"]
@@ -207,11 +207,11 @@ def test_a_run_recorded_before_fail_detail_still_lists_and_compares(runs_dir: Pa
     runs = listing.by_name()
     assert "fast-live" in runs and runs["fast-live"].requests["fail_detail"].isna().all()
     table = compare_table(runs)
-    assert table.loc["failed: link_down", "slow-virtual"] == "1" and table.loc["failed: link_down", "fast-live"] == "0"
     assert list(runs)[0] == "fast-live"  # rewritten last, so A
+    assert table.loc["failed: link_down", "B"] == "1" and table.loc["failed: link_down", "A"] == "0"
     assert table.loc["failed: link_down", "B - A"] == "+1"
     old_reason = "failed: worker lost: local-decode-0 (its process ended)"
-    assert (table.loc[old_reason, "slow-virtual"], table.loc[old_reason, "fast-live"]) == ("0", "1")
+    assert (table.loc[old_reason, "B"], table.loc[old_reason, "A"]) == ("0", "1")
 
 
 def test_compare_table_differences_to_the_first_run_of_three(runs_dir: Path, make_run) -> None:
