@@ -28,7 +28,8 @@ COLUMN_CONFIG = {
     "pattern": st.column_config.TextColumn("Layer pattern", width="large"),
     "d_model": st.column_config.NumberColumn("d_model"),
     "kv_bytes_per_token": st.column_config.NumberColumn(
-        "KV bytes/token", format="localized", width="medium", help="Growing cache one more token adds (full-attention layers)"
+        "KV bytes/token", format="localized", width="medium",
+        help="Growing cache one more token adds (full-attention layers)",
     ),
     "fixed_bytes": st.column_config.NumberColumn(
         "Fixed state", format="bytes", help="Recurrent and conv states, sliding windows"

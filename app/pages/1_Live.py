@@ -53,8 +53,8 @@ REQUEST_COLUMNS = {
     "node": st.column_config.TextColumn("prefill node", width="medium"),
     "reason": st.column_config.TextColumn("router's reason", width="large"),
 }
-LAMBDA_NOTE = ("measured throughput beside the throughput model's Λ_max for the scenario (Eq. 6); below "
-               "saturation the measured figure is the offered load, not a capacity")
+LAMBDA_NOTE = ("requests per second: the run's measured throughput / the throughput model's Λ_max for the "
+               "scenario (Eq. 6); below saturation the measured figure is the offered load, not a capacity")
 OVERRIDES_HELP = ("One `path=value` per line, as `python -m emulator run --set`; e.g. "
                   "`workload.arrival.rate_per_s=1` or a scheduler trigger such as "
                   "`scheduler.short_term.queue_depth_trigger=8`.")
@@ -271,13 +271,13 @@ def _results(started: StartedRun) -> None:
         col.metric(label, format_number(summary.get(key)))
     share = summary.get("prfaas_fraction")
     cols[4].metric("Share routed remote", f"{share:.1%}" if isinstance(share, int | float) else "-")
-    cols[5].metric("Throughput / Λ_max (req/s)",
+    cols[5].metric("Throughput vs Λ_max",
                    f"{format_number(summary.get('throughput_rps'))} / {format_number(meta.get('lambda_max_model'))}",
                    help=LAMBDA_NOTE)
     for failure in doc.get("expect_failures", []):
         st.warning(f"expect failed: {failure}")
-    if statement := workload_statement(meta):
-        st.caption(f"Workload: {statement}")
+    if started.handle.engine == "virtual" and (statement := workload_statement(meta)):
+        st.caption(f"Workload: {statement}")  # a live run's status row says it already
     if meta.get("scenario") == PAPER_SCENARIO:
         with st.expander("The paper beside this run", expanded=True):
             show_run_vs_paper(doc)
