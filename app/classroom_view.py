@@ -115,7 +115,7 @@ STEPS: tuple[Step, ...] = (
         "Paper scale: the case study", "paper-case-study.yaml",
         "The paper's case study (4 x H200 PrfaaS prefill, 8 x H20 local PD cluster, about 100 Gbit/s "
         "between them) for 10 simulated minutes, on the virtual engine in a second or two.",
-        "The run's tiles and charts on the Live page (*Throughput vs Λ_max*), then the "
+        "The run's tiles and charts on the Live page (*Throughput (req/s)* beside *Λ_max, model (req/s)*), then the "
         "Threshold explorer on the same scenario, with the paper's figures beside the project's.",
         "About half the requests go remote, near the optimizer's p at t* = 19,620 tokens with a 3:5 "
         "prefill/decode split; the explorer shows why this t balances the two prefill paths.",
@@ -130,7 +130,7 @@ ALSO_TRY = ("`live-worker-crash.yaml` kills the remote prefill worker mid-run an
 # What a step may name in *italics*: the Live page's panels, tables, tiles and knobs, the Runs
 # page's comparison and the run's Λ tile (a renamed panel fails a test, not a class).
 LIVE_NAMES = frozenset({*CHART_TITLES.values(), *TABLE_TITLES, "Completed / arrived", "Run time (s)",
-                        "Throughput vs Λ_max", "Threshold (tokens)", "Arrival rate (req/s)",
+                        "Throughput (req/s)", "Λ_max, model (req/s)", "Threshold (tokens)", "Arrival rate (req/s)",
                         "Pause arrivals", "Compare runs"})
 NAMED = re.compile(r"\*([^*]+)\*")
 

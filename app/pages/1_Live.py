@@ -264,16 +264,15 @@ def _results(started: StartedRun) -> None:
                      f"results:\n\n```\n{started.handle.log_tail(8)}\n```")
         return
     summary, meta = doc.get("summary", {}), doc.get("meta", {})
-    cols = st.columns(6)
+    cols = st.columns(7)
     for col, (key, label) in zip(cols, (("completed", "Completed"), ("failed_count", "Failed"),
                                         ("ttft_p50_s", "TTFT P50 (s)"), ("ttft_p90_s", "TTFT P90 (s)")),
                                  strict=False):
         col.metric(label, format_number(summary.get(key)))
     share = summary.get("prfaas_fraction")
-    cols[4].metric("Share routed remote", f"{share:.1%}" if isinstance(share, int | float) else "-")
-    cols[5].metric("Throughput vs Λ_max",
-                   f"{format_number(summary.get('throughput_rps'))} / {format_number(meta.get('lambda_max_model'))}",
-                   help=LAMBDA_NOTE)
+    cols[4].metric("Routed remote", f"{share:.1%}" if isinstance(share, int | float) else "-")
+    cols[5].metric("Throughput (req/s)", format_number(summary.get("throughput_rps")), help=LAMBDA_NOTE)
+    cols[6].metric("Λ_max, model (req/s)", format_number(meta.get("lambda_max_model")), help=LAMBDA_NOTE)
     for failure in doc.get("expect_failures", []):
         st.warning(f"expect failed: {failure}")
     if started.handle.engine == "virtual" and (statement := workload_statement(meta)):

@@ -226,8 +226,9 @@ def test_starts_a_virtual_run_and_shows_its_results(live_env: str, tmp_path: Pat
     summary = json.loads((runs[0] / "summary.json").read_text())["summary"]
     _until(app, lambda a: "live_ttft" in _chart_keys(a))  # the live charts, drawn from the record
     assert _chart_keys(app) == CHART_KEYS
-    assert _metrics(app)["Throughput vs Λ_max"] == (
-        f"{format_number(summary['throughput_rps'])} / {format_number(meta['lambda_max_model'])}")
+    metrics = _metrics(app)
+    assert metrics["Throughput (req/s)"] == format_number(summary["throughput_rps"])
+    assert metrics["Λ_max, model (req/s)"] == format_number(meta["lambda_max_model"])
     assert [b.proto.label for b in app.get("download_button")] == ["Save as scenario (YAML)"]
 
 
