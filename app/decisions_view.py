@@ -51,6 +51,8 @@ def add_decision_markers(fig: go.Figure, rows: pd.DataFrame) -> go.Figure:
     """A dotted vertical line at each timed row of `decision_rows`, labelled at the top with what
     happened (numbered, as the table's order, when there are many); hovering the label shows the
     time, what and why. Returns `fig`, changed in place."""
+    if rows.empty:  # the Live page redraws every second, mostly with nothing to mark
+        return fig
     timed = rows[rows[TIME].notna()].reset_index(drop=True)
     worded = len(timed) <= MAX_LABELLED
     for i, row in timed.iterrows():

@@ -28,30 +28,36 @@ COLORS = {"p50": "#1f77b4", "p90": "#d62728", "threshold": "#7f7f7f", "egress": 
           "rtt": "#17becf"}
 
 
-def _figure(y_title: str) -> go.Figure:
-    fig = go.Figure()
-    fig.update_layout(height=HEIGHT, margin={"t": 30, "b": 40, "l": 60, "r": 60}, legend=LEGEND_TOP,
-                      uirevision="live", hovermode="x unified")  # uirevision: keep zoom across redraws
-    fig.update_xaxes(title="run time (s)")
-    fig.update_yaxes(title=y_title, rangemode="tozero")
-    return fig
+def _figure(y_title: str, traces: list[dict], *, y: dict | None = None, y2: str | None = None) -> go.Figure:
+    """One figure from trace dicts in a single constructor call: plotly validates the whole figure
+    once, where update_layout/add_scatter calls validate and relayout one by one (21 ms against
+    1.5 ms for the TTFT chart; the page redraws five charts every second)."""
+    layout: dict = {
+        "height": HEIGHT, "margin": {"t": 30, "b": 40, "l": 60, "r": 60}, "legend": LEGEND_TOP,
+        "uirevision": "live", "hovermode": "x unified",  # uirevision: keep zoom across redraws
+        "xaxis": {"title": {"text": "run time (s)"}},
+        "yaxis": {"title": {"text": y_title}, "rangemode": "tozero", **(y or {})},
+    }
+    if y2 is not None:
+        layout["yaxis2"] = {"title": {"text": y2}, "overlaying": "y", "side": "right", "rangemode": "tozero",
+                            "showgrid": False}
+    return go.Figure(data=traces, layout=layout)
 
 
-def _line(fig: go.Figure, frame: pd.DataFrame, column: str, name: str, color: str, **kwargs) -> None:
-    fig.add_scatter(x=frame["t_s"], y=frame[column], name=name, mode="lines",
-                    line={"color": color, **kwargs.pop("line", {})}, connectgaps=False, **kwargs)
+def _line(frame: pd.DataFrame, column: str, name: str, color: str, *, line: dict | None = None,
+          **kwargs) -> dict:
+    return {"type": "scatter", "x": frame["t_s"].to_numpy(), "y": frame[column].to_numpy(), "name": name,
+            "mode": "lines", "line": {"color": color, **(line or {})}, "connectgaps": False, **kwargs}
 
 
 def ttft_figure(frame: pd.DataFrame) -> go.Figure:
     """TTFT P50/P90 (left axis, s) with the routing threshold (right axis, tokens)."""
-    fig = _figure("TTFT (s)")
-    _line(fig, frame, "ttft_p50_s", "TTFT P50", COLORS["p50"])
-    _line(fig, frame, "ttft_p90_s", "TTFT P90", COLORS["p90"])
-    _line(fig, frame, "threshold_tokens", "threshold", COLORS["threshold"], yaxis="y2",
-          line={"dash": "dot", "shape": "hv"})
-    fig.update_layout(yaxis2={"title": "threshold (tokens)", "overlaying": "y", "side": "right",
-                              "rangemode": "tozero", "showgrid": False})
-    return fig
+    return _figure("TTFT (s)", [
+        _line(frame, "ttft_p50_s", "TTFT P50", COLORS["p50"]),
+        _line(frame, "ttft_p90_s", "TTFT P90", COLORS["p90"]),
+        _line(frame, "threshold_tokens", "threshold", COLORS["threshold"], yaxis="y2",
+              line={"dash": "dot", "shape": "hv"}),
+    ], y2="threshold (tokens)")
 
 
 def egress_figure(frame: pd.DataFrame) -> go.Figure:
@@ -60,36 +66,31 @@ def egress_figure(frame: pd.DataFrame) -> go.Figure:
     unit, per_unit = frame_rate_unit(frame)
     scaled = frame.assign(egress=frame["egress_bit_per_s"] / per_unit,
                           capacity=frame["link_capacity_bit_per_s"].astype("float64") / per_unit)
-    fig = _figure(unit)
-    _line(fig, scaled, "egress", "egress", COLORS["egress"], fill="tozeroy")
-    _line(fig, scaled, "capacity", "link capacity", COLORS["capacity"], line={"dash": "dash", "shape": "hv"})
-    return fig
+    return _figure(unit, [
+        _line(scaled, "egress", "egress", COLORS["egress"], fill="tozeroy"),
+        _line(scaled, "capacity", "link capacity", COLORS["capacity"], line={"dash": "dash", "shape": "hv"}),
+    ])
 
 
 def queues_figure(frame: pd.DataFrame) -> go.Figure:
     """Requests waiting per pool."""
-    fig = _figure("requests waiting")
-    for column, name in (("remote_prefill", "remote prefill"), ("local_prefill", "local prefill"),
-                         ("decode", "decode")):
-        _line(fig, frame, column, name, COLORS[column], line={"shape": "hv"})
-    return fig
+    return _figure("requests waiting", [
+        _line(frame, column, name, COLORS[column], line={"shape": "hv"})
+        for column, name in (("remote_prefill", "remote prefill"), ("local_prefill", "local prefill"),
+                             ("decode", "decode"))])
 
 
 def share_figure(frame: pd.DataFrame) -> go.Figure:
     """Share of requests routed to the PrfaaS cluster: since the start, and recently."""
-    fig = _figure("share routed remote")
-    _line(fig, frame, "remote_share", "since the start", COLORS["share"])
-    _line(fig, frame, "recent_remote_share", "last 10 s", COLORS["recent"])
-    fig.update_yaxes(range=[0, 1.05], tickformat=".0%", rangemode="normal")
-    return fig
+    return _figure("share routed remote", [
+        _line(frame, "remote_share", "since the start", COLORS["share"]),
+        _line(frame, "recent_remote_share", "last 10 s", COLORS["recent"]),
+    ], y={"range": [0, 1.05], "tickformat": ".0%", "rangemode": "normal"})
 
 
 def link_health_figure(frame: pd.DataFrame) -> go.Figure:
     """TCP retransmission rate of the KV senders (left) and their RTT (right)."""
-    fig = _figure("retransmission rate")
-    _line(fig, frame, "retrans_rate", "retransmissions", COLORS["retrans"])
-    _line(fig, frame, "rtt_ms", "RTT", COLORS["rtt"], yaxis="y2", line={"dash": "dot"})
-    fig.update_yaxes(tickformat=".1%")
-    fig.update_layout(yaxis2={"title": "RTT (ms)", "overlaying": "y", "side": "right",
-                              "rangemode": "tozero", "showgrid": False})
-    return fig
+    return _figure("retransmission rate", [
+        _line(frame, "retrans_rate", "retransmissions", COLORS["retrans"]),
+        _line(frame, "rtt_ms", "RTT", COLORS["rtt"], yaxis="y2", line={"dash": "dot"}),
+    ], y={"tickformat": ".1%"}, y2="RTT (ms)")
