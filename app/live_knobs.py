@@ -98,7 +98,8 @@ def _from_widgets(feed: MqttFeed | None, why_no_feed: str, run_id: str, knob: Kn
 
 def _init_knobs(run_id: str, view: RunView, scenario: Scenario | None, start_threshold: int | None) -> None:
     """Set each knob from the run once: from its scenario at first, from its metrics once they come."""
-    source = (run_id, view.latest is not None, start_threshold)
+    # once snapshots come they set the knobs (a later status's t must not reset a half-edited form)
+    source = (run_id, view.latest is not None, start_threshold if view.latest is None else None)
     if st.session_state.get("live_knobs_for") == source:
         return
     for name, value in knob_values(scenario, view.latest, start_threshold).items():

@@ -1,10 +1,11 @@
-"""End to end: the Live page in Debian's chromium drives a real live run of live-quickstart.
+"""End to end: the dashboard in Debian's chromium, as a new user goes through it.
 
-The dashboard is served as `make run` serves it (embedded broker, its defaults); the test starts
-the scenario from the page, waits for data in the TTFT and egress charts, moves the threshold
-slider, and checks on the run's status topic (the status that follows every control message
-carries the router's `threshold_tokens`) and in its summary.json (`meta.knob_changes`) that the
-emulator took the new threshold. Then it opens the Threshold explorer and reads the optimum.
+The dashboard is served as `make run` serves it (embedded broker, its defaults). The test starts a
+short live-quickstart run from the Live page, applies a threshold and a link change (checked on the
+run's status topic and in its summary.json), saves the run as a scenario and replays that file
+headlessly; starts live-bandwidth-drop on the virtual engine and reads the scheduler's move in its
+Decisions table beside the charts drawn from its record; reads the paper-vs-project table on the
+Threshold explorer; and compares the two runs on the Runs page (the B - A column).
 
 Screenshots go to the test's tmp dir, and also to $PRFAAS_SCREENSHOTS (e.g. docs/img) when set:
 that is how the README's screenshots are made.
@@ -16,6 +17,8 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -29,7 +32,7 @@ pytestmark = [*BROWSER_MARKS, pytest.mark.slow]
 DURATION_S = 25  # arrivals of the run: enough for charts with data, short enough for CI
 SCREENSHOTS_ENV = "PRFAAS_SCREENSHOTS"
 VIEWPORT = {"width": 1400, "height": 2200}  # the whole Live page
-EXPLORER_VIEWPORT = {"width": 1400, "height": 1300}
+EXPLORER_VIEWPORT = {"width": 1400, "height": 2000}  # the paper beside the project too
 # How many finite y values each named trace holds, for the chart that has a trace of that name.
 TRACE_POINTS_JS = """(name) => {
   for (const gd of document.querySelectorAll('.js-plotly-plot')) {
@@ -73,26 +76,52 @@ def _start_quickstart(page) -> tuple[str, str]:
 
 
 def _move_threshold(page) -> int:
-    """Three steps of 128 tokens down with the keyboard; returns where the slider ended."""
+    """Three steps of 128 tokens down with the keyboard, then Apply (the slider sends nothing by
+    itself); returns where the slider ended."""
     slider = page.get_by_role("slider")
     slider.focus()
     for _ in range(3):
         page.keyboard.press("ArrowLeft")
         time.sleep(0.3)
-    time.sleep(1.0)
-    return int(slider.input_value())
+    tokens = int(slider.input_value())
+    page.get_by_role("button", name="Apply threshold").click()
+    return tokens
+
+
+def _change_link(page, bandwidth_mbit: int) -> None:
+    field = page.get_by_label("Bandwidth (Mbit/s; empty = unshaped)", exact=True)
+    field.fill(str(bandwidth_mbit))
+    field.press("Enter")
+    page.get_by_role("button", name="Apply link").click()
+
+
+def _choose(page, label: str, option: str) -> None:
+    """Pick `option` in the selectbox labelled `label`."""
+    page.get_by_test_id("stSelectbox").filter(has_text=label).first.click()
+    page.get_by_role("option", name=option, exact=True).click()
+
+
+def _grid_text(page, has_text: str) -> str:
+    """The text of the first data grid on the page that holds `has_text` (its cells are in the DOM)."""
+    grid = page.get_by_test_id("stDataFrame").filter(has_text=has_text).first
+    grid.wait_for(timeout=60_000)
+    return (grid.text_content() or "").replace("→", "->")
 
 
 def test_live_page_drives_a_live_run(live_dashboard, tmp_path: Path) -> None:
+    """A live run with a threshold and a link change, saved as a scenario that replays headlessly;
+    a virtual run's charts and the scheduler's move in its decisions; the paper beside the project;
+    the Runs page's comparison with differences."""
     from playwright.sync_api import sync_playwright
 
     url, _server = live_dashboard
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
-            page = browser.new_page(viewport=VIEWPORT)
+            page = browser.new_page(viewport=VIEWPORT, accept_downloads=True)
             page.goto(f"{url}/Live")
             page.get_by_role("heading", name="Live control room").wait_for(timeout=30_000)
+            assert page.get_by_role("button", name="Deploy").count() == 0  # a local lab, not a hosted app
             broker, run_id = _start_quickstart(page)
             status = f"prfaas/{run_id}/status"
             with TopicWatch(broker, status) as watch:
@@ -102,6 +131,9 @@ def test_live_page_drives_a_live_run(live_dashboard, tmp_path: Path) -> None:
                 assert tokens < 2048, "the slider did not move"
                 # the emulator's own report: the status that follows the control message
                 watch.wait_for(status, lambda payload: payload.get("threshold_tokens") == tokens, timeout_s=15)
+                _change_link(page, 120)
+                watch.wait_for(status, lambda payload: "link -> 120 Mbit/s" in payload.get("note", ""),
+                               timeout_s=15)
             page.get_by_text(re.compile(f"threshold (->|→) {tokens} tokens: applied")).wait_for(timeout=15_000)
             if os.environ.get(SCREENSHOTS_ENV):  # the README's picture: let the run show more
                 page.wait_for_function("document.body.innerText.includes('draining')", timeout=60_000)
@@ -111,23 +143,64 @@ def test_live_page_drives_a_live_run(live_dashboard, tmp_path: Path) -> None:
             stop = page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Stop", exact=True)
             if stop.is_enabled():  # else the run has ended by itself
                 stop.click()
-            recorded = page.get_by_test_id("stMarkdownContainer").filter(has_text="Knob changes the run recorded:")
-            recorded.wait_for(timeout=60_000)
-            assert f"threshold -> {tokens} tokens" in recorded.text_content().replace("→", "->")
+            page.get_by_text(re.compile(r"^Recorded in ")).wait_for(timeout=60_000)
+            decisions = _grid_text(page, "why")
+            assert f"threshold -> {tokens} tokens" in decisions and "link -> 120 Mbit/s" in decisions
+            with page.expect_download() as download:
+                page.get_by_role("button", name="Save as scenario (YAML)").click()
+            saved = tmp_path / "saved.yaml"
+            download.value.save_as(saved)
+
+            _choose(page, "Scenario", "live-bandwidth-drop.yaml")
+            page.get_by_test_id("stRadio").get_by_text("virtual", exact=True).click()
+            advanced = page.get_by_test_id("stExpander").get_by_text("Advanced start options")
+            advanced.click()
+            duration = page.get_by_label("Duration (s), 0 = the scenario's own", exact=True)
+            duration.fill("0")
+            duration.press("Enter")
+            advanced.click()
+            page.get_by_role("button", name="Start", exact=True).click()
+            page.get_by_text(re.compile(r"^From the run's record: ")).wait_for(timeout=60_000)
+            _wait_points(page, "TTFT P50", 10, timeout_s=30)  # the charts, drawn from the record
+            assert "threshold 2965 -> 3411 tokens" in _grid_text(page, "why")  # the scheduler's move
+            time.sleep(1.0)
+            virtual_png = _shoot(page, tmp_path, "live-virtual.png")
 
             page.get_by_role("link", name="Threshold explorer").click()
             page.get_by_role("heading", name="Threshold explorer").wait_for(timeout=30_000)
             page.get_by_text("t* = 19,620").wait_for(timeout=30_000)  # the optimum on the chart
             optimum = page.get_by_test_id("stMetric").filter(has_text="Threshold t (tokens)")
             assert "19,620" in optimum.text_content()
-            page.get_by_test_id("stToast").wait_for(state="detached", timeout=15_000)  # "Stopping ..."
+            paper = _grid_text(page, "Paper")
+            assert "19,400" in paper and "19,620" in paper and "3:5" in paper
             page.set_viewport_size(EXPLORER_VIEWPORT)
             time.sleep(1.0)
             explorer_png = _shoot(page, tmp_path, "threshold-explorer.png")
+
+            page.set_viewport_size(VIEWPORT)
+            page.goto(f"{url}/Runs")
+            page.get_by_role("heading", name="Runs").wait_for(timeout=30_000)
+            runs_dir = page.get_by_label("Runs directory", exact=True)
+            runs_dir.fill(str(tmp_path / "runs"))
+            runs_dir.press("Enter")
+            assert "live-quickstart" in _grid_text(page, "recorded")  # the listing of the two runs
+            page.get_by_role("tab", name="Compare runs").click()
+            compare = _grid_text(page, "B - A")
+            assert "TTFT P50" in compare
+            time.sleep(1.0)
+            runs_png = _shoot(page, tmp_path, "runs-compare.png")
         finally:
             browser.close()
     summaries = list((tmp_path / "runs").glob(f"live-quickstart-*-{run_id}/summary.json"))
     assert len(summaries) == 1
     meta = json.loads(summaries[0].read_text())["meta"]
     assert any(change.endswith(f"control: threshold -> {tokens} tokens") for change in meta["knob_changes"])
-    assert live_png.stat().st_size > 0 and explorer_png.stat().st_size > 0
+    replay = subprocess.run([sys.executable, "-m", "emulator", "run", str(saved), "--engine", "virtual",
+                             "--out", str(tmp_path / "replay")], cwd=ROOT, capture_output=True, text=True,
+                            timeout=300)
+    assert replay.returncode == 0, replay.stderr
+    replayed = json.loads((tmp_path / "replay" / "summary.json").read_text())["meta"]["knob_changes"]
+    assert any(change.endswith(f"timeline: threshold -> {tokens} tokens") for change in replayed)
+    assert any("timeline: link -> 120 Mbit/s" in change for change in replayed)
+    for png in (live_png, virtual_png, explorer_png, runs_png):
+        assert png.stat().st_size > 0
