@@ -136,7 +136,8 @@ def test_live_page_drives_a_live_run(live_dashboard, tmp_path: Path) -> None:
                                timeout_s=15)
             page.get_by_text(re.compile(f"threshold (->|→) {tokens} tokens: applied")).wait_for(timeout=15_000)
             if os.environ.get(SCREENSHOTS_ENV):  # the README's picture: let the run show more
-                page.wait_for_function("document.body.innerText.includes('draining')", timeout=60_000)
+                page.wait_for_function("['draining', 'finished', 'ended'].some((s) => "
+                                       "document.body.innerText.includes(s))", timeout=60_000)
             time.sleep(2.0)
             live_png = _shoot(page, tmp_path, "live.png")
             assert page.get_by_test_id("stException").count() == 0
