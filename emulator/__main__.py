@@ -16,6 +16,7 @@ from emulator.cli import (
     net as net_cli,
     run as run_cli,
     scenario as scenario_cli,
+    sweep as sweep_cli,
 )
 from emulator.errors import PrfaasError
 
@@ -31,6 +32,7 @@ def make_parser() -> argparse.ArgumentParser:
     calibrate_cli.add_parser(sub)
     baselines_cli.add_parser(sub)
     accel_cli.add_parser(sub)
+    sweep_cli.add_parser(sub)
     return parser
 
 
@@ -52,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
             return baselines_cli.run(args)
         if args.command in accel_cli.COMMANDS:
             return accel_cli.run(args)
+        if args.command in sweep_cli.COMMANDS:
+            return sweep_cli.run(args)
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130

@@ -78,3 +78,13 @@ MAX_KV_CONNECTIONS = 512
 MAX_KV_CONNECTIONS_PER_PEER = 256
 MAX_KV_PARTIAL_BYTES = 1 << 30
 KV_PEER_SHARE = 0.5
+
+# Sweeps (emulator/sweep): points per sweep (levels x seeds x engines, after sampling), axes, the
+# levels of one axis, replicate seeds, fixed overrides, and Ray workers started locally. 10,000
+# virtual points of a short scenario run in well under an hour on a 16-core machine.
+MAX_SWEEP_POINTS = 10_000
+MAX_SWEEP_AXES = 16
+MAX_AXIS_VALUES = 1_000
+MAX_SWEEP_SEEDS = 100
+MAX_SWEEP_SETS = 100
+MAX_SWEEP_WORKERS = 1_024

@@ -11,6 +11,7 @@ import argparse
 import json
 import sys
 
+from emulator.cli import sweep as sweep_cli
 from emulator.errors import ScenarioError
 from emulator.scenario import Scenario, apply_overrides, load_scenario, scenario_json_schema
 from emulator.scenario.rules import scenario_warnings
@@ -19,7 +20,7 @@ COMMANDS = ("validate", "optimize", "schema")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    helps = {"validate": "check a scenario file; list each problem",
+    helps = {"validate": "check a scenario or sweep file; list each problem",
              "optimize": "print the optimal threshold and P/D split, and both baselines, as JSON"}
     for command, text in helps.items():
         parser = sub.add_parser(command, help=text)
@@ -35,6 +36,8 @@ def run(args: argparse.Namespace) -> int:
     if args.command == "schema":
         print(json.dumps(scenario_json_schema(), indent=2))
         return 0
+    if args.command == "validate" and sweep_cli.is_sweep_file(args.scenario):
+        return sweep_cli.validate(args.scenario, args.overrides)
     scenario = apply_overrides(load_scenario(args.scenario), args.overrides)
     warnings = [f"warning: {line}" for line in scenario_warnings(scenario)]
     if args.command == "optimize":  # stdout is one JSON object: warnings go to stderr

@@ -1,0 +1,111 @@
+"""`python -m emulator sweep SWEEP.yaml --out DIR [--ray ADDRESS] [--workers N]`: run a sweep's
+points as Ray tasks into DIR/sweep.parquet and DIR/sweep.json; points already there are skipped.
+A progress bar on a terminal, a progress line every few seconds elsewhere. Argument wiring and
+printing only; the work is emulator.sweep's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TextIO
+
+COMMANDS = ("sweep",)
+LOG_EVERY_S = 5.0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("sweep", help="run a sweep file's points (virtual/analytic) as Ray tasks")
+    parser.add_argument("sweep", type=Path, help="path to a sweep YAML file (scenarios/sweeps/)")
+    parser.add_argument("--out", type=Path, help="output directory (default sweeps/<name>); re-running "
+                        "into it runs only the points not yet there")
+    parser.add_argument("--ray", metavar="ADDRESS", help="join an existing Ray cluster (e.g. from "
+                        "`ray start --head`) instead of starting a local one")
+    parser.add_argument("--workers", type=int, help="CPUs of the local Ray (default: every core)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from emulator.sweep import expand, load_sweep, run_sweep
+
+    sweep = load_sweep(args.sweep)
+    out = args.out or Path("sweeps") / sweep.spec.name
+    print(f"{sweep.spec.name}: {len(expand(sweep.spec)):,} points -> {out}", file=sys.stderr)
+    bar = SweepProgress(sys.stderr.isatty())
+    try:
+        result = run_sweep(sweep, out, address=args.ray, workers=args.workers, progress=bar)
+    finally:
+        bar.close()
+    print(f"{sweep.spec.name}: {result.num_ran:,} points run ({result.num_failed:,} failed), "
+          f"{result.num_before:,} already done, {result.num_points:,} in all: {out}/sweep.parquet")
+    return 0
+
+
+class SweepProgress:
+    """Points done on stderr: a redrawn bar on a terminal, else a line every LOG_EVERY_S."""
+
+    def __init__(self, is_terminal: bool, clock: Callable[[], float] = time.monotonic,
+                 stream: TextIO | None = None) -> None:
+        self.is_terminal, self._clock, self._stream = is_terminal, clock, stream
+        self._started = self._last = clock()
+        self._seen: tuple[int, int, int] | None = None
+        self._drawn = False
+
+    @property
+    def stream(self) -> TextIO:
+        return self._stream or sys.stderr
+
+    def __call__(self, done: int, total: int, failed: int) -> None:
+        self._seen = (done, total, failed)
+        now = self._clock()
+        if self.is_terminal:
+            if now - self._last < 0.25 and done < total:
+                return
+            filled = int(30 * done / total) if total else 30
+            self.stream.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {done}/{total} points, "
+                              f"{failed} failed  {now - self._started:6.1f} s")
+            self._drawn = True
+        elif now - self._last >= LOG_EVERY_S:
+            self.stream.write(self._line())
+        else:
+            return
+        self._last = now
+        self.stream.flush()
+
+    def _line(self) -> str:
+        assert self._seen is not None
+        done, total, failed = self._seen
+        return f"progress: {done:,}/{total:,} points, {failed:,} failed, wall {self._clock() - self._started:.1f} s\n"
+
+    def close(self) -> None:
+        if self._drawn:
+            self.stream.write("\n")
+        elif not self.is_terminal and self._seen is not None:
+            self.stream.write(self._line())
+        self.stream.flush()
+
+
+def is_sweep_file(path: str | Path) -> bool:
+    """Whether `validate` was given a sweep file (a top-level `axes:`); an unreadable file is left
+    to the scenario reader, which names its problem."""
+    from emulator.errors import ScenarioError
+    from emulator.sweep.spec import is_sweep_document, read_document
+
+    try:
+        return is_sweep_document(read_document(Path(path))[1])
+    except ScenarioError:
+        return False
+
+
+def validate(path: str | Path, overrides: list[str]) -> int:
+    """`validate SWEEP.yaml`: the sweep file, its base scenario and its axis paths."""
+    from emulator.errors import ScenarioError
+    from emulator.sweep import expand, load_sweep
+
+    if overrides:
+        raise ScenarioError("--set: a sweep file takes fixed overrides in its `set:` list; move them there")
+    sweep = load_sweep(path)
+    print(f"ok: {sweep.spec.name} (sweep, {len(expand(sweep.spec)):,} points)")
+    return 0

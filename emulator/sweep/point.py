@@ -1,0 +1,74 @@
+"""Runs one sweep point in this process and returns its flat row: the virtual engine's run summary
+(records.summarize over the simulated records, as `run` writes summary.json) or the analytic
+engine's optimum (optimize_scenario), cut to the kept metrics. A point that raises is a failed row
+with a one-line reason. Knows nothing of Ray: the runner calls this inside a task.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from emulator.analytic import optimize_scenario
+from emulator.scenario import Scenario, apply_overrides, load_scenario
+from emulator.sweep.points import Point
+from emulator.telemetry.records import summarize
+
+MAX_REASON_CHARS = 500
+OK, FAILED = "ok", "failed"
+
+
+def run_point(base_path: str | Path, fixed: list[str], point: Point, metrics: list[str]) -> dict[str, Any]:
+    """The row of `point`: point_id, its axis values, seed, engine, each kept metric (None where
+    the engine has no such figure), status, reason and wall_s. Never raises for a bad point."""
+    started = time.perf_counter()
+    row: dict[str, Any] = {"point_id": point.point_id, **dict(point.values), "seed": point.seed,
+                           "engine": point.engine}
+    try:
+        scenario = apply_overrides(load_scenario(base_path), [*fixed, *point.overrides()])
+        figures = engine_figures(scenario, point.engine)
+        row |= {m: _number(figures.get(m)) for m in metrics}
+        row |= {"status": OK, "reason": None}
+    except Exception as err:  # a point's failure is data: the sweep records it and goes on
+        row |= {m: None for m in metrics}
+        row |= {"status": FAILED, "reason": one_line(err)}
+    row["wall_s"] = time.perf_counter() - started
+    return row
+
+
+def engine_figures(scenario: Scenario, engine: str) -> dict[str, Any]:
+    """Every figure one engine reports for `scenario`, flat."""
+    if engine == "virtual":
+        from emulator.virtual.engine import run_duration_s, simulate  # the compiled build, when current
+
+        records = simulate(scenario).records
+        return summarize(records, run_duration_s(records))
+    return flatten(optimize_scenario(scenario))
+
+
+def flatten(doc: dict[str, Any]) -> dict[str, Any]:
+    """optimize_scenario's JSON as flat keys: `lambda_max`, `homogeneous_lambda_max`, `configured_t`."""
+    flat: dict[str, Any] = {}
+    for key, value in doc.items():
+        if isinstance(value, dict):
+            flat |= {f"{key}_{k}": v for k, v in value.items() if not isinstance(v, dict)}
+        else:
+            flat[key] = value
+    return flat
+
+
+def one_line(err: BaseException) -> str:
+    """An error as one line: its lines joined by `; `, the type named when it is not ours."""
+    text = "; ".join(line.strip() for line in str(err).splitlines() if line.strip()) or type(err).__name__
+    if type(err).__module__ != "emulator.errors":
+        text = f"{type(err).__name__}: {text}"
+    return text if len(text) <= MAX_REASON_CHARS else text[: MAX_REASON_CHARS - 3] + "..."
+
+
+def _number(value: Any) -> float | None:
+    """A metric as a float column's value: None for no data, for text and for non-finite numbers."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None

@@ -1,0 +1,156 @@
+"""Runs a sweep's points as Ray tasks: a local Ray started here (no dashboard, quiet, `workers`
+CPUs), or an existing cluster joined by address. Results are collected as they finish and written
+in small batches, so Ctrl-C (or a lost session) keeps every finished point; points already in the
+output directory are not run again. Ray is shut down whenever this module started or joined it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from emulator.errors import PrfaasError
+from emulator.limits import MAX_SWEEP_WORKERS
+from emulator.sweep.point import FAILED, run_point
+from emulator.sweep.points import Point, expand
+from emulator.sweep.spec import Sweep
+from emulator.sweep.store import SweepStore
+
+log = logging.getLogger(__name__)
+FLUSH_EVERY_S = 2.0  # write sweep.parquet at least this often while points finish
+FLUSH_EVERY_ROWS = 50
+IN_FLIGHT_PER_CPU = 2  # tasks submitted ahead of the free CPUs: enough to keep them busy, few to cancel
+
+Progress = Callable[[int, int, int], None]  # (points done, points total, points failed)
+
+
+class RayUnavailable(PrfaasError):
+    """Ray cannot start here, or the cluster at the given address cannot be joined."""
+
+
+@dataclass(frozen=True, slots=True)
+class SweepResult:
+    """What one invocation did: points in the sweep, found done, run now (of them failed)."""
+
+    num_points: int
+    num_before: int
+    num_ran: int
+    num_failed: int
+    doc: dict[str, Any]
+
+
+def run_sweep(sweep: Sweep, out_dir: str | Path, *, address: str | None = None, workers: int | None = None,
+              progress: Progress | None = None) -> SweepResult:
+    """Run every point of `sweep` not yet in `out_dir`; KeyboardInterrupt propagates after the
+    finished points are written and the pending tasks cancelled."""
+    points = expand(sweep.spec)
+    store = SweepStore(out_dir, sweep, points)
+    done = store.done_ids
+    todo = [p for p in points if p.point_id not in done]
+    started, wall_start = time.time(), time.perf_counter()
+    counts = {"ran": 0, "failed": 0}
+    status = "interrupted"
+    cluster: dict[str, Any] = {"address": address, "num_cpus": None}
+    try:
+        if todo:
+            with ray_session(address, workers) as cluster:
+                last_flush = time.perf_counter()
+                for row in _results(sweep, todo, cluster["num_cpus"]):
+                    store.add(row)
+                    counts["ran"] += 1
+                    counts["failed"] += row["status"] == FAILED
+                    if progress:
+                        progress(store.num_before + counts["ran"], len(points), counts["failed"])
+                    if store.num_unflushed >= FLUSH_EVERY_ROWS or time.perf_counter() - last_flush >= FLUSH_EVERY_S:
+                        store.flush()
+                        last_flush = time.perf_counter()
+        status = "complete"
+    finally:
+        store.flush()
+        doc = store.write_doc({
+            "status": status, "started_at": started, "wall_s": time.perf_counter() - wall_start,
+            "ray": cluster,
+            "counts": {"points": len(points), "done_before": store.num_before, "ran": counts["ran"],
+                       "failed": counts["failed"], "left": len(points) - len(store.rows)}})
+    return SweepResult(len(points), store.num_before, counts["ran"], counts["failed"], doc)
+
+
+def _results(sweep: Sweep, todo: list[Point], num_cpus: int) -> Iterator[dict[str, Any]]:
+    """Each point's row as its task finishes, at most IN_FLIGHT_PER_CPU tasks per CPU in flight.
+    A task that dies (its worker lost) is a failed row; an interrupt cancels what is pending."""
+    import ray
+
+    remote = ray.remote(num_cpus=1, max_retries=1)(_point_task)
+    base, fixed, metrics = str(sweep.base_path), list(sweep.spec.set), list(sweep.spec.metrics)
+    queue = list(reversed(todo))
+    ref_to_point: dict[Any, Point] = {}
+    limit = max(1, num_cpus * IN_FLIGHT_PER_CPU)
+    try:
+        while queue or ref_to_point:
+            while queue and len(ref_to_point) < limit:
+                point = queue.pop()
+                ref_to_point[remote.remote(base, fixed, point, metrics)] = point
+            ready, _ = ray.wait(list(ref_to_point), num_returns=1, timeout=1.0)
+            for ref in ready:
+                point = ref_to_point.pop(ref)
+                try:
+                    yield ray.get(ref)
+                except ray.exceptions.RayError as err:
+                    yield _lost_row(point, metrics, err)
+    finally:  # also on KeyboardInterrupt and on the generator being closed
+        for ref in ref_to_point:
+            ray.cancel(ref, force=True)
+
+
+def _point_task(base_path: str, fixed: list[str], point: Point, metrics: list[str]) -> dict[str, Any]:
+    """What a Ray task runs: the point, and the Ray node that ran it."""
+    import ray
+
+    row = run_point(base_path, fixed, point, metrics)
+    row["node_id"] = ray.get_runtime_context().get_node_id()
+    return row
+
+
+def _lost_row(point: Point, metrics: list[str], err: Exception) -> dict[str, Any]:
+    from emulator.sweep.point import one_line
+
+    first = one_line(err).split("; ")[0]
+    return {"point_id": point.point_id, **dict(point.values), "seed": point.seed, "engine": point.engine,
+            **{m: None for m in metrics}, "status": FAILED, "reason": f"task lost: {first}",
+            "wall_s": None, "node_id": None}
+
+
+@contextmanager
+def ray_session(address: str | None, workers: int | None) -> Iterator[dict[str, Any]]:
+    """Ray for the duration of a sweep: joined at `address`, or started here with `workers` CPUs
+    (default: every core). Yields {address, num_cpus, started_here}; shuts Ray down afterwards
+    unless it was already initialised in this process (a test's shared Ray)."""
+    import ray
+
+    if workers is not None and not 1 <= workers <= MAX_SWEEP_WORKERS:
+        raise RayUnavailable(f"--workers {workers}: use 1 to {MAX_SWEEP_WORKERS}")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no usage report, and no notice about it
+    was_up = ray.is_initialized()
+    if not was_up:
+        try:
+            if address:
+                ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+            else:
+                ray.init(num_cpus=workers or os.cpu_count() or 1, include_dashboard=False,
+                         logging_level=logging.WARNING, log_to_driver=False)
+        except (ConnectionError, RuntimeError, ValueError) as err:
+            where = f"the Ray cluster at {address}" if address else "a local Ray"
+            raise RayUnavailable(f"cannot start or join {where}: {str(err).splitlines()[0] if str(err) else err}; "
+                                 "check the address (`ray status`) or run without --ray") from None
+    try:
+        num_cpus = int(ray.cluster_resources().get("CPU", 1))
+        yield {"address": address, "num_cpus": num_cpus, "started_here": not was_up}
+    finally:
+        if not was_up:
+            ray.shutdown()

@@ -1,0 +1,235 @@
+"""A sweep file (`scenarios/sweeps/*.yaml`) as one frozen pydantic model, and its loading: a base
+scenario, axes over `--set` paths, the sampling mode, replicate seeds, engines and kept metrics.
+Every problem is one `path: problem; fix` line of a ScenarioError, as for scenarios. Expanding a
+sweep into points is points.py's job; nothing here runs anything.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from emulator.errors import ScenarioError
+from emulator.limits import (
+    MAX_AXIS_VALUES,
+    MAX_SCENARIO_BYTES,
+    MAX_SEED,
+    MAX_SWEEP_AXES,
+    MAX_SWEEP_POINTS,
+    MAX_SWEEP_SEEDS,
+    MAX_SWEEP_SETS,
+    MAX_TEXT_CHARS,
+)
+from emulator.scenario import Scenario, apply_overrides, load_scenario
+from emulator.scenario.overrides import check_override_path
+from emulator.scenario.schema import _read_text  # the bounded, regular-file-only read of scenarios
+from emulator.scenario.yaml_reader import LimitError, describe_yaml_error, load_yaml
+from emulator.shared_data import may_read
+from emulator.telemetry.records import summarize
+from emulator.validation import format_validation_error
+
+# What an analytic point reports (point.py flattens optimize_scenario's JSON into these keys); the
+# virtual engine's keys are the run summary's scalar figures (records.summarize).
+ANALYTIC_METRICS = ("lambda_max", "t", "p", "n_prfaas", "n_p", "n_d", "egress_gbps", "ttft_noqueue_mean_s",
+                    "ttft_noqueue_p90_s", "gain_vs_homogeneous", "gain_vs_naive", "homogeneous_lambda_max",
+                    "naive_lambda_max", "configured_lambda_max", "configured_t", "configured_n_p",
+                    "configured_egress_gbps")
+VIRTUAL_METRICS = tuple(k for k, v in summarize([], 0.0).items() if not isinstance(v, dict))
+DEFAULT_METRICS = ("ttft_p50_s", "ttft_p90_s", "tpot_mean_s", "throughput_rps", "completed_fraction",
+                   "prfaas_fraction", "egress_gbps_mean", "lambda_max", "t", "n_p", "egress_gbps")
+RESERVED_PATHS = ("seed", "engine")  # set by `seeds:` and `engines:`, not by an axis
+Engine = Literal["virtual", "analytic"]
+Level = int | float | str | bool
+# A number as written: `1` stays an int (a range of ints gives ints), `1.0` a float.
+Number = Annotated[Annotated[int, Field(strict=True)] | float, Field(union_mode="left_to_right")]
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class Range(Section):
+    """Evenly spaced levels from start to stop, stop included when it falls on a step. `step` is
+    needed for a grid; random and LHS sampling draw from the whole interval."""
+
+    start: Number
+    stop: Number
+    step: Annotated[Number, Field(gt=0)] | None = None
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Range:
+        if self.stop < self.start:
+            raise ValueError(f"stop {self.stop} is below start {self.start}; swap them")
+        if self.step is not None and (self.stop - self.start) / self.step >= MAX_AXIS_VALUES:
+            raise ValueError(f"more than {MAX_AXIS_VALUES:,} levels; use a larger step")
+        return self
+
+
+class LogRange(Section):
+    """`num` levels spaced evenly in log from start to stop, both included (numpy's geomspace)."""
+
+    start: Annotated[Number, Field(gt=0)]
+    stop: Annotated[Number, Field(gt=0)]
+    num: Annotated[int, Field(strict=True, ge=2, le=MAX_AXIS_VALUES)] | None = None
+
+    @model_validator(mode="after")
+    def _ordered(self) -> LogRange:
+        if self.stop < self.start:
+            raise ValueError(f"stop {self.stop} is below start {self.start}; swap them")
+        return self
+
+
+class Axis(Section):
+    """One scenario path and its levels: exactly one of `values`, `range` or `log_range`."""
+
+    values: Annotated[list[Annotated[Level, Field(union_mode="left_to_right")]],
+                      Field(min_length=1, max_length=MAX_AXIS_VALUES)] | None = None
+    range: Range | None = None
+    log_range: LogRange | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Axis:
+        given = [k for k in ("values", "range", "log_range") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"gives {', '.join(given) or 'nothing'}; give exactly one of values, "
+                             "range or log_range")
+        if self.values is not None and any(isinstance(v, str) and len(v) > 200 for v in self.values):
+            raise ValueError("a value of more than 200 characters; shorten it")
+        return self
+
+
+Path_ = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$")]
+
+
+class SweepSpec(Section):
+    """A whole sweep file. Points = levels (grid product, or `samples` draws) x seeds x engines."""
+
+    name: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]{0,63}$")]
+    description: Annotated[str, Field(max_length=MAX_TEXT_CHARS)] = ""
+    base: Annotated[str, Field(min_length=1, max_length=1_000)]
+    set: Annotated[list[Annotated[str, Field(max_length=1_000)]], Field(max_length=MAX_SWEEP_SETS)] = []
+    axes: Annotated[dict[Path_, Axis], Field(min_length=1, max_length=MAX_SWEEP_AXES)]
+    mode: Literal["grid", "random", "lhs"] = "grid"
+    samples: Annotated[int, Field(strict=True, ge=1, le=MAX_SWEEP_POINTS)] | None = None
+    seed: Annotated[int, Field(strict=True, ge=0, le=MAX_SEED)] = 0
+    seeds: Annotated[list[Annotated[int, Field(strict=True, ge=0, le=MAX_SEED)]],
+                     Field(min_length=1, max_length=MAX_SWEEP_SEEDS)] = [0]
+    engines: Annotated[list[Engine], Field(min_length=1, max_length=2)] = ["virtual"]
+    metrics: Annotated[list[str], Field(min_length=1, max_length=len(VIRTUAL_METRICS) + len(ANALYTIC_METRICS))] \
+        = list(DEFAULT_METRICS)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SweepSpec:
+        for key, items in (("seeds", self.seeds), ("engines", self.engines), ("metrics", self.metrics)):
+            if len(set(items)) != len(items):
+                raise ValueError(f"{key} repeats an item; list each once")
+        if reserved := [p for p in self.axes if p in RESERVED_PATHS]:
+            raise ValueError(f"axes: {reserved[0]} is set by `{reserved[0]}s:`; remove the axis")
+        if unknown := [m for m in self.metrics if m not in VIRTUAL_METRICS + ANALYTIC_METRICS]:
+            raise ValueError(f"metrics: {unknown[0]!r} is no summary figure; use some of "
+                             f"{', '.join(VIRTUAL_METRICS + ANALYTIC_METRICS)}")
+        if self.mode == "grid":
+            self._check_grid()
+        elif self.samples is None:
+            raise ValueError(f"mode {self.mode} needs samples; add samples: N")
+        num = self.num_levels() * len(self.seeds) * len(self.engines)
+        if num > MAX_SWEEP_POINTS:
+            raise ValueError(f"{num:,} points (levels x seeds x engines) is more than {MAX_SWEEP_POINTS:,}; "
+                             "use fewer levels, seeds or samples")
+        return self
+
+    def _check_grid(self) -> None:
+        if self.samples is not None:
+            raise ValueError("samples is for mode random or lhs; remove it, or set mode: lhs")
+        for path, axis in self.axes.items():
+            if axis.range is not None and axis.range.step is None:
+                raise ValueError(f"axes.{path}.range: a grid needs a step; add step")
+            if axis.log_range is not None and axis.log_range.num is None:
+                raise ValueError(f"axes.{path}.log_range: a grid needs num; add num")
+
+    def num_levels(self) -> int:
+        """Points per seed and engine: the grid's product, or the samples drawn."""
+        if self.mode != "grid":
+            return self.samples or 0
+        return math.prod(num_axis_levels(axis) for axis in self.axes.values())
+
+
+def num_axis_levels(axis: Axis) -> int:
+    """An axis's grid levels, counted without listing them."""
+    if axis.values is not None:
+        return len(axis.values)
+    if axis.range is not None:
+        r = axis.range
+        return 1 + int(math.floor((r.stop - r.start) / (r.step or 1.0) + 1e-9))
+    assert axis.log_range is not None
+    return axis.log_range.num or 0
+
+
+@dataclass(frozen=True, slots=True)
+class Sweep:
+    """A loaded sweep: the spec, the file it came from and its text, and the base scenario file."""
+
+    spec: SweepSpec
+    path: Path
+    text: str
+    base_path: Path
+    base_text: str
+
+    def base_scenario(self) -> Scenario:
+        return apply_overrides(load_scenario(self.base_path), self.spec.set)
+
+
+def is_sweep_document(data: Any) -> bool:
+    """A sweep file has a top-level `axes:`; a scenario never does."""
+    return isinstance(data, dict) and "axes" in data
+
+
+def read_document(path: Path) -> tuple[str, Any]:
+    """(text, YAML document) of a sweep or scenario file, bounded as scenarios are read."""
+    text = _read_text(path)
+    try:
+        return text, load_yaml(text)
+    except yaml.YAMLError as err:
+        line, problem = describe_yaml_error(err)
+        where = f"{path}:{line}" if line else str(path)
+        if isinstance(err, LimitError):
+            raise ScenarioError(f"{where}: {problem}") from None
+        raise ScenarioError(f"{where}: YAML syntax error ({problem}); fix the syntax on that line") from None
+
+
+def load_sweep(path: str | Path) -> Sweep:
+    """Read and check a sweep file: the schema, the base scenario (with `set:` applied) and that
+    each axis names a scenario path. Axis values are checked per point, when the point runs."""
+    path = Path(path)
+    text, data = read_document(path)
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{path}: the top level is {type(data).__name__}, not a mapping; "
+                            "start the file with `name: ...`")
+    spec = parse_sweep(data)
+    base_path = (path.resolve().parent / spec.base).resolve()
+    if not may_read(base_path, trusted_dir=path.resolve().parent):
+        raise ScenarioError(f"base: {spec.base} lies outside the folders a sweep may read; "
+                            "put the scenario beside the sweep file or in the repository")
+    sweep = Sweep(spec, path, text, base_path, _read_text(base_path)[:MAX_SCENARIO_BYTES])
+    base = sweep.base_scenario()
+    problems = []
+    for axis_path in spec.axes:
+        try:
+            check_override_path(base, axis_path)
+        except ScenarioError as err:
+            problems.append(f"axes.{str(err).removeprefix('--set ')}")
+    if problems:
+        raise ScenarioError("\n".join(problems))
+    return sweep
+
+
+def parse_sweep(data: dict) -> SweepSpec:
+    try:
+        return SweepSpec.model_validate(data)
+    except ValidationError as err:
+        raise ScenarioError(format_validation_error(err, "", model=SweepSpec)) from None

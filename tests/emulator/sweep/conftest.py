@@ -1,0 +1,38 @@
+"""Fixtures of the sweep tests: a small sweep file over the paper's case study, and one local Ray
+per test module (starting Ray costs seconds)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from emulator.paths import REPO_ROOT
+
+BASE = REPO_ROOT / "scenarios" / "paper-case-study.yaml"
+
+
+@pytest.fixture
+def write_sweep(tmp_path: Path) -> Callable[..., Path]:
+    """Write a sweep file in tmp_path: the case study for 20 s, the given YAML lines appended."""
+
+    def write(body: str, name: str = "small") -> Path:
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(f"name: {name}\nbase: {BASE}\nset: [duration_s=20]\n{body}")
+        return path
+
+    return write
+
+
+@pytest.fixture(scope="module")
+def local_ray() -> Iterator[None]:
+    """A local Ray of 2 CPUs for the module; run_sweep finds it up and leaves it running."""
+    import ray
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
+    yield
+    ray.shutdown()

@@ -1,0 +1,68 @@
+"""Sweep files: each problem is one line naming the field and the fix; the shipped sweep loads."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from emulator.__main__ import main
+from emulator.errors import ScenarioError
+from emulator.paths import REPO_ROOT
+from emulator.sweep import load_sweep
+
+GRID = "axes:\n  router.threshold_tokens: {values: [8000, 16000]}\n"
+
+
+@pytest.mark.parametrize(("body", "words"), [
+    (GRID + "colour: red\n", ["colour", "unknown field"]),
+    (GRID + "mode: lhs\n", ["samples"]),
+    (GRID + "samples: 5\n", ["samples", "mode"]),
+    (GRID + "mode: sobol\n", ["mode", "grid"]),
+    (GRID + "engines: [virtual, live]\n", ["engines.1"]),
+    (GRID + "seeds: [0, 0]\n", ["seeds", "repeats"]),
+    (GRID + "seeds: [-1]\n", ["seeds.0"]),
+    (GRID + "metrics: [ttft_p50_s, happiness]\n", ["metrics", "happiness"]),
+    ("axes:\n  router.threshold_tokens: {values: [1], range: {start: 1, stop: 2, step: 1}}\n",
+     ["router.threshold_tokens", "exactly one"]),
+    ("axes:\n  workload.arrival.rate_per_s: {range: {start: 1, stop: 2}}\n", ["rate_per_s.range", "step"]),
+    ("axes:\n  workload.arrival.rate_per_s: {range: {start: 3, stop: 2, step: 1}}\n", ["range", "swap"]),
+    ("axes:\n  workload.arrival.rate_per_s: {log_range: {start: 0, stop: 2, num: 3}}\n", ["log_range.start"]),
+    ("axes:\n  a: {range: {start: 0, stop: 1000, step: 0.001}}\n", ["levels", "step"]),
+    ("axes:\n  a: {values: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]}\n  b: {values: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]}\n"
+     "  c: {values: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]}\n  d: {values: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]}\n"
+     "seeds: [0, 1]\n", ["20,000 points", "fewer"]),
+    ("axes:\n  seed: {values: [1, 2]}\n", ["seed", "seeds"]),
+    ("axes:\n  router.colour: {values: [1]}\n", ["axes.router.colour", "unknown path"]),
+    ("axes: {}\n", ["axes"]),
+    ("axes: [1, 2\n", ["YAML syntax error", "line"]),
+])
+def test_problem_is_one_line_naming_the_field(write_sweep: Callable[..., Path], body: str, words: list[str]) -> None:
+    with pytest.raises(ScenarioError) as caught:
+        load_sweep(write_sweep(body))
+    message = str(caught.value)
+    assert len(message.splitlines()) == 1, message
+    assert all(word in message for word in words), message
+
+
+def test_base_outside_the_readable_folders_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text("name: s\nbase: /etc/hostname\naxes:\n  seed_x: {values: [1]}\n")
+    with pytest.raises(ScenarioError, match="^base: /etc/hostname lies outside"):
+        load_sweep(path)
+
+
+def test_shipped_sweep_loads_and_validates(capsys: pytest.CaptureFixture[str]) -> None:
+    path = REPO_ROOT / "scenarios" / "sweeps" / "threshold-load.yaml"
+    sweep = load_sweep(path)
+    assert sweep.spec.num_levels() * len(sweep.spec.seeds) == 18
+    assert main(["validate", str(path)]) == 0
+    assert "ok: threshold-load (sweep, 18 points)" in capsys.readouterr().out
+
+
+def test_cli_bad_sweep_exits_2_with_one_line(write_sweep: Callable[..., Path],
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sweep", str(write_sweep(GRID + "mode: lhs\n")), "--out", "/nonexistent/x"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "samples" in err[0]
