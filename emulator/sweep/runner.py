@@ -56,7 +56,7 @@ def run_sweep(sweep: Sweep, out_dir: str | Path, *, address: str | None = None, 
     started, wall_start = time.time(), time.perf_counter()
     counts = {"ran": 0, "failed": 0}
     status = "interrupted"
-    cluster: dict[str, Any] = {"address": address, "num_cpus": None}
+    cluster: dict[str, Any] = {"mode": None, "address": address, "num_cpus": None, "num_nodes": None}
     try:
         if todo:
             with ray_session(address, workers) as cluster:
@@ -129,8 +129,9 @@ def _lost_row(point: Point, metrics: list[str], err: Exception) -> dict[str, Any
 @contextmanager
 def ray_session(address: str | None, workers: int | None) -> Iterator[dict[str, Any]]:
     """Ray for the duration of a sweep: joined at `address`, or started here with `workers` CPUs
-    (default: every core). Yields {address, num_cpus, started_here}; shuts Ray down afterwards
-    unless it was already initialised in this process (a test's shared Ray)."""
+    (default: every core). Yields sweep.json's `ray`: {mode (local, joined or already-initialised),
+    address, num_cpus, num_nodes}; shuts Ray down (or disconnects) afterwards unless it was already
+    initialised in this process (a test's shared Ray)."""
     import ray
 
     if workers is not None and not 1 <= workers <= MAX_SWEEP_WORKERS:
@@ -149,8 +150,10 @@ def ray_session(address: str | None, workers: int | None) -> Iterator[dict[str, 
             raise RayUnavailable(f"cannot start or join {where}: {str(err).splitlines()[0] if str(err) else err}; "
                                  "check the address (`ray status`) or run without --ray") from None
     try:
-        num_cpus = int(ray.cluster_resources().get("CPU", 1))
-        yield {"address": address, "num_cpus": num_cpus, "started_here": not was_up}
+        mode = "already-initialised" if was_up else "joined" if address else "local"
+        num_nodes = sum(1 for node in ray.nodes() if node.get("Alive"))
+        yield {"mode": mode, "address": address, "num_cpus": int(ray.cluster_resources().get("CPU", 1)),
+               "num_nodes": num_nodes}
     finally:
         if not was_up:
             ray.shutdown()

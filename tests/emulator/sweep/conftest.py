@@ -17,11 +17,11 @@ BASE = REPO_ROOT / "scenarios" / "paper-case-study.yaml"
 
 @pytest.fixture
 def write_sweep(tmp_path: Path) -> Callable[..., Path]:
-    """Write a sweep file in tmp_path: the case study for 20 s, the given YAML lines appended."""
+    """Write a sweep file in tmp_path: the case study for `duration_s`, the given YAML lines appended."""
 
-    def write(body: str, name: str = "small") -> Path:
+    def write(body: str, name: str = "small", duration_s: float = 20) -> Path:
         path = tmp_path / f"{name}.yaml"
-        path.write_text(f"name: {name}\nbase: {BASE}\nset: [duration_s=20]\n{body}")
+        path.write_text(f"name: {name}\nbase: {BASE}\nset: [duration_s={duration_s}]\n{body}")
         return path
 
     return write
