@@ -21,6 +21,8 @@ from emulator.net.names import new_run_id
 from emulator.paths import REPO_ROOT, SCENARIOS_DIR
 from emulator.scenario import load_scenario
 
+SWEEPS_DIR = SCENARIOS_DIR / "sweeps"
+
 
 @dataclass(frozen=True, slots=True)
 class ScenarioInfo:
@@ -49,17 +51,12 @@ def live_capability() -> tuple[bool, str]:
     return False, "not root: live runs use the proxy link backend (no packet loss), or pick the virtual engine"
 
 
-@dataclass
-class RunHandle:
-    """A run in a child process: its id (MQTT topics `prfaas/<run_id>/...`), output and log."""
+class _ChildProcess:
+    """What a run and a sweep started as `python -m emulator` children share: whether it still
+    runs, its exit code, its log's tail, and stopping it as Ctrl-C in a terminal would."""
 
-    run_id: str
-    engine: str
-    out_dir: Path
+    process: subprocess.Popen
     log_path: Path
-    broker_url: str | None
-    process: subprocess.Popen = field(repr=False)
-    started_at: float = field(default_factory=time.monotonic)
 
     @property
     def is_running(self) -> bool:
@@ -76,9 +73,9 @@ class RunHandle:
             return ""
 
     def stop(self, grace_s: float = 15.0, hurry_s: float = 5.0) -> int:
-        """Ctrl-C, as a terminal would: open requests end failed, the record is written, everything is
-        torn down (within about 10 s: each teardown step has a budget). Should it take longer than
-        `grace_s`, a second SIGINT hurries the teardown; only after `hurry_s` more is it killed."""
+        """Ctrl-C, as a terminal would: a run fails what is open and writes its record, a sweep keeps
+        every finished point (each within about 10 s). Should it take longer than `grace_s`, a
+        second SIGINT hurries it; only after `hurry_s` more is it killed."""
         for sig, wait_s in ((signal.SIGINT, grace_s), (signal.SIGINT, hurry_s)):
             if not self.is_running:
                 break
@@ -89,6 +86,30 @@ class RunHandle:
             self.process.kill()
             self.process.wait(5)
         return self.process.returncode
+
+
+@dataclass
+class RunHandle(_ChildProcess):
+    """A run in a child process: its id (MQTT topics `prfaas/<run_id>/...`), output and log."""
+
+    run_id: str
+    engine: str
+    out_dir: Path
+    log_path: Path
+    broker_url: str | None
+    process: subprocess.Popen = field(repr=False)
+    started_at: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class SweepHandle(_ChildProcess):
+    """A sweep in a child process (`python -m emulator sweep`): its directory and log."""
+
+    name: str
+    out_dir: Path
+    log_path: Path
+    process: subprocess.Popen = field(repr=False)
+    started_at: float = field(default_factory=time.monotonic)
 
 
 def start_run(scenario: Path, engine: str | None = None, broker_url: str | None = None,
@@ -109,3 +130,24 @@ def start_run(scenario: Path, engine: str | None = None, broker_url: str | None 
         process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=log_file, stderr=subprocess.STDOUT,
                                    stdin=subprocess.DEVNULL)
     return RunHandle(run_id, engine, out_dir, log_path, broker_url, process)
+
+
+def list_sweep_files(directory: Path = SWEEPS_DIR) -> list[Path]:
+    """The sweep files shipped with the project (scenarios/sweeps/*.yaml), by name."""
+    return sorted(directory.glob("*.yaml"))
+
+
+def start_sweep(sweep_file: Path, out_dir: Path | None = None, workers: int | None = None) -> SweepHandle:
+    """Start `python -m emulator sweep` in the background (the file is checked by the child: a bad
+    one ends it at once with its one-line reason in the log). A directory that already holds part
+    of the same sweep is resumed."""
+    name = sweep_file.stem
+    out_dir = out_dir or paths.runs_dir() / "sweeps" / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "emulator", "sweep", str(sweep_file), "--out", str(out_dir),
+               *(["--workers", str(workers)] if workers else [])]
+    log_path = out_dir / "sweep.log"
+    with open(log_path, "ab") as log_file:
+        process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=log_file, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL)
+    return SweepHandle(name, out_dir, log_path, process)

@@ -1,7 +1,8 @@
 """A sweep's points, as a pure function of its spec: the grid (every combination of the axes'
 levels), or `samples` draws (independent uniform, or Latin-hypercube: each axis's range cut into
 `samples` strata, one draw per stratum, strata shuffled per axis), each crossed with the replicate
-seeds and the engines. The same spec always gives the same points, ids and order.
+seeds and the engines. The same spec always gives the same points, ids and order. A point's
+scenario (`point_scenario`) is the base with the point's values applied.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from emulator.sweep.spec import Axis, SweepSpec, num_axis_levels
+from emulator.errors import ScenarioError
+from emulator.scenario import Scenario, apply_overrides
+from emulator.sweep.spec import Axis, Sweep, SweepSpec, num_axis_levels
 
 Value = int | float | str | bool
 
@@ -112,3 +115,12 @@ def _is_int_range(axis: Axis) -> bool:
 
 def _number(x: float, is_int: bool) -> Any:
     return int(round(x)) if is_int else float(f"{x:.12g}")
+
+
+def point_scenario(sweep: Sweep, point_id: str) -> Scenario:
+    """The scenario one point of `sweep` ran (its base, `set:`, the point's values and seed), for
+    saving it as a file that `python -m emulator run` replays; ScenarioError for an unknown id."""
+    point = next((p for p in expand(sweep.spec) if p.point_id == point_id), None)
+    if point is None:
+        raise ScenarioError(f"point {point_id!r}: not a point of sweep {sweep.spec.name}; pick one of its rows")
+    return apply_overrides(sweep.base_scenario(), point.overrides())

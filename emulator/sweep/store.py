@@ -15,6 +15,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -107,6 +108,30 @@ class SweepStore:
             raise ScenarioError(f"--out {self.out_dir}: holds another sweep (base, set, metrics or axes "
                                 "differ); use a new --out or delete the directory")
         return table.select(self.schema.names).cast(self.schema).to_pylist()
+
+
+MAX_DOC_BYTES = 16 << 20  # sweep.json holds the sweep file (<= 1 MiB) and counts: far below this
+
+
+def read_results(out_dir: str | Path) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """(rows, sweep.json) of a sweep's directory, for readers such as the dashboard; ScenarioError
+    in one line when DIR holds no sweep (yet) or its files are unreadable."""
+    out_dir = Path(out_dir)
+    parquet, doc_path = out_dir / PARQUET, out_dir / DOC
+    if not doc_path.is_file() or not parquet.is_file():
+        raise ScenarioError(f"{out_dir}: no {DOC} and {PARQUET} yet; point at a sweep's --out directory "
+                            "(a sweep writes them once its first points finish)")
+    try:
+        if doc_path.stat().st_size > MAX_DOC_BYTES:
+            raise ValueError(f"larger than {MAX_DOC_BYTES} bytes")
+        doc = json.loads(doc_path.read_text())
+        rows = pq.read_table(parquet).to_pandas()
+    except (OSError, ValueError, pa.ArrowException) as err:
+        raise ScenarioError(f"{out_dir}: its sweep files are unreadable ({type(err).__name__}); "
+                            "run the sweep again into a new --out") from None
+    if not isinstance(doc, dict) or doc.get("kind") != SWEEP_KIND:
+        raise ScenarioError(f"{out_dir}: {DOC} is not a sweep's; point at a sweep's --out directory")
+    return rows, doc
 
 
 def versions() -> dict[str, str | None]:

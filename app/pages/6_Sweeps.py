@@ -1,0 +1,151 @@
+"""Sweeps: start a sweep file (`python -m emulator sweep` as a child, Ray underneath) or open a
+sweep's directory; watch its points arrive; a heatmap over two axes, a metric along one axis with a
+band over the seeds, and the Pareto front of throughput against TTFT P90 coloured by egress; any
+point downloadable as a scenario that `python -m emulator run` replays.
+
+Layout only; the figures come from `app.sweeps_view`, the files from `emulator.sweep`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+from app import sweeps_view
+from emulator.api import SweepHandle, list_sweep_files, start_sweep
+from emulator.errors import PrfaasError
+from emulator.paths import REPO_ROOT, runs_dir
+from emulator.scenario.export import replay_yaml
+from emulator.sweep.points import point_scenario
+from emulator.sweep.spec import load_sweep
+from emulator.sweep.store import read_results
+
+REFRESH_S = 2.0
+INTRO = """
+A sweep runs one scenario over a grid (or a random or Latin-hypercube sample) of settings, each
+point a Ray task, and keeps a row per point and seed in `sweep.parquet`. Start one of the shipped
+sweeps here, or `python -m emulator sweep SWEEP.yaml --out DIR [--ray ADDRESS]` in a terminal (a
+cluster joins with `--ray`), then open its directory below.
+"""
+
+
+@st.cache_resource(show_spinner=False)
+def _started() -> dict[str, SweepHandle]:
+    """The sweeps this server started, by directory (one registry per server)."""
+    return {}
+
+
+def _start_section() -> None:
+    files = {path.name: path for path in list_sweep_files()}
+    if not files:
+        st.info("No sweep files under scenarios/sweeps.")
+        return
+    left, mid, right = st.columns([3, 1, 1], vertical_alignment="bottom")
+    name = left.selectbox("Sweep file", list(files), key="sweeps_file")
+    workers = mid.number_input("Workers", min_value=1, max_value=64, value=2, step=1, key="sweeps_workers",
+                               help="Ray workers on this machine, one point each at a time")
+    if right.button("Start sweep", key="sweeps_start", type="primary", width="stretch"):
+        try:
+            load_sweep(files[name])  # a bad file is refused here, in one line per problem
+            handle = start_sweep(files[name], workers=int(workers))
+        except (PrfaasError, OSError) as err:
+            st.error("\n".join(f"- {line}" for line in str(err).splitlines()))
+            return
+        _started()[str(handle.out_dir)] = handle
+        st.session_state["sweeps_dir"] = str(handle.out_dir)
+
+
+def _results(out_dir: Path) -> tuple[pd.DataFrame, dict] | None:
+    try:
+        return read_results(out_dir)
+    except PrfaasError as err:
+        st.info(str(err))
+        return None
+
+
+def _progress(out_dir: Path, rows: pd.DataFrame, doc: dict) -> None:
+    handle = _started().get(str(out_dir))
+    total = (doc.get("counts") or {}).get("points") or len(rows)
+    failed = int((rows["status"] != sweeps_view.OK).sum()) if "status" in rows.columns else 0
+    running = handle is not None and handle.is_running
+    st.progress(min(len(rows) / total, 1.0) if total else 1.0,
+                text=f"{len(rows):,} of {total:,} points, {failed} failed · "
+                     f"{'running' if running else doc.get('status', 'stopped')}")
+    if handle is not None and not running and handle.returncode not in (0, None):
+        st.error(f"The sweep ended with exit code {handle.returncode}:\n\n```\n{handle.log_tail(6)}\n```")
+    if running and st.button("Stop (keeps every finished point)", key="sweeps_stop"):
+        handle.stop()
+
+
+def _figures(rows: pd.DataFrame, axes: list[str], metrics: list[str]) -> None:
+    if not metrics or rows.empty:
+        return
+    metric = st.selectbox("Metric", metrics, key="sweeps_metric")
+    if len(axes) >= 2:
+        left, right = st.columns(2)
+        x = left.selectbox("Heatmap x", axes, index=0, key="sweeps_x")
+        y = right.selectbox("Heatmap y", [a for a in axes if a != x], key="sweeps_y")
+        st.plotly_chart(sweeps_view.heatmap_figure(rows, x, y, metric), key="sweeps_heatmap")
+    along = st.selectbox("Along the axis", axes, key="sweeps_along")
+    others = [a for a in axes if a != along]
+    st.plotly_chart(sweeps_view.lines_figure(rows, along, metric, by=others[0] if others else None),
+                    key="sweeps_lines")
+    if {sweeps_view.THROUGHPUT, sweeps_view.LATENCY} <= set(rows.columns):
+        st.markdown("**Pareto front**: throughput against TTFT P90, coloured by egress")
+        st.plotly_chart(sweeps_view.pareto_figure(rows, hover=axes), key="sweeps_pareto")
+
+
+def _point_download(rows: pd.DataFrame, doc: dict, axes: list[str]) -> None:
+    """Any point as a scenario file: the sweep's base with its `set:` and the point's values."""
+    ids = rows["point_id"].tolist()
+    if not ids:
+        return
+    chosen = st.selectbox("Point", ids, key="sweeps_point",
+                          format_func=lambda pid: sweeps_view.point_label(rows, pid, axes))
+    try:
+        sweep = load_sweep(REPO_ROOT / doc["sweep_file"])
+        text = replay_yaml(point_scenario(sweep, chosen), source=f"sweep {sweep.spec.name}, point {chosen}")
+    except (PrfaasError, KeyError, OSError) as err:
+        st.caption(f"This point cannot be saved as a scenario: {err}")
+        return
+    st.download_button("Download the point as a scenario (YAML)", text, file_name=f"{chosen}.yaml",
+                       mime="application/x-yaml", key="sweeps_point_yaml",
+                       help="python -m emulator run FILE.yaml replays it")
+
+
+def _panel(out_dir: Path) -> None:
+    found = _results(out_dir)
+    if found is None:
+        return
+    rows, doc = found
+    _progress(out_dir, rows, doc)
+    columns = doc.get("columns") or {}
+    axes, metrics = list(columns.get("axes", [])), list(columns.get("metrics", []))
+    failed = rows[rows["status"] != sweeps_view.OK] if "status" in rows.columns else rows.iloc[0:0]
+    if not failed.empty:
+        with st.expander(f"{len(failed)} failed points"):
+            st.dataframe(failed[["point_id", *axes, "seed", "reason"]], hide_index=True)
+    _figures(rows, axes, metrics)
+    st.markdown("**Points**")
+    st.dataframe(rows.drop(columns=["node_id"], errors="ignore"), hide_index=True, key="sweeps_rows")
+    _point_download(rows, doc, axes)
+
+
+st.set_page_config(page_title="Sweeps · PrfaaS Lab", layout="wide")
+st.title("Sweeps")
+st.markdown(INTRO)
+_start_section()
+default_dir = str(runs_dir() / "sweeps")
+text = st.text_input("Sweep directory", key="sweeps_dir", value=default_dir,
+                     help="the --out directory of a sweep (it holds sweep.parquet and sweep.json)")
+directory = Path(text).expanduser()
+if directory.is_dir() and not (directory / "sweep.json").exists():
+    found_dirs = sorted((p.parent for p in directory.glob("*/sweep.json")), key=lambda p: p.stat().st_mtime,
+                        reverse=True)
+    if found_dirs:
+        directory = Path(st.selectbox("Sweep", found_dirs, format_func=lambda p: p.name, key="sweeps_pick"))
+handle = _started().get(str(directory))
+every = REFRESH_S if handle is not None and handle.is_running else None
+st.fragment(run_every=every, key="sweeps_panel")(_panel)(directory)

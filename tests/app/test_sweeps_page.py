@@ -1,0 +1,80 @@
+"""The Sweeps page headless (AppTest) on a real sweep: progress, figures, the points table, and a
+point saved as a scenario that replays the sweep's own numbers."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from emulator.paths import REPO_ROOT
+from emulator.scenario.export import replay_yaml
+from emulator.sweep.points import point_scenario
+from emulator.sweep.spec import load_sweep
+from emulator.sweep.store import read_results
+
+PAGE = REPO_ROOT / "app" / "pages" / "6_Sweeps.py"
+SWEEP = """name: page-sweep
+base: {base}
+set: [duration_s=30]
+axes:
+  router.threshold_tokens: {{values: [8000, 40000]}}
+  workload.arrival.rate_per_s: {{values: [1.0, 2.0]}}
+seeds: [0, 1]
+engines: [virtual]
+metrics: [ttft_p50_s, ttft_p90_s, throughput_rps, egress_gbps_mean]
+"""
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(sweep file, its --out directory) after `python -m emulator sweep` ran it (8 points)."""
+    root = tmp_path_factory.mktemp("sweep")
+    sweep_file = root / "page-sweep.yaml"
+    sweep_file.write_text(SWEEP.format(base=REPO_ROOT / "scenarios" / "paper-case-study.yaml"))
+    out = root / "out"
+    done = subprocess.run([sys.executable, "-m", "emulator", "sweep", str(sweep_file), "--out", str(out),
+                           "--workers", "2"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return sweep_file, out
+
+
+def _page(out: Path) -> AppTest:
+    app = AppTest.from_file(str(PAGE), default_timeout=60).run()
+    app.text_input(key="sweeps_dir").set_value(str(out)).run()
+    assert not app.exception, [e.message for e in app.exception]
+    return app
+
+
+def test_a_finished_sweep_shows_its_progress_figures_and_points(swept) -> None:
+    _, out = swept
+    app = _page(out)
+    charts = {c.proto.id.split("-", 2)[2] for c in app.get("plotly_chart")}
+    assert charts == {"sweeps_heatmap", "sweeps_lines", "sweeps_pareto"}
+    assert "8 of 8 points, 0 failed · complete" in [p.proto.text for p in app.get("progress")]
+    points = next(d.value for d in app.dataframe if "point_id" in d.value.columns)
+    assert len(points) == 8 and set(points["status"]) == {"ok"}
+    assert [b.proto.label for b in app.get("download_button")] == ["Download the point as a scenario (YAML)"]
+
+
+def test_a_directory_without_a_sweep_says_so(tmp_path: Path) -> None:
+    app = _page(tmp_path)
+    assert any("no sweep.json and sweep.parquet yet" in i.value for i in app.info)
+
+
+def test_a_point_saved_as_a_scenario_replays_its_row(swept, tmp_path: Path) -> None:
+    sweep_file, out = swept
+    rows, _ = read_results(out)
+    row = rows.iloc[3]
+    saved = tmp_path / "point.yaml"
+    saved.write_text(replay_yaml(point_scenario(load_sweep(sweep_file), row["point_id"])))
+    done = subprocess.run([sys.executable, "-m", "emulator", "run", str(saved), "--out", str(tmp_path / "run")],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())["summary"]
+    assert summary["ttft_p50_s"] == pytest.approx(row["ttft_p50_s"], rel=1e-9)
+    assert summary["throughput_rps"] == pytest.approx(row["throughput_rps"], rel=1e-9)
