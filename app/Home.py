@@ -96,5 +96,6 @@ st.markdown(
     "**More pages** (sidebar): *Live* starts a scenario, turns its knobs and charts it as it runs; "
     "*Runs* opens and compares recorded runs; *KV explorer* compares real models' KV sizes and the "
     "egress a prefill cluster needs; *Threshold explorer* finds the best threshold and "
-    "prefill/decode split for a scenario; *Classroom* is a guided tour in six steps."
+    "prefill/decode split for a scenario; *Classroom* is a guided tour in six steps; *Sweeps* runs "
+    "a scenario over a grid of settings on Ray and charts the result."
 )

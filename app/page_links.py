@@ -11,7 +11,7 @@ from streamlit.errors import StreamlitPageNotFoundError
 
 PAGES = {"Home": "Home.py", "Live": "pages/1_Live.py", "Runs": "pages/2_Runs.py",
          "KV explorer": "pages/3_KV_explorer.py", "Threshold explorer": "pages/4_Threshold_explorer.py",
-         "Classroom": "pages/5_Classroom.py"}
+         "Classroom": "pages/5_Classroom.py", "Sweeps": "pages/6_Sweeps.py"}
 
 
 def page_link(name: str, label: str | None = None) -> None:
