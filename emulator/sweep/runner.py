@@ -57,55 +57,74 @@ def run_sweep(sweep: Sweep, out_dir: str | Path, *, address: str | None = None, 
     counts = {"ran": 0, "failed": 0}
     status = "interrupted"
     cluster: dict[str, Any] = {"mode": None, "address": address, "num_cpus": None, "num_nodes": None}
+
+    def save(status: str) -> dict[str, Any]:
+        store.flush()
+        return store.write_doc({
+            "status": status, "started_at": started, "wall_s": time.perf_counter() - wall_start, "ray": cluster,
+            "counts": {"points": len(points), "done_before": store.num_before, "ran": counts["ran"],
+                       "failed": counts["failed"], "left": len(points) - len(store.rows)}})
+
     try:
         if todo:
             with ray_session(address, workers) as cluster:
+                in_flight: dict[Any, Point] = {}
                 last_flush = time.perf_counter()
-                for row in _results(sweep, todo, cluster["num_cpus"]):
-                    store.add(row)
-                    counts["ran"] += 1
-                    counts["failed"] += row["status"] == FAILED
-                    if progress:
-                        progress(store.num_before + counts["ran"], len(points), counts["failed"])
-                    if store.num_unflushed >= FLUSH_EVERY_ROWS or time.perf_counter() - last_flush >= FLUSH_EVERY_S:
-                        store.flush()
-                        last_flush = time.perf_counter()
+                try:
+                    for row in _results(sweep, todo, cluster["num_cpus"], in_flight):
+                        store.add(row)
+                        counts["ran"] += 1
+                        counts["failed"] += row["status"] == FAILED
+                        if progress:
+                            progress(store.num_before + counts["ran"], len(points), counts["failed"])
+                        if store.num_unflushed >= FLUSH_EVERY_ROWS or time.perf_counter() - last_flush >= FLUSH_EVERY_S:
+                            store.flush()
+                            last_flush = time.perf_counter()
+                except BaseException:
+                    save("interrupted")  # the finished points first: cancelling is Ray's, and may fail
+                    if cluster["mode"] != "local":  # a local Ray's shutdown stops its own tasks
+                        _cancel(in_flight)
+                    raise
         status = "complete"
     finally:
-        store.flush()
-        doc = store.write_doc({
-            "status": status, "started_at": started, "wall_s": time.perf_counter() - wall_start,
-            "ray": cluster,
-            "counts": {"points": len(points), "done_before": store.num_before, "ran": counts["ran"],
-                       "failed": counts["failed"], "left": len(points) - len(store.rows)}})
+        doc = save(status)
     return SweepResult(len(points), store.num_before, counts["ran"], counts["failed"], doc)
 
 
-def _results(sweep: Sweep, todo: list[Point], num_cpus: int) -> Iterator[dict[str, Any]]:
-    """Each point's row as its task finishes, at most IN_FLIGHT_PER_CPU tasks per CPU in flight.
-    A task that dies (its worker lost) is a failed row; an interrupt cancels what is pending."""
+def _results(sweep: Sweep, todo: list[Point], num_cpus: int,
+             in_flight: dict[Any, Point]) -> Iterator[dict[str, Any]]:
+    """Each point's row as its task finishes, at most IN_FLIGHT_PER_CPU tasks per CPU in flight
+    (kept in `in_flight`, for the caller to cancel). A task that dies (its worker lost) is a failed row."""
     import ray
 
     remote = ray.remote(num_cpus=1, max_retries=1)(_point_task)
     base, fixed, metrics = str(sweep.base_path), list(sweep.spec.set), list(sweep.spec.metrics)
     queue = list(reversed(todo))
-    ref_to_point: dict[Any, Point] = {}
     limit = max(1, num_cpus * IN_FLIGHT_PER_CPU)
-    try:
-        while queue or ref_to_point:
-            while queue and len(ref_to_point) < limit:
-                point = queue.pop()
-                ref_to_point[remote.remote(base, fixed, point, metrics)] = point
-            ready, _ = ray.wait(list(ref_to_point), num_returns=1, timeout=1.0)
-            for ref in ready:
-                point = ref_to_point.pop(ref)
-                try:
-                    yield ray.get(ref)
-                except ray.exceptions.RayError as err:
-                    yield _lost_row(point, metrics, err)
-    finally:  # also on KeyboardInterrupt and on the generator being closed
-        for ref in ref_to_point:
-            ray.cancel(ref, force=True)
+    while queue or in_flight:
+        while queue and len(in_flight) < limit:
+            point = queue.pop()
+            in_flight[remote.remote(base, fixed, point, metrics)] = point
+        ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=1.0)
+        for ref in ready:
+            point = in_flight.pop(ref)
+            try:
+                yield ray.get(ref)
+            except ray.exceptions.RayError as err:
+                yield _lost_row(point, metrics, err)
+
+
+def _cancel(in_flight: dict[Any, Point]) -> None:
+    """Cancel the pending tasks on a cluster that outlives this sweep. Not forced: Ray 2.60's
+    driver aborted ("Tried to complete task that was not pending") when a forced cancel met a
+    task finishing at that moment."""
+    import ray
+
+    for ref in in_flight:
+        try:
+            ray.cancel(ref)
+        except Exception as err:  # the sweep is ending anyway; its rows are saved
+            log.warning("sweep: cancelling a pending task failed: %s", err)
 
 
 def _point_task(base_path: str, fixed: list[str], point: Point, metrics: list[str]) -> dict[str, Any]:
