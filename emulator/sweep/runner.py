@@ -49,6 +49,7 @@ def run_sweep(sweep: Sweep, out_dir: str | Path, *, address: str | None = None, 
               progress: Progress | None = None) -> SweepResult:
     """Run every point of `sweep` not yet in `out_dir`; KeyboardInterrupt propagates after the
     finished points are written and the pending tasks cancelled."""
+    check_ray_options(address, workers)
     points = expand(sweep.spec)
     store = SweepStore(out_dir, sweep, points)
     done = store.done_ids
@@ -145,6 +146,14 @@ def _lost_row(point: Point, metrics: list[str], err: Exception) -> dict[str, Any
             "wall_s": None, "node_id": None}
 
 
+def check_ray_options(address: str | None, workers: int | None) -> None:
+    if workers is not None and not 1 <= workers <= MAX_SWEEP_WORKERS:
+        raise RayUnavailable(f"--workers {workers}: use 1 to {MAX_SWEEP_WORKERS}")
+    if workers is not None and address:
+        raise RayUnavailable(f"--workers {workers}: sizes a local Ray; a cluster (--ray) runs on its own CPUs, "
+                             "drop --workers")
+
+
 @contextmanager
 def ray_session(address: str | None, workers: int | None) -> Iterator[dict[str, Any]]:
     """Ray for the duration of a sweep: joined at `address`, or started here with `workers` CPUs
@@ -153,8 +162,7 @@ def ray_session(address: str | None, workers: int | None) -> Iterator[dict[str, 
     initialised in this process (a test's shared Ray)."""
     import ray
 
-    if workers is not None and not 1 <= workers <= MAX_SWEEP_WORKERS:
-        raise RayUnavailable(f"--workers {workers}: use 1 to {MAX_SWEEP_WORKERS}")
+    check_ray_options(address, workers)
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no usage report, and no notice about it
     was_up = ray.is_initialized()
     if not was_up:

@@ -66,3 +66,17 @@ def test_cli_bad_sweep_exits_2_with_one_line(write_sweep: Callable[..., Path],
     assert main(["sweep", str(write_sweep(GRID + "mode: lhs\n")), "--out", "/nonexistent/x"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and "samples" in err[0]
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--workers", "0"], ["--workers 0", "use 1 to"]),
+    (["--workers", "2", "--ray", "127.0.0.1:1"], ["--workers 2", "drop --workers"]),
+])
+def test_cli_bad_ray_options_exit_2_with_one_line(write_sweep: Callable[..., Path], tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str], args: list[str],
+                                                  words: list[str]) -> None:
+    assert main(["sweep", str(write_sweep(GRID)), "--out", str(tmp_path / "out"), *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and err[0].startswith("small: 2 points")  # the plan line, then the error
+    assert err[1].startswith("error: ") and all(word in err[1] for word in words), err
+    assert not (tmp_path / "out").exists()
