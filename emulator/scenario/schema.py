@@ -77,7 +77,7 @@ def load_scenario(path: str | Path) -> Scenario:
     """Read and validate a scenario file; relative paths inside it start at its directory, and the
     files it names may also lie in that directory (the user named this file)."""
     path = Path(path)
-    text = _read_text(path)
+    text = read_scenario_text(path)
     try:
         data = load_yaml(text)
     except yaml.YAMLError as err:
@@ -95,7 +95,7 @@ def load_scenario(path: str | Path) -> Scenario:
     return parse_scenario(data, base_dir, trusted_dir=base_dir)
 
 
-def _read_text(path: Path) -> str:
+def read_scenario_text(path: Path) -> str:
     """A regular file of at most MAX_SCENARIO_BYTES, checked before reading: a device (/dev/zero)
     or a FIFO is refused rather than read forever or waited on, and a huge file never loaded."""
     try:

@@ -27,7 +27,7 @@ from emulator.limits import (
 )
 from emulator.scenario import Scenario, apply_overrides, load_scenario
 from emulator.scenario.overrides import check_override_path
-from emulator.scenario.schema import _read_text  # the bounded, regular-file-only read of scenarios
+from emulator.scenario.schema import read_scenario_text
 from emulator.scenario.yaml_reader import LimitError, describe_yaml_error, load_yaml
 from emulator.shared_data import may_read
 from emulator.telemetry.records import summarize
@@ -191,7 +191,7 @@ def is_sweep_document(data: Any) -> bool:
 
 def read_document(path: Path) -> tuple[str, Any]:
     """(text, YAML document) of a sweep or scenario file, bounded as scenarios are read."""
-    text = _read_text(path)
+    text = read_scenario_text(path)
     try:
         return text, load_yaml(text)
     except yaml.YAMLError as err:
@@ -215,7 +215,7 @@ def load_sweep(path: str | Path) -> Sweep:
     if not may_read(base_path, trusted_dir=path.resolve().parent):
         raise ScenarioError(f"base: {spec.base} lies outside the folders a sweep may read; "
                             "put the scenario beside the sweep file or in the repository")
-    sweep = Sweep(spec, path, text, base_path, _read_text(base_path)[:MAX_SCENARIO_BYTES])
+    sweep = Sweep(spec, path, text, base_path, read_scenario_text(base_path)[:MAX_SCENARIO_BYTES])
     base = sweep.base_scenario()
     problems = []
     for axis_path in spec.axes:
