@@ -11,10 +11,10 @@ import argparse
 import asyncio
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
+from emulator.cli.progress import ProgressReporter
 from emulator.scenario import apply_overrides, load_scenario
 from emulator.telemetry.figures import EGRESS_KEY, egress_bit_per_s, format_rate
 from emulator.telemetry.labels import format_number, label
@@ -25,7 +25,6 @@ COMMANDS = ("run",)
 SUMMARY_KEYS = ("requests", "completed", "failed_count", "ttft_p50_s", "ttft_p90_s", "tpot_mean_s",
                 "throughput_rps", "prfaas_fraction")
 LABEL_WIDTH = 26
-LOG_EVERY_S = 5.0  # headless progress: one line per this much wall time
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -43,66 +42,25 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         help="override a scenario field (repeatable), e.g. router.threshold_tokens=8000")
 
 
-class ProgressBar:
-    """Progress on stderr: on a terminal one line, redrawn at most 4 times a second; elsewhere (a
-    run.log, CI) a plain line every `LOG_EVERY_S` of wall time and one at the end, so a log shows
-    a long run moving. `clock` and `stream` are for tests."""
-
-    def __init__(self, is_terminal: bool, clock: Callable[[], float] = time.monotonic,
-                 stream: TextIO | None = None) -> None:
-        self.is_terminal, self._clock, self._stream = is_terminal, clock, stream
-        self._started = self._last = clock()
-        self._seen: tuple[int, int, float] | None = None
-        self._logged: tuple[int, int, float] | None = None
-
-    @property
-    def stream(self) -> TextIO:
-        return self._stream or sys.stderr
-
-    def __call__(self, done: int, total: int, elapsed_s: float) -> None:
-        now = self._clock()
-        self._seen = (done, total, elapsed_s)
-        if self.is_terminal:
-            if now - self._last < 0.25 and done < total:
-                return
-            self._last = now
-            filled = int(30 * done / total) if total else 30
-            self.stream.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {done}/{total} requests  {elapsed_s:6.1f} s")
-            self.stream.flush()
-        elif now - self._last >= LOG_EVERY_S:
-            self._last = now
-            self._log_line()
-
-    def _log_line(self) -> None:
-        assert self._seen is not None
-        done, total, elapsed_s = self._logged = self._seen
-        wall_s = self._clock() - self._started
-        self.stream.write(f"progress: {done:,}/{total:,} requests ended, run time {elapsed_s:.1f} s, "
-                          f"wall {wall_s:.1f} s\n")
-        self.stream.flush()
-
-    def close(self) -> None:
-        if self.is_terminal:
-            self.stream.write("\n")
-        elif self._seen is not None and self._seen != self._logged:
-            self._log_line()
-
-
 def run(args: argparse.Namespace) -> int:
     scenario = apply_overrides(load_scenario(args.scenario), args.overrides)
     engine = args.engine or scenario.engine
     out = args.out or Path("runs") / f"{scenario.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    bar = ProgressBar(sys.stderr.isatty())
+    bar = ProgressReporter("requests ended", sys.stderr.isatty())
+
+    def progress(done: int, total: int, elapsed_s: float) -> None:
+        bar(done, total, f"run time {elapsed_s:.1f} s")
+
     try:
         if engine == "live":
             from emulator.live.session import run_live
 
-            doc = asyncio.run(run_live(scenario, out, args.broker, bar, embedded_broker=not args.no_broker,
+            doc = asyncio.run(run_live(scenario, out, args.broker, progress, embedded_broker=not args.no_broker,
                                        link_backend=args.link_backend, run_id=args.run_id))
         else:
             from emulator.virtual.engine import run_virtual
 
-            doc = run_virtual(scenario, out, progress=bar)
+            doc = run_virtual(scenario, out, progress=progress)
     finally:
         bar.close()
     print_summary(doc, out)

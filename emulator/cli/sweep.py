@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import TextIO
+
+from emulator.cli.progress import ProgressReporter
 
 COMMANDS = ("sweep",)
-LOG_EVERY_S = 5.0
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -33,58 +31,15 @@ def run(args: argparse.Namespace) -> int:
     sweep = load_sweep(args.sweep)
     out = args.out or Path("sweeps") / sweep.spec.name
     print(f"{sweep.spec.name}: {len(expand(sweep.spec)):,} points -> {out}", file=sys.stderr)
-    bar = SweepProgress(sys.stderr.isatty())
+    bar = ProgressReporter("points", sys.stderr.isatty())
     try:
-        result = run_sweep(sweep, out, address=args.ray, workers=args.workers, progress=bar)
+        result = run_sweep(sweep, out, address=args.ray, workers=args.workers,
+                           progress=lambda done, total, failed: bar(done, total, f"{failed:,} failed"))
     finally:
         bar.close()
     print(f"{sweep.spec.name}: {result.num_ran:,} points run ({result.num_failed:,} failed), "
           f"{result.num_before:,} already done, {result.num_points:,} in all: {out}/sweep.parquet")
     return 0
-
-
-class SweepProgress:
-    """Points done on stderr: a redrawn bar on a terminal, else a line every LOG_EVERY_S."""
-
-    def __init__(self, is_terminal: bool, clock: Callable[[], float] = time.monotonic,
-                 stream: TextIO | None = None) -> None:
-        self.is_terminal, self._clock, self._stream = is_terminal, clock, stream
-        self._started = self._last = clock()
-        self._seen: tuple[int, int, int] | None = None
-        self._drawn = False
-
-    @property
-    def stream(self) -> TextIO:
-        return self._stream or sys.stderr
-
-    def __call__(self, done: int, total: int, failed: int) -> None:
-        self._seen = (done, total, failed)
-        now = self._clock()
-        if self.is_terminal:
-            if now - self._last < 0.25 and done < total:
-                return
-            filled = int(30 * done / total) if total else 30
-            self.stream.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {done}/{total} points, "
-                              f"{failed} failed  {now - self._started:6.1f} s")
-            self._drawn = True
-        elif now - self._last >= LOG_EVERY_S:
-            self.stream.write(self._line())
-        else:
-            return
-        self._last = now
-        self.stream.flush()
-
-    def _line(self) -> str:
-        assert self._seen is not None
-        done, total, failed = self._seen
-        return f"progress: {done:,}/{total:,} points, {failed:,} failed, wall {self._clock() - self._started:.1f} s\n"
-
-    def close(self) -> None:
-        if self._drawn:
-            self.stream.write("\n")
-        elif not self.is_terminal and self._seen is not None:
-            self.stream.write(self._line())
-        self.stream.flush()
 
 
 def is_sweep_file(path: str | Path) -> bool:

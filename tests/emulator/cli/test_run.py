@@ -3,13 +3,12 @@ held or failed, and without a terminal progress comes as plain lines, not silenc
 
 from __future__ import annotations
 
-import io
 import json
 import subprocess
 import sys
 from pathlib import Path
 
-from emulator.cli.run import LOG_EVERY_S, ProgressBar, expect_lines
+from emulator.cli.run import expect_lines
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -44,35 +43,3 @@ def test_expect_lines_judge_each_bound_alone() -> None:
     assert [line.rsplit("  ", 1)[-1] for line in lines] == [
         "held", "FAILED: ttft_p90_s = 2.5 > max 2",
         "FAILED: nope: unknown metric; use one of throughput_rps, ttft_p90_s"]
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def test_headless_progress_is_a_line_every_five_seconds_and_one_at_the_end() -> None:
-    clock, stream = FakeClock(), io.StringIO()
-    bar = ProgressBar(False, clock=clock, stream=stream)
-    for done in range(1, 11):
-        clock.now += 1.0
-        bar(done, 20, done * 3.0)
-    assert stream.getvalue().splitlines() == [
-        f"progress: 5/20 requests ended, run time 15.0 s, wall {LOG_EVERY_S:.1f} s",
-        "progress: 10/20 requests ended, run time 30.0 s, wall 10.0 s"]
-    clock.now += 0.5
-    bar(11, 20, 33.0)
-    bar.close()
-    assert stream.getvalue().splitlines()[-1] == "progress: 11/20 requests ended, run time 33.0 s, wall 10.5 s"
-
-
-def test_the_terminal_bar_is_redrawn_in_place() -> None:
-    clock, stream = FakeClock(), io.StringIO()
-    bar = ProgressBar(True, clock=clock, stream=stream)
-    clock.now += 1.0
-    bar(10, 20, 5.0)
-    bar.close()
-    assert stream.getvalue() == f"\r[{'#' * 15}{'.' * 15}] 10/20 requests     5.0 s\n"

@@ -1,0 +1,40 @@
+"""The progress lines of `run` and `sweep`: a line every few seconds in a log (the dashboard reads
+them back), a bar redrawn in place on a terminal."""
+
+from __future__ import annotations
+
+import io
+
+from emulator.cli.progress import LOG_EVERY_S, ProgressReporter
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_headless_progress_is_a_line_every_five_seconds_and_one_at_the_end() -> None:
+    clock, stream = FakeClock(), io.StringIO()
+    bar = ProgressReporter("requests ended", False, clock=clock, stream=stream)
+    for done in range(1, 11):
+        clock.now += 1.0
+        bar(done, 20, f"run time {done * 3.0:.1f} s")
+    assert stream.getvalue().splitlines() == [
+        f"progress: 5/20 requests ended, run time 15.0 s, wall {LOG_EVERY_S:.1f} s",
+        "progress: 10/20 requests ended, run time 30.0 s, wall 10.0 s"]
+    clock.now += 0.5
+    bar(11, 20, "run time 33.0 s")
+    bar.close()
+    assert stream.getvalue().splitlines()[-1] == "progress: 11/20 requests ended, run time 33.0 s, wall 10.5 s"
+
+
+def test_the_terminal_bar_is_redrawn_in_place() -> None:
+    clock, stream = FakeClock(), io.StringIO()
+    bar = ProgressReporter("points", True, clock=clock, stream=stream)
+    clock.now += 1.0
+    bar(10, 20, "2 failed")
+    bar.close()
+    assert stream.getvalue() == f"\r[{'#' * 15}{'.' * 15}] 10/20 points  2 failed\n"
