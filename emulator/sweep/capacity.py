@@ -16,7 +16,6 @@ from emulator.errors import ScenarioError
 from emulator.limits import MAX_DURATION_S, MAX_INTERVAL_S, MAX_RATE_PER_S, MAX_REQUESTS, MAX_STEP_S
 from emulator.scenario import Scenario, apply_overrides
 from emulator.telemetry.records import RequestRecord, summarize
-from emulator.virtual.engine import run_duration_s, simulate
 
 # A probe lets about this many requests arrive: enough for a P90 and for a growing queue to show
 # (the case study at 1.05 x Lambda_max grows its in-flight count by ~5 % of its arrivals at 2,000
@@ -101,20 +100,24 @@ def find_capacity(scenario: Scenario, slo: CapacitySlo, *, low_rps: float | None
         probes.append(probe_rate(scenario, rate, slo, num_requests=num_requests, duration_s=duration_s))
         return probes[-1].meets_slo
 
-    best, worst = bisect_rate(meets, low, high, rel_tolerance, max_probes)
+    # Below this rate a probe's window holds fewer than MIN_NUM_REQUESTS arrivals, and a P90 of a
+    # handful of requests meets by luck (homogeneous PD on the case study "met" 5 s at 4 requests
+    # in 6 h with a no-queue TTFT P90 of 9.8 s); the search stops there and reports 0.
+    min_rate = MIN_NUM_REQUESTS / (duration_s if duration_s is not None else MAX_PROBE_DURATION_S)
+    best, worst = bisect_rate(meets, low, high, rel_tolerance, max_probes, min_rate=min_rate)
     top = best if worst is None else worst
     converged = worst is not None and best > 0 and top - best <= rel_tolerance * best
     return CapacityResult(best, lambda_max, tuple(probes), (best, top), converged)
 
 
 def bisect_rate(meets: Callable[[float], bool], low: float, high: float, rel_tolerance: float,
-           max_probes: int) -> tuple[float, float | None]:
+                max_probes: int, *, min_rate: float = 0.0) -> tuple[float, float | None]:
     """(highest rate that met, lowest that failed or None); `meets` is called at most `max_probes`
-    times. Halves the low end until it meets, doubles the high end (up to MAX_RATE_PER_S) until it
-    fails, then bisects."""
+    times. Halves the low end until it meets (not below `min_rate`: then none met), doubles the
+    high end (up to MAX_RATE_PER_S) until it fails, then bisects."""
     best, worst, used = 0.0, None, 0
     rate = low
-    while used < max_probes:  # down: find a rate that meets
+    while used < max_probes and rate >= min_rate:  # down: find a rate that meets
         used += 1
         if meets(rate):
             best = rate
@@ -146,6 +149,8 @@ def probe_rate(scenario: Scenario, rate_per_s: float, slo: CapacitySlo, *,
     """Simulate `scenario` at one arrival rate until every request has ended, and judge it: it
     meets the SLO when every request completed, the queue did not grow, and the summary's TTFT P90
     (and TPOT mean) are within the SLO."""
+    from emulator.virtual.engine import run_duration_s, simulate  # the engine: only when a probe runs
+
     check_searchable(scenario)
     _check_range("capacity.rate_per_s", rate_per_s, MAX_RATE_PER_S, "requests per second")
     window_s = duration_s if duration_s is not None else min(num_requests / rate_per_s, MAX_PROBE_DURATION_S)

@@ -1,7 +1,8 @@
 """Runs one sweep point in this process and returns its flat row: the virtual engine's run summary
-(records.summarize over the simulated records, as `run` writes summary.json) or the analytic
-engine's optimum (optimize_scenario), cut to the kept metrics. A point that raises is a failed row
-with a one-line reason. Knows nothing of Ray: the runner calls this inside a task.
+(records.summarize over the simulated records, as `run` writes summary.json), in capacity mode its
+capacity search (capacity.find_capacity), or the analytic engine's optimum (optimize_scenario),
+cut to the kept metrics. A point that raises is a failed row with a one-line reason. Knows
+nothing of Ray: the runner calls this inside a task.
 """
 
 from __future__ import annotations
@@ -13,22 +14,27 @@ from typing import Any
 
 from emulator.analytic import optimize_scenario
 from emulator.scenario import Scenario, apply_overrides, load_scenario
-from emulator.sweep.points import Point
+from emulator.sweep.capacity import find_capacity
+from emulator.sweep.points import Point, make_point_scenario
+from emulator.sweep.spec import CapacitySection, SweepSpec
 from emulator.telemetry.records import summarize
 
 MAX_REASON_CHARS = 500
 OK, FAILED = "ok", "failed"
 
 
-def run_point(base_path: str | Path, fixed: list[str], point: Point, metrics: list[str]) -> dict[str, Any]:
-    """The row of `point`: point_id, its axis values, seed, engine, each kept metric (None where
-    the engine has no such figure), status, reason and wall_s. Never raises for a bad point."""
+def run_point(base_path: str | Path, spec: SweepSpec, point: Point) -> dict[str, Any]:
+    """The row of `point` of the sweep `spec` over the scenario at `base_path`: point_id, its axis
+    values, seed, engine, each kept metric (None where the engine has no such figure), status,
+    reason and wall_s. Never raises for a bad point."""
     started = time.perf_counter()
+    metrics = spec.metrics
     row: dict[str, Any] = {"point_id": point.point_id, **dict(point.values), "seed": point.seed,
                            "engine": point.engine}
     try:
-        scenario = apply_overrides(load_scenario(base_path), [*fixed, *point.overrides()])
-        figures = engine_figures(scenario, point.engine)
+        base = apply_overrides(load_scenario(base_path), list(spec.set))
+        scenario = make_point_scenario(base, spec, point)
+        figures = engine_figures(scenario, point.engine, spec.capacity)
         row |= {m: _number(figures.get(m)) for m in metrics}
         row |= {"status": OK, "reason": None}
     except Exception as err:  # a point's failure is data: the sweep records it and goes on
@@ -38,14 +44,26 @@ def run_point(base_path: str | Path, fixed: list[str], point: Point, metrics: li
     return row
 
 
-def engine_figures(scenario: Scenario, engine: str) -> dict[str, Any]:
-    """Every figure one engine reports for `scenario`, flat."""
+def engine_figures(scenario: Scenario, engine: str, capacity: CapacitySection | None = None) -> dict[str, Any]:
+    """Every figure one engine reports for `scenario`, flat; a virtual point under `capacity`
+    reports its capacity search instead of one run."""
+    if engine == "virtual" and capacity is not None:
+        return capacity_figures(scenario, capacity)
     if engine == "virtual":
         from emulator.virtual.engine import run_duration_s, simulate  # the compiled build, when current
 
         records = simulate(scenario).records
         return summarize(records, run_duration_s(records))
     return flatten(optimize_scenario(scenario))
+
+
+def capacity_figures(scenario: Scenario, capacity: CapacitySection) -> dict[str, Any]:
+    """The CAPACITY_METRICS of one capacity search on `scenario`."""
+    result = find_capacity(scenario, capacity.slo(), rel_tolerance=capacity.rel_tolerance,
+                           max_probes=capacity.max_probes, num_requests=capacity.num_requests)
+    return {"capacity_rps": result.rate_per_s, "lambda_max_model": result.lambda_max_model,
+            "capacity_ratio": result.ratio_to_model, "capacity_probes": len(result.probes),
+            "capacity_converged": float(result.converged)}
 
 
 def flatten(doc: dict[str, Any]) -> dict[str, Any]:

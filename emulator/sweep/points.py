@@ -1,8 +1,9 @@
 """A sweep's points, as a pure function of its spec: the grid (every combination of the axes'
 levels), or `samples` draws (independent uniform, or Latin-hypercube: each axis's range cut into
-`samples` strata, one draw per stratum, strata shuffled per axis), each crossed with the replicate
-seeds and the engines. The same spec always gives the same points, ids and order. A point's
-scenario (`point_scenario`) is the base with the point's values applied.
+`samples` strata, one draw per stratum, strata shuffled per axis), each crossed with the named
+configurations, the replicate seeds and the engines. The same spec always gives the same points,
+ids and order. A point's scenario (`make_point_scenario`) is the base with the point's axis
+values, then its configuration's bundle, applied.
 """
 
 from __future__ import annotations
@@ -18,23 +19,30 @@ from typing import Any
 
 from emulator.errors import ScenarioError
 from emulator.scenario import Scenario, apply_overrides
-from emulator.sweep.spec import Axis, Sweep, SweepSpec, num_axis_levels
+from emulator.sweep.spec import PAPER, Axis, Sweep, SweepSpec, num_axis_levels
 
 Value = int | float | str | bool
 
 
 @dataclass(frozen=True, slots=True)
 class Point:
-    """One run of a sweep: the axis values (in the file's axis order), the scenario seed, the engine."""
+    """One run of a sweep: the axis values (`configuration` first when the sweep names some, then
+    the file's axis order), the scenario seed, the engine."""
 
     point_id: str
     values: tuple[tuple[str, Value], ...]
     seed: int
     engine: str
 
+    @property
+    def configuration(self) -> str | None:
+        return next((str(v) for path, v in self.values if path == "configuration"), None)
+
     def overrides(self) -> list[str]:
-        """The `--set` items that make this point's scenario from the sweep's base (after `set:`)."""
-        return [f"{path}={json.dumps(value)}" for path, value in self.values] + [f"seed={self.seed}"]
+        """The `--set` items of the axis values and the seed (a configuration's bundle is
+        make_point_scenario's to add)."""
+        return [f"{path}={json.dumps(value)}" for path, value in self.values if path != "configuration"] \
+            + [f"seed={self.seed}"]
 
 
 def point_id(values: tuple[tuple[str, Value], ...], seed: int, engine: str) -> str:
@@ -47,6 +55,8 @@ def point_id(values: tuple[tuple[str, Value], ...], seed: int, engine: str) -> s
 def expand(spec: SweepSpec) -> list[Point]:
     """Every point of the sweep, without duplicates (random draws of listed values may repeat)."""
     combos = grid(spec) if spec.mode == "grid" else sample(spec)
+    if spec.configurations:
+        combos = [(("configuration", name), *combo) for name in spec.configurations for combo in combos]
     points, seen = [], set()
     for combo in combos:
         for seed in spec.seeds:
@@ -117,10 +127,28 @@ def _number(x: float, is_int: bool) -> Any:
     return int(round(x)) if is_int else float(f"{x:.12g}")
 
 
+def make_point_scenario(base: Scenario, spec: SweepSpec, point: Point) -> Scenario:
+    """`base` (the sweep's base after `set:`) with the point's axis values and seed, then its
+    configuration's bundle: the listed `--set` items, or for `paper` the paper's configuration
+    of that name computed on the scenario so far (so it follows the axes, e.g. the optimizer's
+    homogeneous split for the point's profile)."""
+    scenario = apply_overrides(base, point.overrides())
+    name = point.configuration
+    if name is None or spec.configurations is None:
+        return scenario
+    bundle = spec.configurations[name]
+    if bundle == PAPER:
+        from emulator.virtual.baselines import configuration_overrides  # the engine: only when a point runs
+
+        return apply_overrides(scenario, configuration_overrides(scenario, name))
+    return apply_overrides(scenario, list(bundle))
+
+
 def point_scenario(sweep: Sweep, point_id: str) -> Scenario:
-    """The scenario one point of `sweep` ran (its base, `set:`, the point's values and seed), for
-    saving it as a file that `python -m emulator run` replays; ScenarioError for an unknown id."""
+    """The scenario one point of `sweep` ran (its base, `set:`, the point's values, seed and
+    configuration), for saving it as a file that `python -m emulator run` replays; ScenarioError
+    for an unknown id."""
     point = next((p for p in expand(sweep.spec) if p.point_id == point_id), None)
     if point is None:
         raise ScenarioError(f"point {point_id!r}: not a point of sweep {sweep.spec.name}; pick one of its rows")
-    return apply_overrides(sweep.base_scenario(), point.overrides())
+    return make_point_scenario(sweep.base_scenario(), sweep.spec, point)

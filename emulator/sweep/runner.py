@@ -19,7 +19,7 @@ from emulator.errors import PrfaasError
 from emulator.limits import MAX_SWEEP_WORKERS
 from emulator.sweep.point import FAILED, run_point
 from emulator.sweep.points import Point, expand
-from emulator.sweep.spec import Sweep
+from emulator.sweep.spec import Sweep, SweepSpec
 from emulator.sweep.store import SweepStore
 
 log = logging.getLogger(__name__)
@@ -99,13 +99,13 @@ def _results(sweep: Sweep, todo: list[Point], num_cpus: int,
     import ray
 
     remote = ray.remote(num_cpus=1, max_retries=1)(_point_task)
-    base, fixed, metrics = str(sweep.base_path), list(sweep.spec.set), list(sweep.spec.metrics)
+    base, metrics = str(sweep.base_path), list(sweep.spec.metrics)
     queue = list(reversed(todo))
     limit = max(1, num_cpus * IN_FLIGHT_PER_CPU)
     while queue or in_flight:
         while queue and len(in_flight) < limit:
             point = queue.pop()
-            in_flight[remote.remote(base, fixed, point, metrics)] = point
+            in_flight[remote.remote(base, sweep.spec, point)] = point
         ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=1.0)
         for ref in ready:
             point = in_flight.pop(ref)
@@ -128,11 +128,11 @@ def _cancel(in_flight: dict[Any, Point]) -> None:
             log.warning("sweep: cancelling a pending task failed: %s", err)
 
 
-def _point_task(base_path: str, fixed: list[str], point: Point, metrics: list[str]) -> dict[str, Any]:
+def _point_task(base_path: str, spec: SweepSpec, point: Point) -> dict[str, Any]:
     """What a Ray task runs: the point, and the Ray node that ran it."""
     import ray
 
-    row = run_point(base_path, fixed, point, metrics)
+    row = run_point(base_path, spec, point)
     row["node_id"] = ray.get_runtime_context().get_node_id()
     return row
 

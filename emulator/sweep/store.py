@@ -29,16 +29,23 @@ PARQUET, DOC = "sweep.parquet", "sweep.json"
 
 
 def fingerprint(sweep: Sweep) -> str:
-    """What a point's result depends on besides its id: the base scenario's text, `set:` and the
-    kept metrics. A directory of another fingerprint is not resumed."""
-    doc = json.dumps([sweep.base_text, sweep.spec.set, sweep.spec.metrics])
-    return hashlib.sha256(doc.encode()).hexdigest()[:16]
+    """What a point's result depends on besides its id: the base scenario's text, `set:`, the
+    kept metrics, and (when given) the configurations' bundles and the capacity section. A
+    directory of another fingerprint is not resumed. Sweeps without the last two keep the
+    fingerprint they had before those existed."""
+    spec = sweep.spec
+    parts: list[Any] = [sweep.base_text, spec.set, spec.metrics]
+    if spec.configurations is not None:
+        parts.append({"configurations": spec.configurations})
+    if spec.capacity is not None:
+        parts.append({"capacity": spec.capacity.model_dump(mode="json")})
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def axis_types(sweep: Sweep, points: list[Point]) -> dict[str, pa.DataType]:
     """An axis column is float64 when every level is a number, else text (levels as JSON)."""
     types = {}
-    for path in sweep.spec.axes:
+    for path in sweep.spec.axis_names:
         levels = [v for p in points for k, v in p.values if k == path]
         is_number = all(isinstance(v, int | float) and not isinstance(v, bool) for v in levels)
         types[path] = pa.float64() if is_number else pa.string()
@@ -86,7 +93,7 @@ class SweepStore:
                "sweep_file": str(self.sweep.path), "sweep_text": self.sweep.text,
                "sweep": self.sweep.spec.model_dump(mode="json"), "base_file": str(self.sweep.base_path),
                "fingerprint": self.fingerprint, "versions": versions(),
-               "columns": {"axes": list(self.sweep.spec.axes), "metrics": list(self.sweep.spec.metrics)},
+               "columns": {"axes": self.sweep.spec.axis_names, "metrics": list(self.sweep.spec.metrics)},
                "rows": {"total": len(self.rows), "ok": ok, "failed": len(self.rows) - ok}, **info}
         text = json.dumps(doc, indent=2, allow_nan=False, default=str) + "\n"
         self.out_dir.mkdir(parents=True, exist_ok=True)

@@ -152,3 +152,25 @@ def test_a_trace_or_rate_changes_are_refused_naming_the_field(case_study: Scenar
         with pytest.raises(ScenarioError) as err:
             find_capacity(scenario, CapacitySlo(ttft_p90_s=5.0))
         assert str(err.value).startswith(f"{field}: ") and "\n" not in str(err.value)
+
+
+def test_the_search_does_not_halve_below_its_rate_floor() -> None:
+    calls: list[float] = []
+
+    def never(rate: float) -> bool:
+        calls.append(rate)
+        return False
+
+    assert bisect_rate(never, 1.0, 5.0, TOLERANCE, 50, min_rate=0.2) == (0.0, 0.25)
+    assert calls == [1.0, 0.5, 0.25]
+
+
+def test_an_slo_below_the_no_queue_ttft_finds_no_capacity(case_study: Scenario) -> None:
+    # homogeneous PD prefills every prompt on H20s: its no-queue TTFT P90 is 9.8 s (the model's), so
+    # a 5 s P90 is out of reach at any load, and tiny rates with a handful of requests do not count
+    from emulator.virtual.baselines import configuration_overrides
+
+    homogeneous = apply_overrides(case_study, configuration_overrides(case_study, "homogeneous"))
+    result = find_capacity(homogeneous, CapacitySlo(ttft_p90_s=5.0))
+    assert result.rate_per_s == 0.0 and not result.converged
+    assert all(not p.meets_slo and p.num_requests >= 100 for p in result.probes)

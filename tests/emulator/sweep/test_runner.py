@@ -73,3 +73,28 @@ def test_out_dir_of_another_sweep_is_refused(write_sweep: Callable[..., Path], t
     other = load_sweep(write_sweep(axes + "metrics: [ttft_p90_s]\n", name="other"))
     with pytest.raises(ScenarioError, match="holds another sweep"):
         run_sweep(other, tmp_path / "out")
+
+
+def test_capacity_mode_rows_equal_find_capacity_on_the_point_scenario(write_sweep: Callable[..., Path],
+                                                                      tmp_path: Path) -> None:
+    from emulator.sweep.capacity import CapacitySlo, find_capacity
+    from emulator.sweep.points import point_scenario
+
+    sweep = load_sweep(write_sweep("configurations: {prfaas: paper, naive: paper}\nengines: [virtual, analytic]\n"
+                                   "capacity: {ttft_p90_s: 5.0, num_requests: 300, max_probes: 4}\n"))
+    result = run_sweep(sweep, tmp_path / "out")
+    assert (result.num_ran, result.num_failed) == (4, 0)
+    rows = pd.read_parquet(tmp_path / "out" / "sweep.parquet").set_index(["configuration", "engine"])
+    for config in ("prfaas", "naive"):
+        row = rows.loc[(config, "virtual")]
+        direct = find_capacity(point_scenario(sweep, row["point_id"]), CapacitySlo(5.0), num_requests=300,
+                               max_probes=4)
+        assert row["capacity_rps"] == direct.rate_per_s > 0
+        assert row["lambda_max_model"] == direct.lambda_max_model
+        assert row["capacity_ratio"] == pytest.approx(direct.rate_per_s / direct.lambda_max_model)
+        assert (row["capacity_probes"], row["capacity_converged"]) == (len(direct.probes), float(direct.converged))
+        assert pd.isna(row["lambda_max"])
+        analytic = rows.loc[(config, "analytic")]
+        assert analytic["lambda_max"] > 0 and pd.isna(analytic["capacity_rps"])
+    doc = json.loads((tmp_path / "out" / "sweep.json").read_text())
+    assert doc["columns"]["axes"] == ["configuration"] and doc["sweep"]["capacity"]["ttft_p90_s"] == 5.0

@@ -1,4 +1,4 @@
-"""Sweep files: each problem is one line naming the field and the fix; the shipped sweep loads."""
+"""Sweep files: each problem is one line naming the field and the fix; the shipped sweeps load."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from emulator.paths import REPO_ROOT
 from emulator.sweep import load_sweep
 
 GRID = "axes:\n  router.threshold_tokens: {values: [8000, 16000]}\n"
+CAPACITY = GRID + "capacity: {ttft_p90_s: 5.0}\n"
 
 
 @pytest.mark.parametrize(("body", "words"), [
@@ -37,6 +38,25 @@ GRID = "axes:\n  router.threshold_tokens: {values: [8000, 16000]}\n"
     ("axes:\n  router.colour: {values: [1]}\n", ["axes.router.colour", "unknown path"]),
     ("axes: {}\n", ["axes"]),
     ("axes: [1, 2\n", ["YAML syntax error", "line"]),
+    (GRID + "capacity: {ttft_p90_s: 0}\n", ["capacity.ttft_p90_s", "greater than 0"]),
+    (GRID + "capacity: {ttft_p90_s: 5.0, tpot_mean_s: 1.0e9}\n", ["capacity.tpot_mean_s"]),
+    (GRID + "capacity: {ttft_p90_s: 5.0, max_probes: 0}\n", ["capacity.max_probes"]),
+    (GRID + "capacity: {ttft_p90_s: 5.0, num_requests: 10}\n", ["capacity.num_requests"]),
+    (GRID + "capacity: {ttft_p90_s: 5.0, slo: 3}\n", ["capacity.slo", "unknown field"]),
+    (CAPACITY + "metrics: [capacity_rps, ttft_p90_s]\n", ["metrics", "ttft_p90_s", "capacity mode"]),
+    (GRID + "metrics: [capacity_rps]\n", ["metrics", "capacity_rps", "add a capacity: section"]),
+    ("axes:\n  workload.arrival.rate_per_s: {values: [1.0]}\ncapacity: {ttft_p90_s: 5.0}\n",
+     ["axes.workload.arrival.rate_per_s", "capacity mode"]),
+    ("configurations: {fast: paper}\n", ["configurations.fast", "prfaas, homogeneous, naive"]),
+    ("configurations: {x: [router.colour=1]}\n", ["configurations.x", "router.colour", "unknown path"]),
+    ("configurations: {x: [router.policy=sideways]}\n", ["configurations.x", "router.policy"]),
+    ("configurations: {x: [oops]}\n", ["configurations.x", "path=value"]),
+    (GRID + "configurations: {x: [router.threshold_tokens=5]}\n",
+     ["configurations.x", "router.threshold_tokens", "one place"]),
+    ("configurations: {Big: []}\n", ["configurations.Big", "pattern"]),
+    ("configurations: {}\n", ["configurations"]),
+    ("configurations: {a: []}\nmode: lhs\nsamples: 3\n", ["mode lhs", "axes"]),
+    ("axes:\n  configuration: {values: [1]}\n", ["configuration", "configurations:"]),
 ])
 def test_problem_is_one_line_naming_the_field(write_sweep: Callable[..., Path], body: str, words: list[str]) -> None:
     with pytest.raises(ScenarioError) as caught:
@@ -53,12 +73,23 @@ def test_base_outside_the_readable_folders_is_refused(tmp_path: Path) -> None:
         load_sweep(path)
 
 
-def test_shipped_sweep_loads_and_validates(capsys: pytest.CaptureFixture[str]) -> None:
-    path = REPO_ROOT / "scenarios" / "sweeps" / "threshold-load.yaml"
+@pytest.mark.parametrize(("name", "num_points"), [("threshold-load", 36), ("capacity-slo", 9)])
+def test_shipped_sweep_loads_and_validates(capsys: pytest.CaptureFixture[str], name: str, num_points: int) -> None:
+    path = REPO_ROOT / "scenarios" / "sweeps" / f"{name}.yaml"
     sweep = load_sweep(path)
-    assert sweep.spec.num_levels() * len(sweep.spec.seeds) == 18
+    assert sweep.spec.num_levels() * len(sweep.spec.seeds) == num_points
     assert main(["validate", str(path)]) == 0
-    assert "ok: threshold-load (sweep, 18 points)" in capsys.readouterr().out
+    assert f"ok: {name} (sweep, {num_points} points)" in capsys.readouterr().out
+
+
+def test_capacity_mode_metrics_default_to_the_capacity_figures(write_sweep: Callable[..., Path]) -> None:
+    from emulator.sweep.spec import CAPACITY_DEFAULT_METRICS, CAPACITY_METRICS
+
+    assert load_sweep(write_sweep(CAPACITY)).spec.metrics == list(CAPACITY_METRICS)
+    both = load_sweep(write_sweep(CAPACITY + "engines: [virtual, analytic]\n")).spec
+    assert both.metrics == list(CAPACITY_DEFAULT_METRICS) and "lambda_max" in both.metrics
+    given = load_sweep(write_sweep(CAPACITY + "metrics: [capacity_rps, lambda_max]\n")).spec
+    assert given.metrics == ["capacity_rps", "lambda_max"]
 
 
 def test_cli_bad_sweep_exits_2_with_one_line(write_sweep: Callable[..., Path],
