@@ -137,9 +137,10 @@ st.set_page_config(page_title="Sweeps · PrfaaS Lab", layout="wide")
 st.title("Sweeps")
 st.markdown(INTRO)
 _start_section()
-default_dir = str(runs_dir() / "sweeps")
-text = st.text_input("Sweep directory", key="sweeps_dir", value=default_dir,
-                     help="the --out directory of a sweep (it holds sweep.parquet and sweep.json)")
+st.session_state.setdefault("sweeps_dir", str(runs_dir() / "sweeps"))
+text = st.text_input("Sweep directory", key="sweeps_dir",
+                     help="the --out directory of a sweep (it holds sweep.parquet and sweep.json), or a "
+                          "folder of them")
 directory = Path(text).expanduser()
 if directory.is_dir() and not (directory / "sweep.json").exists():
     found_dirs = sorted((p.parent for p in directory.glob("*/sweep.json")), key=lambda p: p.stat().st_mtime,

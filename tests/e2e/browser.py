@@ -3,6 +3,8 @@ a test (with the reason) where chromium is not installed."""
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -19,3 +21,18 @@ BROWSER_MARKS = [
         reason=f"{CHROMIUM} is missing; install Debian's chromium (apt-get install chromium)",
     ),
 ]
+
+ROOT = Path(__file__).resolve().parents[2]
+SCREENSHOTS_ENV = "PRFAAS_SCREENSHOTS"  # e.g. docs/img: where the README's screenshots are refreshed
+VIEWPORT = {"width": 1400, "height": 2200}  # a whole page
+
+
+def shoot(page, tmp_path: Path, name: str) -> Path:
+    """A screenshot in the test's tmp dir, copied to $PRFAAS_SCREENSHOTS when that is set."""
+    path = tmp_path / name
+    page.screenshot(path=str(path))
+    if target := os.environ.get(SCREENSHOTS_ENV):
+        out = ROOT / target if not Path(target).is_absolute() else Path(target)
+        out.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, out / name)
+    return path

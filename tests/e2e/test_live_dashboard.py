@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -25,13 +24,11 @@ from pathlib import Path
 import pytest
 
 from emulator.telemetry.watch import TopicWatch
-from tests.e2e.browser import BROWSER_MARKS, CHROMIUM, CHROMIUM_ARGS
+from tests.e2e.browser import BROWSER_MARKS, CHROMIUM, CHROMIUM_ARGS, SCREENSHOTS_ENV, VIEWPORT, shoot
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [*BROWSER_MARKS, pytest.mark.slow]
 DURATION_S = 25  # arrivals of the run: enough for charts with data, short enough for CI
-SCREENSHOTS_ENV = "PRFAAS_SCREENSHOTS"
-VIEWPORT = {"width": 1400, "height": 2200}  # the whole Live page
 EXPLORER_VIEWPORT = {"width": 1400, "height": 2000}  # the paper beside the project too
 # How many finite y values each named trace holds, for the chart that has a trace of that name.
 TRACE_POINTS_JS = """(name) => {
@@ -44,16 +41,6 @@ TRACE_POINTS_JS = """(name) => {
   }
   return 0;
 }"""
-
-
-def _shoot(page, tmp_path: Path, name: str) -> Path:
-    path = tmp_path / name
-    page.screenshot(path=str(path))
-    if target := os.environ.get(SCREENSHOTS_ENV):
-        out = ROOT / target if not Path(target).is_absolute() else Path(target)
-        out.mkdir(parents=True, exist_ok=True)
-        shutil.copy(path, out / name)
-    return path
 
 
 def _wait_points(page, trace: str, at_least: int, timeout_s: float) -> None:
@@ -139,7 +126,7 @@ def test_live_page_drives_a_live_run(live_dashboard, tmp_path: Path) -> None:
                 page.wait_for_function("['draining', 'finished', 'ended'].some((s) => "
                                        "document.body.innerText.includes(s))", timeout=60_000)
             time.sleep(2.0)
-            live_png = _shoot(page, tmp_path, "live.png")
+            live_png = shoot(page, tmp_path, "live.png")
             assert page.get_by_test_id("stException").count() == 0
             stop = page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Stop", exact=True)
             if stop.is_enabled():  # else the run has ended by itself
@@ -165,7 +152,7 @@ def test_live_page_drives_a_live_run(live_dashboard, tmp_path: Path) -> None:
             _wait_points(page, "TTFT P50", 10, timeout_s=30)  # the charts, drawn from the record
             assert "threshold 2965 -> 3411 tokens" in _grid_text(page, "why")  # the scheduler's move
             time.sleep(1.0)
-            virtual_png = _shoot(page, tmp_path, "live-virtual.png")
+            virtual_png = shoot(page, tmp_path, "live-virtual.png")
 
             page.get_by_role("link", name="Threshold explorer").click()
             page.get_by_role("heading", name="Threshold explorer").wait_for(timeout=30_000)
@@ -176,7 +163,7 @@ def test_live_page_drives_a_live_run(live_dashboard, tmp_path: Path) -> None:
             assert "19,400" in paper and "19,620" in paper and "3:5" in paper
             page.set_viewport_size(EXPLORER_VIEWPORT)
             time.sleep(1.0)
-            explorer_png = _shoot(page, tmp_path, "threshold-explorer.png")
+            explorer_png = shoot(page, tmp_path, "threshold-explorer.png")
 
             page.set_viewport_size(VIEWPORT)
             page.goto(f"{url}/Runs")
@@ -189,7 +176,7 @@ def test_live_page_drives_a_live_run(live_dashboard, tmp_path: Path) -> None:
             compare = _grid_text(page, "B - A")
             assert "TTFT P50" in compare
             time.sleep(1.0)
-            runs_png = _shoot(page, tmp_path, "runs-compare.png")
+            runs_png = shoot(page, tmp_path, "runs-compare.png")
         finally:
             browser.close()
     summaries = list((tmp_path / "runs").glob(f"live-quickstart-*-{run_id}/summary.json"))

@@ -1,0 +1,41 @@
+"""End to end: the Sweeps page in Debian's chromium starts the shipped threshold-load sweep (Ray
+underneath), watches its points arrive and draws the heatmap, the lines and the Pareto
+front. The screenshot goes to $PRFAAS_SCREENSHOTS too (docs/img/sweeps.png in the README)."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.browser import BROWSER_MARKS, CHROMIUM, CHROMIUM_ARGS, VIEWPORT, shoot
+
+pytestmark = [*BROWSER_MARKS, pytest.mark.slow]
+
+
+def test_sweeps_page_runs_a_shipped_sweep(live_dashboard, tmp_path: Path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    url, _server = live_dashboard
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport=VIEWPORT)
+            page.goto(f"{url}/Sweeps")
+            page.get_by_role("heading", name="Sweeps").wait_for(timeout=30_000)
+            page.get_by_test_id("stSelectbox").filter(has_text="Sweep file").first.click()
+            page.get_by_role("option", name="threshold-load.yaml", exact=True).click()
+            page.get_by_role("button", name="Start sweep").click()
+            page.get_by_text(re.compile(r"^(\d+) of \1 points, 0 failed")).wait_for(timeout=240_000)
+            for chart in range(3):  # heatmap, lines, Pareto front
+                page.get_by_test_id("stPlotlyChart").nth(chart).locator("svg").first.wait_for(timeout=30_000)
+            assert page.get_by_text("Pareto front").count() >= 1
+            assert page.get_by_test_id("stException").count() == 0
+            time.sleep(1.0)
+            png = shoot(page, tmp_path, "sweeps.png")
+        finally:
+            browser.close()
+    parquets = list((tmp_path / "runs" / "sweeps").glob("threshold-load-*/sweep.parquet"))
+    assert len(parquets) == 1 and png.stat().st_size > 0
