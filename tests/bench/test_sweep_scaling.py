@@ -88,6 +88,7 @@ def test_summary_and_targets_on_hand_made_rounds(bench: ModuleType) -> None:
     assert good["speedup"] == pytest.approx(10.5 / 5.5)
     assert good["overhead_share"] == pytest.approx(0.05)
     assert good["overhead_per_point_ms"] == pytest.approx(5.0)
+    assert good["point_slowdown_2_workers"] == pytest.approx(1.0)
     assert good["two_node_both_used"]
     assert bench.missed_targets(good, quick=False) == ([], [])
 
