@@ -188,7 +188,13 @@ def test_live_page_drives_a_live_run(live_dashboard, tmp_path: Path) -> None:
                             timeout=300)
     assert replay.returncode == 0, replay.stderr
     replayed = json.loads((tmp_path / "replay" / "summary.json").read_text())["meta"]["knob_changes"]
-    assert any(change.endswith(f"timeline: threshold -> {tokens} tokens") for change in replayed)
-    assert any("timeline: link -> 120 Mbit/s" in change for change in replayed)
+    # every knob the run took before its arrivals ended is replayed; one sent while it drained (a
+    # slow machine) has no timeline event and is named in the file's header instead
+    for event in meta["control_events"]:
+        change = "threshold -> " if "set" in event else "link -> 120 Mbit/s"
+        if event["at_s"] <= DURATION_S:
+            assert any(f"t={event['at_s']:.1f}s timeline: {change}" in line for line in replayed), (event, replayed)
+        else:
+            assert "# left out: at" in saved.read_text()
     for png in (live_png, virtual_png, explorer_png, runs_png):
         assert png.stat().st_size > 0

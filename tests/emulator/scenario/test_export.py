@@ -71,3 +71,15 @@ def test_a_saved_run_replays_headlessly_with_its_knobs(tmp_path: Path) -> None:
 def test_each_control_message_has_its_timeline_event(knob: str, payload: dict, event: dict | None) -> None:
     command = parse_control(knob, json.dumps({"v": 1, **payload}).encode())
     assert timeline_event(command, 7.25) == (None if event is None else {"at_s": 7.25, **event})
+
+
+def test_a_knob_turned_while_the_run_drained_is_left_out_and_named() -> None:
+    """A timeline ends at duration_s; a knob sent after it (the drain) cannot be replayed."""
+    scenario = load_scenario(REPO / "scenarios" / "classroom-basic.yaml")  # duration_s 60
+    events = [_sent("threshold", {"tokens": 3072}, 12.5), _sent("link", {"bandwidth_mbit": 30}, 61.25)]
+    doc = replay_document(scenario, events)
+    assert [e["at_s"] for e in doc["timeline"]] == [12.5, 20.0, 40.0]
+    text = replay_yaml(scenario, events)
+    assert ("# left out: at 61.25 s, after duration_s = 60 (the run was draining): "
+            "{'link': {'bandwidth_mbit': 30.0}}") in text.splitlines()
+    assert yaml.safe_load(text)["timeline"] == doc["timeline"]
