@@ -170,7 +170,9 @@ def ray_session(address: str | None, workers: int | None) -> Iterator[dict[str, 
             if address:
                 ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
             else:
-                ray.init(num_cpus=workers or os.cpu_count() or 1, include_dashboard=False,
+                # address="local": always a new Ray of our own; without it ray.init joins whatever
+                # cluster this machine last started (another sweep's, a test's) and refuses num_cpus
+                ray.init(address="local", num_cpus=workers or os.cpu_count() or 1, include_dashboard=False,
                          logging_level=logging.WARNING, log_to_driver=False)
         except (ConnectionError, RuntimeError, ValueError) as err:
             where = f"the Ray cluster at {address}" if address else "a local Ray"
