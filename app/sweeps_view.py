@@ -15,7 +15,8 @@ import pandas as pd
 import plotly.graph_objects as go
 
 OK = "ok"
-THROUGHPUT, LATENCY, EGRESS = "throughput_rps", "ttft_p90_s", "egress_bit_per_s_mean"
+THROUGHPUT, LATENCY = "throughput_rps", "ttft_p90_s"
+EGRESS_GBPS = {"egress_bit_per_s_mean": 1e-9, "egress_gbps_mean": 1.0}  # a kept egress column -> Gbit/s
 HEIGHT = 380
 
 
@@ -24,10 +25,15 @@ def succeeded(rows: pd.DataFrame) -> pd.DataFrame:
     return rows[rows["status"] == OK] if "status" in rows.columns else rows
 
 
+def _level(value: object) -> str:
+    """An axis level as a label: 40000, not 40000.0 (numeric axes are stored as floats)."""
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
 def point_label(rows: pd.DataFrame, point_id: str, axes: Sequence[str]) -> str:
     """`router.threshold_tokens=8000, seed=1 (virtual)`: a point by its values, for a picker."""
     row = rows[rows["point_id"] == point_id].iloc[0]
-    values = [f"{axis}={row[axis]:g}" if isinstance(row[axis], float) else f"{axis}={row[axis]}" for axis in axes]
+    values = [f"{axis}={_level(row[axis])}" for axis in axes]
     return f"{', '.join(values)}, seed={row['seed']} ({row['engine']})"
 
 
@@ -44,7 +50,7 @@ def heatmap_figure(rows: pd.DataFrame, x: str, y: str, metric: str) -> go.Figure
     """The metric's mean over seeds on the (x, y) grid of two axes; a missing cell stays empty."""
     table = over_seeds(rows, (x, y), metric).pivot(index=y, columns=x, values="mean")
     fig = go.Figure(data=[{
-        "type": "heatmap", "x": [str(v) for v in table.columns], "y": [str(v) for v in table.index],
+        "type": "heatmap", "x": [_level(v) for v in table.columns], "y": [_level(v) for v in table.index],
         "z": table.to_numpy(), "colorscale": "Viridis", "colorbar": {"title": {"text": metric}},
         "hovertemplate": f"{x} = %{{x}}<br>{y} = %{{y}}<br>{metric} = %{{z:.3g}}<extra></extra>",
     }], layout={"height": HEIGHT, "xaxis": {"title": {"text": x}, "type": "category"},
@@ -90,7 +96,8 @@ def pareto_figure(rows: pd.DataFrame, hover: Sequence[str] = ()) -> go.Figure:
     on_front = pareto_mask(done[THROUGHPUT].to_numpy(float), done[LATENCY].to_numpy(float))
     front = done[on_front].sort_values(THROUGHPUT)
     text = done[list(hover)].astype(str).agg(", ".join, axis=1) if hover else None
-    egress = done[EGRESS] / 1e9 if EGRESS in done.columns else None
+    column = next((c for c in EGRESS_GBPS if c in done.columns), None)
+    egress = done[column] * EGRESS_GBPS[column] if column is not None else None
     points = {"type": "scatter", "x": done[THROUGHPUT], "y": done[LATENCY], "mode": "markers", "name": "points",
               "marker": {"size": 8, "color": egress, "colorscale": "Plasma", "showscale": egress is not None,
                          "colorbar": {"title": {"text": "egress (Gbit/s)"}}}, "text": text,

@@ -12,10 +12,10 @@ from app.sweeps_view import heatmap_figure, lines_figure, over_seeds, pareto_fig
 def _rows() -> pd.DataFrame:
     """t x rate, two seeds; throughput = rate, TTFT P90 grows with rate / t; one failed point."""
     rows = [{"router.threshold_tokens": t, "workload.arrival.rate_per_s": r, "seed": s, "status": "ok",
-             "throughput_rps": float(r), "ttft_p90_s": r / t * 1000 + s, "egress_bit_per_s_mean": 1e9 * r}
+             "throughput_rps": float(r), "ttft_p90_s": r / t * 1000 + s, "egress_gbps_mean": 1.5 * r}
             for t in (4096, 8192) for r in (1, 2, 3) for s in (0, 1)]
     rows.append({"router.threshold_tokens": 4096, "workload.arrival.rate_per_s": 9, "seed": 0, "status": "failed",
-                 "throughput_rps": None, "ttft_p90_s": None, "egress_bit_per_s_mean": None})
+                 "throughput_rps": None, "ttft_p90_s": None, "egress_gbps_mean": None})
     return pd.DataFrame(rows)
 
 
@@ -31,6 +31,9 @@ def test_seeds_fold_into_mean_low_high_and_failed_points_are_left_out() -> None:
 def test_heatmap_is_the_mean_over_seeds_on_the_axis_grid() -> None:
     heat = heatmap_figure(_rows(), "workload.arrival.rate_per_s", "router.threshold_tokens", "ttft_p90_s").data[0]
     assert list(heat.x) == ["1", "2", "3"] and list(heat.y) == ["4096", "8192"]
+    floats = _rows().astype({"router.threshold_tokens": float})  # numeric axes are stored as floats
+    assert list(heatmap_figure(floats, "workload.arrival.rate_per_s", "router.threshold_tokens",
+                               "ttft_p90_s").data[0].y) == ["4096", "8192"]
     z = np.array(heat.z, dtype=float)
     assert z[0, 1] == pytest.approx(2 / 4096 * 1000 + 0.5) and z[1, 2] == pytest.approx(3 / 8192 * 1000 + 0.5)
 
@@ -55,3 +58,4 @@ def test_pareto_figure_draws_the_front_through_the_best_points() -> None:
     assert len(points.x) == 12  # every successful point and seed
     assert list(front.x) == sorted(front.x) and len(front.x) >= 3
     assert points.marker.colorbar.title.text == "egress (Gbit/s)"
+    assert sorted(set(points.marker.color)) == [1.5, 3.0, 4.5]  # coloured by the kept egress, in Gbit/s
