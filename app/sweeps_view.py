@@ -65,7 +65,7 @@ def lines_figure(rows: pd.DataFrame, x: str, metric: str, by: str | None = None)
     traces: list[dict] = []
     for value, part in groups:
         stats = over_seeds(part, (x,), metric)
-        name = metric if value is None else f"{by} = {value}"
+        name = metric if value is None else f"{by} = {_level(value)}"
         xs = stats[x].tolist()
         traces.append({"type": "scatter", "x": xs + xs[::-1], "y": stats["high"].tolist() + stats["low"].tolist()[::-1],
                        "fill": "toself", "opacity": 0.2, "line": {"width": 0}, "hoverinfo": "skip",
