@@ -36,7 +36,8 @@ COMPILED = (
     "emulator/virtual/core.py", "emulator/virtual/link.py", "emulator/virtual/nodes.py",
     "emulator/virtual/gateway.py", "emulator/virtual/loops.py", "emulator/virtual/costs.py",
     "emulator/control/router.py", "emulator/control/prefix_cache.py", "emulator/control/prefix_entries.py",
-    "emulator/control/curve.py", "emulator/control/estimators.py", "emulator/control/scheduler.py", "emulator/control/placement.py", "emulator/telemetry/records.py",
+    "emulator/control/curve.py", "emulator/control/estimators.py", "emulator/control/scheduler.py",
+    "emulator/control/placement.py", "emulator/telemetry/records.py",
     "emulator/telemetry/metrics.py", "emulator/run/journey.py", "emulator/run/board.py", "emulator/run/core.py",
     "emulator/run/ttft_window.py", "emulator/run/feed.py", "emulator/run/workload_clock.py",
 )
