@@ -4,7 +4,6 @@ arithmetic on hand-made rows. No timing here (bench/ measures; tests check behav
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
 from types import ModuleType
@@ -14,6 +13,7 @@ import pandas as pd
 import pytest
 
 from emulator.sweep import expand, load_sweep
+from tests.bench.scripts import load_bench
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bench" / "sweep_scaling.py"
@@ -21,17 +21,7 @@ SCRIPT = ROOT / "bench" / "sweep_scaling.py"
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    """The script as a module; its import pins the math libraries' threads, so the environment is put back."""
-    saved = dict(os.environ)
-    spec = importlib.util.spec_from_file_location("sweep_scaling", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-    return module
+    return load_bench("sweep_scaling")
 
 
 @pytest.mark.parametrize(("quick", "points"), [(False, 200), (True, 40)])

@@ -4,7 +4,6 @@ No timing here (bench/ measures; tests check behaviour)."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -13,23 +12,15 @@ from types import ModuleType
 
 import pytest
 
+from tests.bench.scripts import load_bench
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bench" / "virtual_speed.py"
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    """The script as a module; its import pins the math libraries' threads, so the environment is put back."""
-    saved = dict(os.environ)
-    spec = importlib.util.spec_from_file_location("virtual_speed", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-    return module
+    return load_bench("virtual_speed")
 
 
 def head_sha() -> str:

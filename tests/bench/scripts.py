@@ -1,0 +1,26 @@
+"""What the bench tests share: a bench script imported as a module without its side effects
+(a plain module, not a conftest: the tests import it)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+from types import ModuleType
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def load_bench(name: str) -> ModuleType:
+    """bench/<name>.py as a module; its import pins the math libraries' threads, so the
+    environment is put back."""
+    saved = dict(os.environ)
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return module
