@@ -16,12 +16,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import streamlit as st
 
+from app.live_view import recorded_frame
 from emulator.api import RunHandle, start_run
+from emulator.errors import TelemetryError
 from emulator.net.names import new_run_id
 from emulator.paths import Env, runs_dir
 from emulator.scenario import apply_overrides, load_scenario
+from emulator.telemetry.recorder import load_run
 
 RUNS_DIR_ENV = Env.RUNS_DIR.value  # where started runs are recorded (default: the repository's runs/)
 ENGINES = ("live", "virtual")
@@ -67,6 +71,14 @@ class StartedRun:
             return None
         done, total, run_s = found[-1]
         return Progress(int(done.replace(",", "")), int(total.replace(",", "")), float(run_s))
+
+    def recorded_frame(self) -> pd.DataFrame | None:
+        """The finished run's recorded timeseries in the live charts' columns; None before it has one."""
+        try:
+            requests, timeseries, _ = load_run(self.handle.out_dir)
+        except TelemetryError:
+            return None
+        return recorded_frame(requests, timeseries)
 
     def summary(self) -> dict[str, Any] | None:
         """summary.json once the run has written it."""

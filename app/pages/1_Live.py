@@ -17,18 +17,17 @@ from app import live_charts
 from app.decisions_view import TABLE_COLUMNS, TIME, WHY, add_decision_markers, decision_rows, note_rows
 from app.knobs_view import ack_of
 from app.live_knobs import knobs_sidebar, sent_knobs
-from app.live_view import RunView, metrics_frame, recorded_frame, requests_table, roles_table, run_phase
+from app.live_view import RunView, metrics_frame, requests_table, roles_table, run_phase
 from app.mqtt_feed import MqttFeed, choose_broker, get_feed
 from app.page_links import page_link
 from app.paper_view import PAPER_SCENARIO, show_run_vs_paper
 from app.run_registry import RunRefused, StartedRun, get_registry
 from emulator.api import SCENARIOS_DIR, ScenarioInfo, list_scenarios, live_capability
-from emulator.errors import PrfaasError, TelemetryError
+from emulator.errors import PrfaasError
 from emulator.scenario import Scenario, apply_overrides, load_scenario
 from emulator.scenario.export import replay_yaml
 from emulator.scenario.parts import MAX_CONNECTIONS
 from emulator.telemetry.labels import format_number
-from emulator.telemetry.recorder import load_run
 from emulator.telemetry.run_meta import workload_statement
 
 INTRO = """
@@ -309,15 +308,6 @@ def _decisions(started: StartedRun | None, view: RunView) -> pd.DataFrame:
     return decision_rows(doc.get("meta", {})) if doc is not None else note_rows(view.notes)
 
 
-def _recorded(started: StartedRun) -> pd.DataFrame | None:
-    """A finished run's recorded timeseries in the live charts' columns."""
-    try:
-        requests, timeseries, _ = load_run(started.handle.out_dir)
-    except TelemetryError:
-        return None
-    return recorded_frame(requests, timeseries)
-
-
 def _charts(frame: pd.DataFrame, caption: str, decisions: pd.DataFrame, view: RunView | None = None) -> None:
     """The run's charts from `frame` (metrics_frame's columns: the bus's snapshots, or a record),
     the scheduler's decisions and the knob changes marked on the threshold and egress charts and
@@ -368,7 +358,7 @@ def _panel(run_id: str) -> None:
         frame = metrics_frame(view.metrics)
         _charts(frame, f"Last snapshot: t = {view.latest.t_s:.2f} s · {len(frame)} snapshots",
                 _decisions(started, view), view)
-    elif phase == "ended" and started is not None and (recorded := _recorded(started)) is not None:
+    elif phase == "ended" and started is not None and (recorded := started.recorded_frame()) is not None:
         _charts(recorded, f"From the run's record: {len(recorded)} samples, one per second of run time",
                 _decisions(started, view))
     elif phase == "waiting":
