@@ -33,7 +33,6 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 import argparse  # noqa: E402
 import json  # noqa: E402
-import logging  # noqa: E402
 import platform  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
@@ -145,30 +144,26 @@ def local_round(workers: int, sweeps: dict[str, Path], folder: Path, num_points:
     import ray
 
     from emulator.sweep import run_sweep
+    from emulator.sweep.runner import RayUnavailable, ray_session
 
     if ray.is_initialized():
         raise BenchError("Ray is already up in this process; the bench starts its own")
     start = time.perf_counter()
     try:
-        # "local": a new Ray of its own, never another process's cluster found in /tmp/ray on a shared machine
-        ray.init(address="local", num_cpus=workers, include_dashboard=False, logging_level=logging.WARNING,
-                 log_to_driver=False)
-    except (ConnectionError, RuntimeError, ValueError) as err:
-        raise BenchError(f"cannot start a local Ray of {workers} CPUs: {str(err).splitlines()[0]}") from None
-    try:
-        startup_s = time.perf_counter() - start
-        start = time.perf_counter()
-        build = worker_build()
-        warmup = load_sweep(sweeps["warmup"])
-        run_sweep(warmup, Path(tempfile.mkdtemp(prefix=f"warmup-{workers}w-", dir=folder)))
-        warmup_s = time.perf_counter() - start
-        sweep = load_sweep(sweeps["measured"])
-        out = Path(tempfile.mkdtemp(prefix=f"measured-{workers}w-", dir=folder))
-        start = time.perf_counter()
-        result = run_sweep(sweep, out)
-        wall_s = time.perf_counter() - start
-    finally:
-        ray.shutdown()
+        with ray_session(None, workers):  # "local": a new Ray of its own, never another process's cluster
+            startup_s = time.perf_counter() - start
+            start = time.perf_counter()
+            build = worker_build()
+            warmup = load_sweep(sweeps["warmup"])
+            run_sweep(warmup, Path(tempfile.mkdtemp(prefix=f"warmup-{workers}w-", dir=folder)))
+            warmup_s = time.perf_counter() - start
+            sweep = load_sweep(sweeps["measured"])
+            out = Path(tempfile.mkdtemp(prefix=f"measured-{workers}w-", dir=folder))
+            start = time.perf_counter()
+            result = run_sweep(sweep, out)
+            wall_s = time.perf_counter() - start
+    except RayUnavailable as err:
+        raise BenchError(f"{workers} CPUs: {err}") from None
     if result.num_failed or result.num_ran != num_points:
         raise BenchError(f"{workers} worker(s): ran {result.num_ran} of {num_points} points, "
                          f"{result.num_failed} failed")

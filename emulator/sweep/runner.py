@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -155,34 +157,54 @@ def check_ray_options(address: str | None, workers: int | None) -> None:
 
 
 @contextmanager
+def _signal_handlers_kept() -> Iterator[None]:
+    """Put back the SIGTERM/SIGINT handlers found on entry. A Ray driver installs a SIGTERM handler
+    that raises SystemExit and leaves it behind after shutdown; every helper this process forks
+    later (pyroute2 forks one per namespace it enters, and ends it with SIGTERM) would then unwind
+    its copy of our stack and run on as a second copy of the program instead of dying."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # handlers can be neither read reliably nor set off the main thread; Ray sets none there
+        return
+    found = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in found.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+
+@contextmanager
 def ray_session(address: str | None, workers: int | None) -> Iterator[dict[str, Any]]:
     """Ray for the duration of a sweep: joined at `address`, or started here with `workers` CPUs
     (default: every core). Yields sweep.json's `ray`: {mode (local, joined or already-initialised),
     address, num_cpus, num_nodes}; shuts Ray down (or disconnects) afterwards unless it was already
-    initialised in this process (a test's shared Ray)."""
+    initialised in this process (a test's shared Ray). The process's signal handlers are left as
+    they were found."""
     import ray
 
     check_ray_options(address, workers)
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no usage report, and no notice about it
     was_up = ray.is_initialized()
-    if not was_up:
-        try:
-            if address:
-                ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
-            else:
-                # address="local": always a new Ray of our own; without it ray.init joins whatever
-                # cluster this machine last started (another sweep's, a test's) and refuses num_cpus
-                ray.init(address="local", num_cpus=workers or os.cpu_count() or 1, include_dashboard=False,
-                         logging_level=logging.WARNING, log_to_driver=False)
-        except (ConnectionError, RuntimeError, ValueError) as err:
-            where = f"the Ray cluster at {address}" if address else "a local Ray"
-            raise RayUnavailable(f"cannot start or join {where}: {str(err).splitlines()[0] if str(err) else err}; "
-                                 "check the address (`ray status`) or run without --ray") from None
-    try:
-        mode = "already-initialised" if was_up else "joined" if address else "local"
-        num_nodes = sum(1 for node in ray.nodes() if node.get("Alive"))
-        yield {"mode": mode, "address": address, "num_cpus": int(ray.cluster_resources().get("CPU", 1)),
-               "num_nodes": num_nodes}
-    finally:
+    with _signal_handlers_kept():
         if not was_up:
-            ray.shutdown()
+            try:
+                if address:
+                    ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+                else:
+                    # address="local": always a new Ray of our own; without it ray.init joins whatever
+                    # cluster this machine last started (another sweep's, a test's) and refuses num_cpus
+                    ray.init(address="local", num_cpus=workers or os.cpu_count() or 1, include_dashboard=False,
+                             logging_level=logging.WARNING, log_to_driver=False)
+            except (ConnectionError, RuntimeError, ValueError) as err:
+                where = f"the Ray cluster at {address}" if address else "a local Ray"
+                raise RayUnavailable(f"cannot start or join {where}: "
+                                     f"{str(err).splitlines()[0] if str(err) else err}; "
+                                     "check the address (`ray status`) or run without --ray") from None
+        try:
+            mode = "already-initialised" if was_up else "joined" if address else "local"
+            num_nodes = sum(1 for node in ray.nodes() if node.get("Alive"))
+            yield {"mode": mode, "address": address, "num_cpus": int(ray.cluster_resources().get("CPU", 1)),
+                   "num_nodes": num_nodes}
+        finally:
+            if not was_up:
+                ray.shutdown()

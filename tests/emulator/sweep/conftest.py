@@ -3,14 +3,13 @@ per test module (starting Ray costs seconds)."""
 
 from __future__ import annotations
 
-import logging
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from emulator.paths import REPO_ROOT
+from emulator.sweep.runner import ray_session
 
 BASE = REPO_ROOT / "scenarios" / "paper-case-study.yaml"
 
@@ -30,9 +29,5 @@ def write_sweep(tmp_path: Path) -> Callable[..., Path]:
 @pytest.fixture(scope="module")
 def local_ray() -> Iterator[None]:
     """A local Ray of 2 CPUs for the module; run_sweep finds it up and leaves it running."""
-    import ray
-
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
-    yield
-    ray.shutdown()
+    with ray_session(None, 2):
+        yield
