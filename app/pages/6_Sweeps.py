@@ -18,6 +18,7 @@ from emulator.api import SweepHandle, list_sweep_files, start_sweep
 from emulator.errors import PrfaasError
 from emulator.paths import REPO_ROOT, runs_dir
 from emulator.scenario.export import replay_yaml
+from emulator.sweep import figures
 from emulator.sweep.points import point_scenario
 from emulator.sweep.spec import load_sweep
 from emulator.sweep.store import read_results
@@ -68,7 +69,7 @@ def _results(out_dir: Path) -> tuple[pd.DataFrame, dict] | None:
 def _progress(out_dir: Path, rows: pd.DataFrame, doc: dict) -> None:
     handle = _started().get(str(out_dir))
     total = (doc.get("counts") or {}).get("points") or len(rows)
-    failed = int((rows["status"] != sweeps_view.OK).sum()) if "status" in rows.columns else 0
+    failed = int((rows["status"] != figures.OK).sum()) if "status" in rows.columns else 0
     running = handle is not None and handle.is_running
     st.progress(min(len(rows) / total, 1.0) if total else 1.0,
                 text=f"{len(rows):,} of {total:,} points, {failed} failed · "
@@ -87,14 +88,14 @@ def _figures(rows: pd.DataFrame, axes: list[str], metrics: list[str]) -> None:
         left, right = st.columns(2)
         x = left.selectbox("Heatmap x", axes, index=0, key="sweeps_x")
         y = right.selectbox("Heatmap y", [a for a in axes if a != x], key="sweeps_y")
-        st.plotly_chart(sweeps_view.heatmap_figure(rows, x, y, metric), key="sweeps_heatmap")
+        st.plotly_chart(figures.heatmap_figure(rows, x, y, metric), key="sweeps_heatmap")
     along = st.selectbox("Along the axis", axes, key="sweeps_along")
     others = [a for a in axes if a != along]
-    st.plotly_chart(sweeps_view.lines_figure(rows, along, metric, by=others[0] if others else None),
+    st.plotly_chart(figures.lines_figure(rows, along, metric, by=others[0] if others else None),
                     key="sweeps_lines")
-    if {sweeps_view.THROUGHPUT, sweeps_view.LATENCY} <= set(rows.columns):
+    if {figures.THROUGHPUT, figures.LATENCY} <= set(rows.columns):
         st.markdown("**Pareto front**: throughput against TTFT P90, coloured by egress")
-        st.plotly_chart(sweeps_view.pareto_figure(rows, hover=axes), key="sweeps_pareto")
+        st.plotly_chart(figures.pareto_figure(rows, hover=axes), key="sweeps_pareto")
 
 
 def _point_download(rows: pd.DataFrame, doc: dict, axes: list[str]) -> None:
@@ -123,7 +124,7 @@ def _panel(out_dir: Path) -> None:
     _progress(out_dir, rows, doc)
     columns = doc.get("columns") or {}
     axes, metrics = list(columns.get("axes", [])), list(columns.get("metrics", []))
-    failed = rows[rows["status"] != sweeps_view.OK] if "status" in rows.columns else rows.iloc[0:0]
+    failed = rows[rows["status"] != figures.OK] if "status" in rows.columns else rows.iloc[0:0]
     if not failed.empty:
         with st.expander(f"{len(failed)} failed points"):
             st.dataframe(failed[["point_id", *axes, "seed", "reason"]], hide_index=True)

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from emulator.errors import LinkSpecError
 from emulator.validation import format_validation_error
 
-MAX_BANDWIDTH_MBIT = 100_000.0  # 100 Gbit/s: the paper's whole cross-cluster link
+MAX_BANDWIDTH_MBIT = 400_000.0  # 400 Gbit/s: the top of the bandwidth sweeps (the paper's link is ~100)
 MAX_DELAY_MS = 10_000.0
 MAX_QUEUE_PACKETS = 1_000_000
 

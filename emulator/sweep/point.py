@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from emulator.analytic import optimize_scenario
+from emulator.control.types import Route
 from emulator.scenario import Scenario, apply_overrides, load_scenario
 from emulator.sweep.capacity import find_capacity
 from emulator.sweep.points import Point, make_point_scenario
 from emulator.sweep.spec import CapacitySection, SweepSpec
-from emulator.telemetry.records import summarize
+from emulator.telemetry.records import RequestRecord, summarize
 
 MAX_REASON_CHARS = 500
 OK, FAILED = "ok", "failed"
@@ -53,8 +54,41 @@ def engine_figures(scenario: Scenario, engine: str, capacity: CapacitySection | 
         from emulator.virtual.engine import run_duration_s, simulate  # the compiled build, when current
 
         records = simulate(scenario).records
-        return summarize(records, run_duration_s(records))
+        return summarize(records, run_duration_s(records)) | measured_throughputs(records, scenario)
     return flatten(optimize_scenario(scenario))
+
+
+def measured_throughputs(records: list[RequestRecord], scenario: Scenario) -> dict[str, float | None]:
+    """Eq. 3-6's stage throughputs as a run measured them, for the paper's figures: each path's
+    instances over its requests' mean service time (Theta = N / E[T], where the model takes
+    N / T(E[L]) and so reads a little high where T_prefill is convex), the decode pool's slots
+    over the mean time a request holds one, and Lambda_max = min(Theta_prfaas / p,
+    Theta_pd_p / (1 - p), Theta_pd_d) with p the routed share. Meaningful below saturation and with
+    the split fixed (`clusters.local.prefill_instances`); None where a figure has no data."""
+    local = scenario.clusters.local
+    n_p = local.prefill_instances
+    routed = [r for r in records if r.route is not None]
+    remote = [r.prefill_end_s - r.prefill_start_s for r in routed
+              if r.route == Route.PRFAAS and r.prefill_end_s is not None and r.prefill_start_s is not None]
+    near = [r.prefill_end_s - r.prefill_start_s for r in routed
+            if r.route == Route.LOCAL and r.prefill_end_s is not None and r.prefill_start_s is not None]
+    held = [r.finish_s - r.first_token_s for r in records if r.finish_s is not None and r.first_token_s is not None]
+    p = sum(r.route == Route.PRFAAS for r in routed) / len(routed) if routed else None
+    theta_prfaas = scenario.clusters.remote.instances / _mean(remote) if _mean(remote) else None
+    theta_pd_p = n_p / _mean(near) if n_p and _mean(near) else None
+    theta_pd_d = (local.instances - n_p) * local.decode_max_batch / _mean(held) \
+        if n_p is not None and _mean(held) else None
+    limits = [theta_pd_d]
+    if p is not None:
+        limits += [theta_prfaas / p if theta_prfaas and p > 0 else None,
+                   theta_pd_p / (1 - p) if theta_pd_p and p < 1 else None]
+    known = [x for x in limits if x is not None]
+    return {"measured_p": p, "measured_theta_prfaas": theta_prfaas, "measured_theta_pd_p": theta_pd_p,
+            "measured_theta_pd_d": theta_pd_d, "measured_lambda_max": min(known) if known else None}
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
 
 
 def capacity_figures(scenario: Scenario, capacity: CapacitySection) -> dict[str, Any]:

@@ -1,9 +1,10 @@
 """A sweep's points, as a pure function of its spec: the grid (every combination of the axes'
-levels), or `samples` draws (independent uniform, or Latin-hypercube: each axis's range cut into
-`samples` strata, one draw per stratum, strata shuffled per axis), each crossed with the named
-configurations, the replicate seeds and the engines. The same spec always gives the same points,
-ids and order. A point's scenario (`make_point_scenario`) is the base with the point's axis
-values, then its configuration's bundle, applied.
+levels), one axis at a time around the axes' centres (`oat`), or `samples` draws (independent
+uniform, or Latin-hypercube: each axis's range cut into `samples` strata, one draw per stratum,
+strata shuffled per axis), each crossed with the named configurations, the replicate seeds and
+the engines. The same spec always gives the same points, ids and order. A point's scenario
+(`make_point_scenario`) is the base with the point's axis values, then its configuration's bundle,
+applied.
 """
 
 from __future__ import annotations
@@ -11,17 +12,13 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import math
 import random
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from emulator.errors import ScenarioError
 from emulator.scenario import Scenario, apply_overrides
-from emulator.sweep.spec import PAPER, Axis, Sweep, SweepSpec, num_axis_levels
-
-Value = int | float | str | bool
+from emulator.sweep.levels import Value, axis_levels, picker
+from emulator.sweep.spec import PAPER, Sweep, SweepSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +51,7 @@ def point_id(values: tuple[tuple[str, Value], ...], seed: int, engine: str) -> s
 
 def expand(spec: SweepSpec) -> list[Point]:
     """Every point of the sweep, without duplicates (random draws of listed values may repeat)."""
-    combos = grid(spec) if spec.mode == "grid" else sample(spec)
+    combos = grid(spec) if spec.mode == "grid" else one_at_a_time(spec) if spec.mode == "oat" else sample(spec)
     if spec.configurations:
         combos = [(("configuration", name), *combo) for name in spec.configurations for combo in combos]
     points, seen = [], set()
@@ -74,15 +71,14 @@ def grid(spec: SweepSpec) -> list[tuple[tuple[str, Value], ...]]:
     return [tuple(zip(paths, combo, strict=True)) for combo in itertools.product(*levels)]
 
 
-def axis_levels(axis: Axis) -> list[Value]:
-    """An axis's grid levels; a range written in integers gives integers, floats are rounded to 12
-    significant digits so 0.1 + 0.2 reads 0.3."""
-    if axis.values is not None:
-        return list(axis.values)
-    num = num_axis_levels(axis)
-    pick = _picker(axis)
-    return [pick(i / (num - 1) if num > 1 else 0.0) for i in range(num)] if axis.log_range else \
-        [_number(axis.range.start + i * (axis.range.step or 0.0), _is_int_range(axis)) for i in range(num)]
+def one_at_a_time(spec: SweepSpec) -> list[tuple[tuple[str, Value], ...]]:
+    """The centre (every axis at its `center`), then each axis's levels in turn with the others at
+    theirs: a figure's curves through one operating point, at a sum, not a product, of levels."""
+    center = {path: axis.center for path, axis in spec.axes.items()}
+    combos = [tuple(center.items())]
+    for path, axis in spec.axes.items():
+        combos += [tuple((center | {path: level}).items()) for level in axis_levels(axis) if level != axis.center]
+    return combos  # type: ignore[return-value]
 
 
 def sample(spec: SweepSpec) -> list[tuple[tuple[str, Value], ...]]:
@@ -96,35 +92,10 @@ def sample(spec: SweepSpec) -> list[tuple[tuple[str, Value], ...]]:
             rng.shuffle(strata)
         else:
             strata = [rng.random() for _ in range(num)]
-        pick = _picker(axis)
+        pick = picker(axis)
         columns.append([pick(u) for u in strata])
     paths = list(spec.axes)
     return [tuple(zip(paths, row, strict=True)) for row in zip(*columns, strict=True)]
-
-
-def _picker(axis: Axis) -> Callable[[float], Value]:
-    """u in [0, 1] -> a level: a listed value (by stratum), a point of the range, or of the log range."""
-    if axis.values is not None:
-        values = axis.values
-        return lambda u: values[min(int(u * len(values)), len(values) - 1)]
-    if axis.range is not None:
-        r, is_int = axis.range, _is_int_range(axis)
-        return lambda u: _number(r.start + u * (r.stop - r.start), is_int)
-    lr = axis.log_range
-    assert lr is not None
-    is_int = isinstance(lr.start, int) and isinstance(lr.stop, int)
-    low, high = math.log(lr.start), math.log(lr.stop)
-    return lambda u: _number(math.exp(low + u * (high - low)), is_int)
-
-
-def _is_int_range(axis: Axis) -> bool:
-    r = axis.range
-    assert r is not None
-    return all(isinstance(x, int) for x in (r.start, r.stop, r.step or 1))
-
-
-def _number(x: float, is_int: bool) -> Any:
-    return int(round(x)) if is_int else float(f"{x:.12g}")
 
 
 def make_point_scenario(base: Scenario, spec: SweepSpec, point: Point) -> Scenario:

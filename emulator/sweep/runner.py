@@ -91,7 +91,21 @@ def run_sweep(sweep: Sweep, out_dir: str | Path, *, address: str | None = None, 
         status = "complete"
     finally:
         doc = save(status)
+        if store.rows:
+            _write_report(store.out_dir, sweep, doc)
     return SweepResult(len(points), store.num_before, counts["ran"], counts["failed"], doc)
+
+
+def _write_report(out_dir: Path, sweep: Sweep, doc: dict[str, Any]) -> None:
+    """report.html from what is on disk; a report that cannot be drawn is logged, never fatal: the
+    rows are the sweep's product."""
+    from emulator.sweep.report import write_report  # plotly: only once a sweep has rows to draw
+    from emulator.sweep.store import read_results
+
+    try:
+        write_report(out_dir, sweep, read_results(out_dir)[0], doc)
+    except Exception as err:
+        log.warning("sweep %s: report.html not written: %s", sweep.spec.name, err)
 
 
 def _results(sweep: Sweep, todo: list[Point], num_cpus: int,

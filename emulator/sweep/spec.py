@@ -41,6 +41,7 @@ from emulator.sweep.capacity import (
     CapacitySlo,
     check_searchable,
 )
+from emulator.sweep.levels import axis_levels, num_axis_levels
 from emulator.telemetry.records import summarize
 from emulator.validation import format_validation_error
 
@@ -49,8 +50,12 @@ from emulator.validation import format_validation_error
 ANALYTIC_METRICS = ("lambda_max", "t", "p", "n_prfaas", "n_p", "n_d", "egress_gbps", "ttft_noqueue_mean_s",
                     "ttft_noqueue_p90_s", "gain_vs_homogeneous", "gain_vs_naive", "homogeneous_lambda_max",
                     "naive_lambda_max", "configured_lambda_max", "configured_t", "configured_n_p",
-                    "configured_egress_gbps")
-VIRTUAL_METRICS = tuple(k for k, v in summarize([], 0.0).items() if not isinstance(v, dict))
+                    "configured_egress_gbps", "configured_p", "configured_theta_prfaas", "configured_theta_pd_p",
+                    "configured_theta_pd_d")
+# What a virtual point measures of the model's stage throughputs (point.measured_throughputs).
+MEASURED_METRICS = ("measured_p", "measured_theta_prfaas", "measured_theta_pd_p", "measured_theta_pd_d",
+                    "measured_lambda_max")
+VIRTUAL_METRICS = tuple(k for k, v in summarize([], 0.0).items() if not isinstance(v, dict)) + MEASURED_METRICS
 DEFAULT_METRICS = ("ttft_p50_s", "ttft_p90_s", "tpot_mean_s", "throughput_rps", "completed_fraction",
                    "prfaas_fraction", "egress_gbps_mean", "lambda_max", "t", "n_p", "egress_gbps")
 # What a virtual point reports in capacity mode (point.py, from capacity.find_capacity):
@@ -102,12 +107,14 @@ class LogRange(Section):
 
 
 class Axis(Section):
-    """One scenario path and its levels: exactly one of `values`, `range` or `log_range`."""
+    """One scenario path and its levels: exactly one of `values`, `range` or `log_range`; in mode
+    `oat` also its `center`, the level it keeps while another axis moves."""
 
     values: Annotated[list[Annotated[Level, Field(union_mode="left_to_right")]],
                       Field(min_length=1, max_length=MAX_AXIS_VALUES)] | None = None
     range: Range | None = None
     log_range: LogRange | None = None
+    center: Annotated[Level, Field(union_mode="left_to_right")] | None = None
 
     @model_validator(mode="after")
     def _one_kind(self) -> Axis:
@@ -162,7 +169,7 @@ class SweepSpec(Section):
     set: Annotated[list[SetItem], Field(max_length=MAX_SWEEP_SETS)] = []
     axes: Annotated[dict[Path_, Axis], Field(max_length=MAX_SWEEP_AXES)] = {}
     configurations: Annotated[dict[Name, Bundle], Field(min_length=1, max_length=MAX_AXIS_VALUES)] | None = None
-    mode: Literal["grid", "random", "lhs"] = "grid"
+    mode: Literal["grid", "oat", "random", "lhs"] = "grid"
     samples: Annotated[int, Field(strict=True, ge=1, le=MAX_SWEEP_POINTS)] | None = None
     seed: Annotated[int, Field(strict=True, ge=0, le=MAX_SEED)] = 0
     seeds: Annotated[list[Annotated[int, Field(strict=True, ge=0, le=MAX_SEED)]],
@@ -193,7 +200,7 @@ class SweepSpec(Section):
             raise ValueError(f"axes: {reserved[0]} is set by `{reserved[0]}s:`; remove the axis")
         self._check_metrics()
         self._check_configurations()
-        if self.mode == "grid":
+        if self.mode in ("grid", "oat"):
             self._check_grid()
         elif self.samples is None:
             raise ValueError(f"mode {self.mode} needs samples; add samples: N")
@@ -233,6 +240,11 @@ class SweepSpec(Section):
         if self.samples is not None:
             raise ValueError("samples is for mode random or lhs; remove it, or set mode: lhs")
         for path, axis in self.axes.items():
+            if self.mode == "oat" and axis.center is None:
+                raise ValueError(f"axes.{path}: mode oat moves one axis at a time around each axis's center; "
+                                 "add center: LEVEL")
+            if self.mode != "oat" and axis.center is not None:
+                raise ValueError(f"axes.{path}.center: only mode oat has centers; remove it, or set mode: oat")
             if axis.range is not None and axis.range.step is None:
                 raise ValueError(f"axes.{path}.range: a grid needs a step; add step")
             if axis.log_range is not None and axis.log_range.num is None:
@@ -242,6 +254,9 @@ class SweepSpec(Section):
         """Points per seed and engine: the grid's product (or the samples drawn) x configurations."""
         if self.mode == "grid":
             per_configuration = math.prod(num_axis_levels(axis) for axis in self.axes.values())
+        elif self.mode == "oat":  # the centre, then each axis's levels (its centre among them counted once)
+            per_configuration = 1 + sum(num_axis_levels(axis) - (axis.center in axis_levels(axis))
+                                        for axis in self.axes.values())
         else:
             per_configuration = self.samples or 0
         return per_configuration * len(self.configurations or [None])
@@ -250,17 +265,6 @@ class SweepSpec(Section):
     def axis_names(self) -> list[str]:
         """The columns a point's values fill: `configuration` (when given), then the axes' paths."""
         return (["configuration"] if self.configurations else []) + list(self.axes)
-
-
-def num_axis_levels(axis: Axis) -> int:
-    """An axis's grid levels, counted without listing them."""
-    if axis.values is not None:
-        return len(axis.values)
-    if axis.range is not None:
-        r = axis.range
-        return 1 + int(math.floor((r.stop - r.start) / (r.step or 1.0) + 1e-9))
-    assert axis.log_range is not None
-    return axis.log_range.num or 0
 
 
 @dataclass(frozen=True, slots=True)

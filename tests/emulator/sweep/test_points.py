@@ -54,3 +54,14 @@ def test_point_id_is_stable_and_overrides_set_the_values_and_seed() -> None:
     point = expand(spec(axes={"router.threshold_tokens": {"values": ["auto", 8000]}}, seeds=[3]))[0]
     assert point.point_id == point_id((("router.threshold_tokens", "auto"),), 3, "virtual") == "c4c735405b558a47"
     assert point.overrides() == ['router.threshold_tokens="auto"', "seed=3"]
+
+
+def test_one_at_a_time_moves_each_axis_around_the_centre() -> None:
+    s = spec(axes={"n": {"range": {"start": 1, "stop": 4, "step": 1}, "center": 3},
+                   "t": {"values": [1000, 8000], "center": 19620}}, mode="oat", seeds=[0, 1])
+    points = expand(s)
+    combos = axes_of(points[::2])  # seeds alternate
+    assert combos == [{"n": 3, "t": 19620},  # the centre once, then n at the centre t, t at the centre n
+                      {"n": 1, "t": 19620}, {"n": 2, "t": 19620}, {"n": 4, "t": 19620},
+                      {"n": 3, "t": 1000}, {"n": 3, "t": 8000}]
+    assert len(points) == s.num_levels() * 2 == 12 and len({p.point_id for p in points}) == 12

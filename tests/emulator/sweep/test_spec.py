@@ -21,6 +21,8 @@ CAPACITY = GRID + "capacity: {ttft_p90_s: 5.0}\n"
     (GRID + "mode: lhs\n", ["samples"]),
     (GRID + "samples: 5\n", ["samples", "mode"]),
     (GRID + "mode: sobol\n", ["mode", "grid"]),
+    (GRID + "mode: oat\n", ["axes.router.threshold_tokens", "add center"]),
+    ("axes:\n  router.threshold_tokens: {values: [8000], center: 8000}\n", ["center", "mode oat"]),
     (GRID + "engines: [virtual, live]\n", ["engines.1"]),
     (GRID + "seeds: [0, 0]\n", ["seeds", "repeats"]),
     (GRID + "seeds: [-1]\n", ["seeds.0"]),

@@ -1,4 +1,4 @@
-"""The Sweeps page's figures from sweep rows: seeds folded into mean and band, the Pareto front."""
+"""A sweep's figures from its rows: seeds folded into mean and band, the Pareto front."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from app.sweeps_view import heatmap_figure, lines_figure, over_seeds, pareto_figure, pareto_mask
+from emulator.sweep.figures import heatmap_figure, lines_figure, over_seeds, pareto_figure, pareto_mask
 
 
 def _rows() -> pd.DataFrame:
