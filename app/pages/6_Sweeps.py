@@ -3,7 +3,8 @@ sweep's directory; watch its points arrive; a heatmap over two axes, a metric al
 band over the seeds, and the Pareto front of throughput against TTFT P90 coloured by egress; any
 point downloadable as a scenario that `python -m emulator run` replays.
 
-Layout only; the figures come from `app.sweeps_view`, the files from `emulator.sweep`.
+Layout only; the figures come from `emulator.sweep.figures` and `.findings` (as report.html's), the
+files from `emulator.sweep`.
 """
 
 from __future__ import annotations
@@ -18,12 +19,13 @@ from emulator.api import SweepHandle, list_sweep_files, start_sweep
 from emulator.errors import PrfaasError
 from emulator.paths import REPO_ROOT, runs_dir
 from emulator.scenario.export import replay_yaml
-from emulator.sweep import figures
+from emulator.sweep import figures, findings
 from emulator.sweep.points import point_scenario
-from emulator.sweep.spec import load_sweep
+from emulator.sweep.spec import Sweep, load_sweep
 from emulator.sweep.store import read_results
 
 REFRESH_S = 2.0
+CASE_STUDY_FILE = "paper-case-study.yaml"  # a sweep over it is set beside the paper's figures
 INTRO = """
 A sweep runs one scenario over a grid (or a random or Latin-hypercube sample) of settings, each
 point a Ray task, and keeps a row per point and seed in `sweep.parquet`. Start one of the shipped
@@ -80,25 +82,57 @@ def _progress(out_dir: Path, rows: pd.DataFrame, doc: dict) -> None:
         handle.stop()
 
 
-def _figures(rows: pd.DataFrame, axes: list[str], metrics: list[str]) -> None:
+def _findings(rows: pd.DataFrame, sweep: Sweep) -> None:
+    """The paper's Figure 5 and the bandwidth crossover, for the sweeps that hold them."""
+    rate = getattr(sweep.base_scenario().workload.arrival, "rate_per_s", None)
+    if rate is not None and (f5 := findings.figure5(rows, sweep.spec, float(rate))) is not None:
+        st.markdown("**The paper's Figure 5**: the throughput model's curves (lines) and the simulation's "
+                    "points (circles) through the optimum")
+        st.dataframe(sweeps_view.optimum_table(f5, sweep.base_path.name == CASE_STUDY_FILE), hide_index=True,
+                     key="sweeps_optimum")
+        left, right = st.columns(2)
+        split, curves = findings.figure5_figures(f5)
+        left.plotly_chart(split, key="sweeps_figure5a")
+        right.plotly_chart(curves, key="sweeps_figure5b")
+    if (c := findings.crossover(rows)) is not None:
+        st.markdown(f"**Bandwidth crossover**: {findings.crossover_sentence(c)}.")
+        st.plotly_chart(findings.crossover_figure(c), key="sweeps_crossover")
+
+
+def _figures(rows: pd.DataFrame, sweep: Sweep | None, axes: list[str], metrics: list[str]) -> None:
     if not metrics or rows.empty:
         return
     metric = st.selectbox("Metric", metrics, key="sweeps_metric")
-    if len(axes) >= 2:
+    if len(axes) >= 2 and (sweep is None or sweep.spec.mode != "oat"):  # oat fills a cross, not a grid
         left, right = st.columns(2)
         x = left.selectbox("Heatmap x", axes, index=0, key="sweeps_x")
         y = right.selectbox("Heatmap y", [a for a in axes if a != x], key="sweeps_y")
         st.plotly_chart(figures.heatmap_figure(rows, x, y, metric), key="sweeps_heatmap")
     along = st.selectbox("Along the axis", axes, key="sweeps_along")
     others = [a for a in axes if a != along]
-    st.plotly_chart(figures.lines_figure(rows, along, metric, by=others[0] if others else None),
-                    key="sweeps_lines")
+    shown = figures.along_axis(rows, sweep.spec, along) if sweep is not None else rows
+    if "configuration" in others:
+        by = "configuration"
+    elif sweep is not None and sweep.spec.mode == "oat":
+        by = None  # the other axes sit at their centres
+    else:
+        by = others[0] if others else None
+    st.plotly_chart(figures.lines_figure(shown, along, metric, by=by), key="sweeps_lines")
     if {figures.THROUGHPUT, figures.LATENCY} <= set(rows.columns):
         st.markdown("**Pareto front**: throughput against TTFT P90, coloured by egress")
         st.plotly_chart(figures.pareto_figure(rows, hover=axes), key="sweeps_pareto")
 
 
-def _point_download(rows: pd.DataFrame, doc: dict, axes: list[str]) -> None:
+def _sweep_of(doc: dict) -> Sweep | None:
+    """The sweep file a directory was run from, as it reads now; None (and why) when it cannot be read."""
+    try:
+        return load_sweep(REPO_ROOT / doc["sweep_file"])
+    except (PrfaasError, KeyError, OSError) as err:
+        st.caption(f"The sweep file cannot be read ({err}): no findings, and points cannot be saved as scenarios.")
+        return None
+
+
+def _point_download(rows: pd.DataFrame, sweep: Sweep, axes: list[str]) -> None:
     """Any point as a scenario file: the sweep's base with its `set:` and the point's values."""
     ids = rows["point_id"].tolist()
     if not ids:
@@ -106,9 +140,8 @@ def _point_download(rows: pd.DataFrame, doc: dict, axes: list[str]) -> None:
     chosen = st.selectbox("Point", ids, key="sweeps_point",
                           format_func=lambda pid: sweeps_view.point_label(rows, pid, axes))
     try:
-        sweep = load_sweep(REPO_ROOT / doc["sweep_file"])
         text = replay_yaml(point_scenario(sweep, chosen), source=f"sweep {sweep.spec.name}, point {chosen}")
-    except (PrfaasError, KeyError, OSError) as err:
+    except PrfaasError as err:
         st.caption(f"This point cannot be saved as a scenario: {err}")
         return
     st.download_button("Download the point as a scenario (YAML)", text, file_name=f"{chosen}.yaml",
@@ -128,10 +161,14 @@ def _panel(out_dir: Path) -> None:
     if not failed.empty:
         with st.expander(f"{len(failed)} failed points"):
             st.dataframe(failed[["point_id", *axes, "seed", "reason"]], hide_index=True)
-    _figures(rows, axes, metrics)
+    sweep = _sweep_of(doc)
+    if sweep is not None:
+        _findings(rows, sweep)
+    _figures(rows, sweep, axes, metrics)
     st.markdown("**Points**")
     st.dataframe(rows.drop(columns=["node_id"], errors="ignore"), hide_index=True, key="sweeps_rows")
-    _point_download(rows, doc, axes)
+    if sweep is not None:
+        _point_download(rows, sweep, axes)
 
 
 st.set_page_config(page_title="Sweeps · PrfaaS Lab", layout="wide")

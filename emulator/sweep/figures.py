@@ -14,6 +14,8 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from emulator.sweep.spec import SweepSpec
+
 OK = "ok"
 THROUGHPUT, LATENCY = "throughput_rps", "ttft_p90_s"
 EGRESS_GBPS = {"egress_bit_per_s_mean": 1e-9, "egress_gbps_mean": 1.0}  # a kept egress column -> Gbit/s
@@ -28,6 +30,18 @@ def succeeded(rows: pd.DataFrame) -> pd.DataFrame:
 def level_text(value: object) -> str:
     """An axis level as a label: 40000, not 40000.0 (numeric axes are stored as floats)."""
     return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def along_axis(rows: pd.DataFrame, spec: SweepSpec, axis: str) -> pd.DataFrame:
+    """The rows a chart along `axis` draws: all of them, or in mode oat those with every other axis
+    at its centre (the other axes' rows would fold into one level)."""
+    if spec.mode != "oat":
+        return rows
+    keep = pd.Series(True, index=rows.index)
+    for other, spec_axis in spec.axes.items():
+        if other != axis and other in rows.columns:
+            keep &= rows[other] == spec_axis.center
+    return rows[keep]
 
 
 def over_seeds(rows: pd.DataFrame, axes: Sequence[str], metric: str) -> pd.DataFrame:

@@ -58,7 +58,7 @@ class Figure5:
 
     def below_saturation(self) -> pd.DataFrame:
         """Both panels' levels where the offered rate is below the model's Lambda_max."""
-        both = pd.concat([self.by_t.assign(panel="t"), self.by_split.assign(panel="split")])
+        both = pd.concat([self.by_t.assign(panel="t"), self.by_split.assign(panel="split")], ignore_index=True)
         return both[~both["saturated"]]
 
 
@@ -80,7 +80,9 @@ def figure5(rows: pd.DataFrame, spec: SweepSpec, offered_rate_per_s: float) -> F
             table[f"model {name}"], table[f"sim {name}"] = of_model(m), of_sim(s)
         table["deviation"] = table["sim_lambda"] / table["model_lambda"] - 1
         table["saturated"] = ~(offered_rate_per_s < table["model_lambda"])
-        return table.sort_index().reset_index()
+        table = table.sort_index().reset_index()
+        table["level"] = table[axis]
+        return table
 
     by_t, by_split = panel(THRESHOLD, SPLIT, center_split), panel(SPLIT, THRESHOLD, center_t)
     return Figure5(

@@ -15,7 +15,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
-from emulator.sweep.figures import LATENCY, OK, THROUGHPUT, lines_figure, pareto_figure
+from emulator.sweep.figures import LATENCY, OK, THROUGHPUT, along_axis, lines_figure, pareto_figure
 from emulator.sweep.findings import (
     Crossover,
     Figure5,
@@ -25,7 +25,7 @@ from emulator.sweep.findings import (
     figure5,
     figure5_figures,
 )
-from emulator.sweep.spec import Sweep, SweepSpec
+from emulator.sweep.spec import Sweep
 
 REPORT_FILE = "report.html"
 MAX_METRIC_CHARTS = 8  # charts along an axis: the first kept metrics, the rest are in the parquet
@@ -49,7 +49,7 @@ def write_report(out_dir: str | Path, sweep: Sweep, rows: pd.DataFrame, doc: dic
     axes = [a for a in spec.axis_names if a != "configuration"]
     by = "configuration" if spec.configurations else None
     for axis in axes[:2]:
-        along = _along(rows, spec, axis)
+        along = along_axis(rows, spec, axis)
         varying = [m for m in spec.metrics if m in along.columns and not _constant(along[m])]
         for metric in varying[:MAX_METRIC_CHARTS]:
             sections.append(_section(f"{metric} along {axis}", _figure(lines_figure(along, axis, metric, by=by))))
@@ -63,18 +63,6 @@ def write_report(out_dir: str | Path, sweep: Sweep, rows: pd.DataFrame, doc: dic
     path = Path(out_dir) / REPORT_FILE
     path.write_text(page, encoding="utf-8")
     return path
-
-
-def _along(rows: pd.DataFrame, spec: SweepSpec, axis: str) -> pd.DataFrame:
-    """The rows a chart along `axis` draws: all of them, or in mode oat those with every other axis
-    at its centre (the others' rows would fold into one level)."""
-    if spec.mode != "oat":
-        return rows
-    keep = pd.Series(True, index=rows.index)
-    for other, spec_axis in spec.axes.items():
-        if other != axis:
-            keep &= rows[other] == spec_axis.center
-    return rows[keep]
 
 
 def _constant(values: pd.Series) -> bool:
@@ -105,13 +93,13 @@ def _figure5_section(f: Figure5) -> str:
     worst = below.loc[below["deviation"].abs().idxmax()] if not below.empty else None
     note = (f"<p>Simulated points at {f.offered_rate_per_s:g} req/s; below saturation (the model's Λ_max above "
             f"that) the simulated Λ_max is within {below['deviation'].abs().max():.1%} of the model's"
-            + (f", the furthest at {worst['panel']} level {worst.iloc[0]:g}" if worst is not None else "")
+            + (f", the furthest at {worst['panel']} = {worst['level']:g}" if worst is not None else "")
             + ". The simulation takes each request's own T_prefill, the model T_prefill at the mean length "
             "(Eq. 3); T_prefill is convex, so the model reads a little high where the routed lengths spread "
             "across a kink of the profile.</p>") if not below.empty else ""
     deviations = [(p, f"{lvl:g}", f"{m:.3f}", f"{s:.3f}", f"{d:+.1%}", "yes" if sat else "")
                   for p, frame in (("t", f.by_t), ("split", f.by_split))
-                  for lvl, m, s, d, sat in zip(frame.iloc[:, 0], frame["model_lambda"], frame["sim_lambda"],
+                  for lvl, m, s, d, sat in zip(frame["level"], frame["model_lambda"], frame["sim_lambda"],
                                                frame["deviation"], frame["saturated"], strict=True)]
     return _section("The paper's Figure 5: model and simulation", (
         _table(["figure", "sweep"], optimum) + note + _figure(split) + _figure(curves)

@@ -78,3 +78,45 @@ def test_a_point_saved_as_a_scenario_replays_its_row(swept, tmp_path: Path) -> N
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())["summary"]
     assert summary["ttft_p50_s"] == pytest.approx(row["ttft_p50_s"], rel=1e-9)
     assert summary["throughput_rps"] == pytest.approx(row["throughput_rps"], rel=1e-9)
+
+
+FIGURE5 = """name: page-figure5
+base: {base}
+set: [duration_s=300, workload.arrival.rate_per_s=1.0, scheduler.short_term.enabled=false,
+      scheduler.long_term.enabled=false]
+mode: oat
+axes:
+  clusters.local.prefill_instances: {{values: [2, 3, 4], center: 3}}
+  router.threshold_tokens: {{values: [8000, 40000], center: 19620}}
+engines: [analytic, virtual]
+metrics: [t, n_p, n_d, configured_lambda_max, configured_p, configured_theta_prfaas, configured_theta_pd_p,
+          configured_theta_pd_d, measured_lambda_max, measured_p, measured_theta_prfaas, measured_theta_pd_p,
+          measured_theta_pd_d]
+"""
+
+
+def test_a_figure5_sweep_shows_the_optimum_beside_the_paper_and_both_panels(tmp_path: Path) -> None:
+    sweep_file = tmp_path / "page-figure5.yaml"
+    sweep_file.write_text(FIGURE5.format(base=REPO_ROOT / "scenarios" / "paper-case-study.yaml"))
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "emulator", "sweep", str(sweep_file), "--out", str(out)],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    app = _page(out)
+    charts = {c.proto.id.split("-", 2)[2] for c in app.get("plotly_chart")}
+    assert {"sweeps_figure5a", "sweeps_figure5b", "sweeps_lines"} <= charts and "sweeps_heatmap" not in charts
+    optimum = next(d.value for d in app.dataframe if "Paper" in d.value.columns).set_index("Figure")
+    assert optimum.loc["t* by the optimizer"].tolist() == ["19,620", "19,400", "+1.1%"]
+    assert optimum.loc["split N_p:N_d by the optimizer"].tolist() == ["3:5", "3:5", "same"]
+    assert (out / "report.html").stat().st_size > 0
+
+
+def test_the_crossover_sweep_states_its_result(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "emulator", "sweep", "scenarios/sweeps/bandwidth-crossover.yaml",
+                           "--out", str(out)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    app = _page(out)
+    assert "sweeps_crossover" in {c.proto.id.split("-", 2)[2] for c in app.get("plotly_chart")}
+    sentence = next(m.value for m in app.markdown if "Bandwidth crossover" in m.value)
+    assert "(hybrid)" in sentence and "(dense)" in sentence

@@ -1,6 +1,7 @@
 """End to end: the Sweeps page in Debian's chromium starts the shipped threshold-load sweep (Ray
-underneath), watches its points arrive and draws the heatmap, the lines and the Pareto
-front. The screenshot goes to $PRFAAS_SCREENSHOTS too (docs/img/sweeps.png in the README)."""
+underneath), watches its points arrive and draws the heatmap, the lines and the Pareto front; and
+the bandwidth-crossover sweep, whose finding it states. The screenshots go to $PRFAAS_SCREENSHOTS
+too (docs/img/sweeps.png and docs/img/crossover.png in the README)."""
 
 from __future__ import annotations
 
@@ -39,3 +40,29 @@ def test_sweeps_page_runs_a_shipped_sweep(live_dashboard, tmp_path: Path) -> Non
             browser.close()
     parquets = list((tmp_path / "runs" / "sweeps").glob("threshold-load-*/sweep.parquet"))
     assert len(parquets) == 1 and png.stat().st_size > 0
+
+
+def test_sweeps_page_states_the_bandwidth_crossover(live_dashboard, tmp_path: Path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    url, _server = live_dashboard
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport=VIEWPORT)
+            page.goto(f"{url}/Sweeps")
+            page.get_by_role("heading", name="Sweeps").wait_for(timeout=30_000)
+            page.get_by_test_id("stSelectbox").filter(has_text="Sweep file").first.click()
+            page.get_by_role("option", name="bandwidth-crossover.yaml", exact=True).click()
+            page.get_by_role("button", name="Start sweep").click()
+            page.get_by_text(re.compile(r"^80 of 80 points, 0 failed")).wait_for(timeout=240_000)
+            page.get_by_text(re.compile(r"PrfaaS beats homogeneous PD from .* \(hybrid\) and from .* \(dense\)")) \
+                .wait_for(timeout=30_000)
+            chart = page.get_by_test_id("stPlotlyChart").first
+            chart.locator("svg").first.wait_for(timeout=30_000)
+            assert page.get_by_test_id("stException").count() == 0
+            time.sleep(1.0)
+            png = shoot(chart, tmp_path, "crossover.png")
+        finally:
+            browser.close()
+    assert png.stat().st_size > 0
