@@ -119,8 +119,8 @@ def figure5_figures(f: Figure5) -> tuple[go.Figure, go.Figure]:
                       line={"color": LAMBDA_COLOR})
     split.add_scatter(x=f.by_split[SPLIT], y=f.by_split["sim_lambda"], mode="markers", name="simulated Λ_max",
                       marker={"color": LAMBDA_COLOR, "symbol": "circle-open", "size": 10})
-    split.add_vline(x=f.optimizer_split, line={"dash": "dot", "color": "#888"},
-                    annotation_text=f"optimum {f.optimizer_split}:{f.optimizer_n_d}")
+    _marker_line(split, f.optimizer_split, f"optimum {f.optimizer_split}:{f.optimizer_n_d}", "#888",
+                 float(np.nanmax(f.by_split["model_lambda"])) * 1.1)
     curves = go.Figure(layout={"height": HEIGHT, "margin": {"t": 40}, "template": "plotly_white",
                                "title": {"text": f"(b) Eq. 6's terms against t at N_p = {f.center_split}"},
                                "xaxis": {"title": {"text": "threshold t (tokens)"}, "type": "log"},
@@ -134,9 +134,15 @@ def figure5_figures(f: Figure5) -> tuple[go.Figure, go.Figure]:
                        line={"color": LAMBDA_COLOR, "width": 3})
     curves.add_scatter(x=f.by_t[THRESHOLD], y=f.by_t["sim_lambda"], mode="markers", name="Λ_max (simulated)",
                        marker={"color": LAMBDA_COLOR, "symbol": "circle-open", "size": 10})
-    curves.add_vline(x=f.optimizer_t, line={"dash": "dot", "color": "#888"},
-                     annotation_text=f"t* = {f.optimizer_t:,.0f}")
+    _marker_line(curves, f.optimizer_t, f"t* = {f.optimizer_t:,.0f}", "#888", _y_top(f.by_t))
     return split, curves
+
+
+def _marker_line(fig: go.Figure, x: float, text: str, color: str, top: float, bottom: float = 0.0) -> None:
+    """A dotted vertical line at `x` with its label on top, as a trace in data units (a layout
+    shape's x on a log axis is read differently by Plotly's Python and JS sides)."""
+    fig.add_scatter(x=[x, x], y=[bottom, top], mode="lines+text", text=["", text], textposition="top center",
+                    line={"dash": "dot", "color": color}, showlegend=False, hoverinfo="skip", cliponaxis=False)
 
 
 def _y_top(by_t: pd.DataFrame) -> float:
@@ -181,8 +187,8 @@ def crossover_figure(c: Crossover) -> go.Figure:
         fig.add_scatter(x=part["gbps"], y=part["gain"], mode="lines+markers", name=str(name), line={"color": color})
         at = c.crossover_gbps.get(str(name))
         if at is not None:
-            fig.add_vline(x=at, line={"dash": "dot", "color": color},
-                          annotation_text=f"{name}: {at:.3g} Gbit/s")
+            _marker_line(fig, at, f"{name}: {at:.3g} Gbit/s", color, float(c.gains["gain"].max()) * 1.1,
+                         float(c.gains["gain"].min()))
     fig.add_hline(y=0, line={"color": "#888"})
     return fig
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,10 +17,11 @@ from tests.e2e.browser import BROWSER_MARKS, CHROMIUM, CHROMIUM_ARGS, VIEWPORT, 
 pytestmark = [*BROWSER_MARKS, pytest.mark.slow]
 
 
-def test_sweeps_page_runs_a_shipped_sweep(live_dashboard, tmp_path: Path) -> None:
+def _run_shipped_sweep(url: str, sweep_file: str, finished: str, check: Callable) -> object:
+    """Start `sweep_file` on the Sweeps page, wait for `finished` (the progress text), then call
+    `check(page)` and return what it returns; the browser is closed whatever happens."""
     from playwright.sync_api import sync_playwright
 
-    url, _server = live_dashboard
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
@@ -27,42 +29,41 @@ def test_sweeps_page_runs_a_shipped_sweep(live_dashboard, tmp_path: Path) -> Non
             page.goto(f"{url}/Sweeps")
             page.get_by_role("heading", name="Sweeps").wait_for(timeout=30_000)
             page.get_by_test_id("stSelectbox").filter(has_text="Sweep file").first.click()
-            page.get_by_role("option", name="threshold-load.yaml", exact=True).click()
+            page.get_by_role("option", name=sweep_file, exact=True).click()
             page.get_by_role("button", name="Start sweep").click()
-            page.get_by_text(re.compile(r"^(\d+) of \1 points, 0 failed")).wait_for(timeout=240_000)
-            for chart in range(3):  # heatmap, lines, Pareto front
-                page.get_by_test_id("stPlotlyChart").nth(chart).locator("svg").first.wait_for(timeout=30_000)
-            assert page.get_by_text("Pareto front").count() >= 1
+            page.get_by_text(re.compile(finished)).wait_for(timeout=240_000)
+            result = check(page)
             assert page.get_by_test_id("stException").count() == 0
-            time.sleep(1.0)
-            png = shoot(page, tmp_path, "sweeps.png")
+            return result
         finally:
             browser.close()
+
+
+def test_sweeps_page_runs_a_shipped_sweep(live_dashboard, tmp_path: Path) -> None:
+    url, _server = live_dashboard
+
+    def check(page) -> Path:
+        for chart in range(3):  # heatmap, lines, Pareto front
+            page.get_by_test_id("stPlotlyChart").nth(chart).locator("svg").first.wait_for(timeout=30_000)
+        assert page.get_by_text("Pareto front").count() >= 1
+        time.sleep(1.0)
+        return shoot(page, tmp_path, "sweeps.png")
+
+    png = _run_shipped_sweep(url, "threshold-load.yaml", r"^(\d+) of \1 points, 0 failed", check)
     parquets = list((tmp_path / "runs" / "sweeps").glob("threshold-load-*/sweep.parquet"))
     assert len(parquets) == 1 and png.stat().st_size > 0
 
 
 def test_sweeps_page_states_the_bandwidth_crossover(live_dashboard, tmp_path: Path) -> None:
-    from playwright.sync_api import sync_playwright
-
     url, _server = live_dashboard
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport=VIEWPORT)
-            page.goto(f"{url}/Sweeps")
-            page.get_by_role("heading", name="Sweeps").wait_for(timeout=30_000)
-            page.get_by_test_id("stSelectbox").filter(has_text="Sweep file").first.click()
-            page.get_by_role("option", name="bandwidth-crossover.yaml", exact=True).click()
-            page.get_by_role("button", name="Start sweep").click()
-            page.get_by_text(re.compile(r"^80 of 80 points, 0 failed")).wait_for(timeout=240_000)
-            page.get_by_text(re.compile(r"PrfaaS beats homogeneous PD from .* \(hybrid\) and from .* \(dense\)")) \
-                .wait_for(timeout=30_000)
-            chart = page.get_by_test_id("stPlotlyChart").first
-            chart.locator("svg").first.wait_for(timeout=30_000)
-            assert page.get_by_test_id("stException").count() == 0
-            time.sleep(1.0)
-            png = shoot(chart, tmp_path, "crossover.png")
-        finally:
-            browser.close()
+
+    def check(page) -> Path:
+        page.get_by_text(re.compile(r"PrfaaS beats homogeneous PD from .* \(hybrid\) and from .* \(dense\)")) \
+            .wait_for(timeout=30_000)
+        chart = page.get_by_test_id("stPlotlyChart").first  # the findings come before the other figures
+        chart.locator("svg").first.wait_for(timeout=30_000)
+        time.sleep(1.0)
+        return shoot(chart, tmp_path, "crossover.png")
+
+    png = _run_shipped_sweep(url, "bandwidth-crossover.yaml", r"^80 of 80 points, 0 failed", check)
     assert png.stat().st_size > 0

@@ -16,7 +16,7 @@ from emulator.analytic import model_inputs, optimize_scenario
 from emulator.control.throughput_model import ModelInputs, stage_throughputs
 from emulator.scenario import apply_overrides
 from emulator.sweep import load_sweep, run_sweep
-from emulator.sweep.findings import SPLIT, THRESHOLD, crossover, figure5
+from emulator.sweep.findings import SPLIT, THRESHOLD, crossover, crossover_figure, figure5, figure5_figures
 from emulator.sweep.store import read_results
 from model_stub.config import get_preset
 
@@ -51,6 +51,8 @@ def test_figure5_reproduces_the_papers_optimum_as_closely_as_optimize(figure5_ru
     assert f.crossing_t == pytest.approx(f.optimizer_t, rel=0.005)  # Eq. 7 holds at the optimum
     assert (f.optimizer_split, f.optimizer_n_d) == (CASE_STUDY.num_prefill, CASE_STUDY.num_decode)
     assert f.best_split == CASE_STUDY.num_prefill
+    curves = figure5_figures(f)[1]  # the optimum's line, at t* on the log t axis
+    assert [tuple(trace.x) for trace in curves.data if trace.line.dash == "dot"] == [(f.optimizer_t,) * 2]
     report = (out / "report.html").read_text()
     assert "Figure 5" in report and f"{f.crossing_t:,.0f}" in report and "deviation" in report
 
@@ -115,6 +117,8 @@ def test_bandwidth_crossover_is_where_the_gain_changes_sign(tmp_path: Path) -> N
         check = apply_overrides(sweep.base_scenario(), [*_bundle(sweep, name), f"link.bandwidth_mbit={at * 1e3}"])
         assert optimize_scenario(check)["gain_vs_homogeneous"] == pytest.approx(0.0, abs=0.03)
     assert c.crossover_gbps["dense"] > 3 * c.crossover_gbps["hybrid"]
+    lines = sorted(tuple(trace.x) for trace in crossover_figure(c).data if trace.line.dash == "dot")
+    assert lines == sorted((at, at) for at in c.crossover_gbps.values())
     top = c.gains[c.gains["gbps"] == c.gains["gbps"].max()]
     assert pd.Series(top["gain"]).nunique() == 1  # at 400 Gbit/s the link binds neither model
     assert "Bandwidth crossover" in (tmp_path / "report.html").read_text()
