@@ -1,7 +1,8 @@
 """Sweeps: start a sweep file (`python -m emulator sweep` as a child, Ray underneath) or open a
 sweep's directory; watch its points arrive; a heatmap over two axes, a metric along one axis with a
 band over the seeds, and the Pareto front of throughput against TTFT P90 coloured by egress; any
-point downloadable as a scenario that `python -m emulator run` replays.
+point downloadable as a scenario that `python -m emulator run` replays, or replayed at once as a
+virtual run the Live page follows.
 
 Layout only; the figures come from `emulator.sweep.figures` and `.findings` (as report.html's), the
 files from `emulator.sweep`.
@@ -15,6 +16,9 @@ import pandas as pd
 import streamlit as st
 
 from app import sweeps_view
+from app.mqtt_feed import choose_broker, get_feed
+from app.page_links import page_link
+from app.run_registry import RunRefused, get_registry
 from emulator.api import SweepHandle, list_sweep_files, start_sweep
 from emulator.errors import PrfaasError
 from emulator.paths import REPO_ROOT, runs_dir
@@ -144,9 +148,33 @@ def _point_download(rows: pd.DataFrame, sweep: Sweep, axes: list[str]) -> None:
     except PrfaasError as err:
         st.caption(f"This point cannot be saved as a scenario: {err}")
         return
-    st.download_button("Download the point as a scenario (YAML)", text, file_name=f"{chosen}.yaml",
-                       mime="application/x-yaml", key="sweeps_point_yaml",
-                       help="python -m emulator run FILE.yaml replays it")
+    left, right = st.columns(2)
+    left.download_button("Download the point as a scenario (YAML)", text, file_name=f"{chosen}.yaml",
+                         mime="application/x-yaml", key="sweeps_point_yaml",
+                         help="python -m emulator run FILE.yaml replays it")
+    if right.button("Replay the point on the Live page (virtual engine)", key="sweeps_point_replay"):
+        _replay(sweep.spec.name, chosen, text)
+    if (message := st.session_state.get("sweeps_replayed")) is not None:
+        (st.success if message[0] == "ok" else st.error)(message[1])
+        if message[0] == "ok":
+            page_link("Live", "Watch it on the Live page")
+
+
+def _replay(sweep_name: str, point_id: str, text: str) -> None:
+    """Run the point's scenario as a recorded virtual run, published for the Live page to follow."""
+    path = runs_dir() / "sweep-points" / f"{sweep_name}-{point_id}.yaml"
+    broker = choose_broker()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        if broker.url is not None:
+            get_feed(broker.url)  # subscribed before the run says its first word
+        run = get_registry().start(path, "virtual", broker.url)
+    except (PrfaasError, RunRefused, OSError) as err:
+        st.session_state["sweeps_replayed"] = ("error", f"The point did not start: {err}")
+        return
+    st.session_state["live_focus"] = run.run_id  # the Live page opens on it
+    st.session_state["sweeps_replayed"] = ("ok", f"Started run **{run.run_id}** from point {point_id}.")
 
 
 def _panel(out_dir: Path) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -120,3 +121,23 @@ def test_the_crossover_sweep_states_its_result(tmp_path: Path) -> None:
     assert "sweeps_crossover" in {c.proto.id.split("-", 2)[2] for c in app.get("plotly_chart")}
     sentence = next(m.value for m in app.markdown if "Bandwidth crossover" in m.value)
     assert "(hybrid)" in sentence and "(dense)" in sentence
+
+
+def test_a_point_replays_on_the_live_page_with_its_rows_numbers(swept, live_env: str, tmp_path: Path) -> None:
+    _, out = swept
+    rows, _ = read_results(out)
+    app = _page(out)
+    row = rows[rows["point_id"] == app.selectbox(key="sweeps_point").value].iloc[0]
+    app.button(key="sweeps_point_replay").click().run()
+    assert not app.exception and not app.error
+    assert len(app.success) == 1 and app.session_state["live_focus"] in app.success[0].value
+    assert "[Watch it on the Live page](/Live)" in " ".join(m.value for m in app.markdown)
+    run_dirs = [p for p in (tmp_path / "runs").iterdir() if p.is_dir() and p.name != "sweep-points"]
+    assert len(run_dirs) == 1
+    deadline = time.monotonic() + 120
+    while not (run_dirs[0] / "summary.json").exists():
+        assert time.monotonic() < deadline, (run_dirs[0] / "run.log").read_text()
+        time.sleep(0.2)
+    summary = json.loads((run_dirs[0] / "summary.json").read_text())["summary"]
+    assert summary["ttft_p50_s"] == pytest.approx(row["ttft_p50_s"], rel=1e-9)
+    assert summary["throughput_rps"] == pytest.approx(row["throughput_rps"], rel=1e-9)
