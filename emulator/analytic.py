@@ -13,7 +13,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from emulator.control.profiles import LengthSamples, PiecewiseLinear
-from emulator.control.throughput_model import ModelInputs, Plan, operating_point, optimize, stage_throughputs
+from emulator.control.throughput_model import (
+    ModelInputs,
+    Plan,
+    mean_service_lambda,
+    operating_point,
+    optimize,
+    stage_throughputs,
+)
 from emulator.control.types import RequestSpec
 from emulator.errors import ScenarioError
 from emulator.scenario import Scenario
@@ -134,5 +141,6 @@ def optimize_scenario(scenario: Scenario) -> dict[str, object]:
         t_fixed = float(plan.prfaas.t if t == "auto" else t)
         n_p_fixed = plan.prfaas.n_p if n_p is None else n_p
         stages = stage_throughputs(inputs, np.array([t_fixed]), n_p_fixed)
-        result["configured"] = operating_point(inputs, stages, 0, n_p_fixed).as_dict()
+        result["configured"] = {**operating_point(inputs, stages, 0, n_p_fixed).as_dict(),
+                                "lambda_max_mean_t": round(mean_service_lambda(inputs, t_fixed, n_p_fixed), 4)}
     return result

@@ -38,7 +38,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         bar.close()
     print(f"{sweep.spec.name}: {result.num_ran:,} points run ({result.num_failed:,} failed), "
-          f"{result.num_before:,} already done, {result.num_points:,} in all: {out}/sweep.parquet")
+          f"{result.num_before:,} already done, {result.num_points:,} in all: {out}/sweep.parquet, "
+          f"{out}/report.html")
     return 0
 
 

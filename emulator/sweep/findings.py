@@ -30,18 +30,21 @@ TERMS = (
 )
 COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c")
 LAMBDA_COLOR = "#222222"
-FIGURE5_METRICS = ("t", "n_p", "n_d", "configured_lambda_max", "configured_p", "configured_theta_prfaas",
-                   "configured_theta_pd_p", "configured_theta_pd_d", "measured_lambda_max", "measured_p",
-                   "measured_theta_prfaas", "measured_theta_pd_p", "measured_theta_pd_d")
+MEAN_T_NAME = "Λ_max, each request's own T (model)"
+FIGURE5_METRICS = ("t", "n_p", "n_d", "configured_lambda_max", "configured_lambda_max_mean_t", "configured_p",
+                   "configured_theta_prfaas", "configured_theta_pd_p", "configured_theta_pd_d", "measured_lambda_max",
+                   "measured_p", "measured_theta_prfaas", "measured_theta_pd_p", "measured_theta_pd_d")
 
 
 @dataclass(frozen=True, slots=True)
 class Figure5:
     """The two panels' data: model and simulation at each level, and the optimum three ways.
 
-    `by_t` and `by_split` hold one row per level with the model's `model_lambda` and the
-    simulation's `sim_lambda` (mean over seeds), `deviation` = sim / model - 1, and `saturated`
-    where the offered rate is not below the model's Lambda_max there.
+    `by_t` and `by_split` hold one row per level with the model's `model_lambda` (Eq. 3-6),
+    `mean_t_lambda` (the same with each path's mean service time, throughput_model.
+    mean_service_lambda) and the simulation's `sim_lambda` (mean over seeds); `deviation` and
+    `deviation_mean_t` = sim / each - 1; `saturated` where the offered rate is not below
+    `mean_t_lambda` (the lower of the two models) there.
     """
 
     by_t: pd.DataFrame
@@ -57,7 +60,7 @@ class Figure5:
     offered_rate_per_s: float
 
     def below_saturation(self) -> pd.DataFrame:
-        """Both panels' levels where the offered rate is below the model's Lambda_max."""
+        """Both panels' levels where the offered rate is below both models' Lambda_max."""
         both = pd.concat([self.by_t.assign(panel="t"), self.by_split.assign(panel="split")], ignore_index=True)
         return both[~both["saturated"]]
 
@@ -75,11 +78,14 @@ def figure5(rows: pd.DataFrame, spec: SweepSpec, offered_rate_per_s: float) -> F
     def panel(axis: str, other: str, other_level: float) -> pd.DataFrame:
         m = model[model[other] == other_level].groupby(axis).mean(numeric_only=True)
         s = sim[sim[other] == other_level].groupby(axis).mean(numeric_only=True)
-        table = pd.DataFrame({"model_lambda": m["configured_lambda_max"], "sim_lambda": s["measured_lambda_max"]})
+        table = pd.DataFrame({"model_lambda": m["configured_lambda_max"],
+                              "mean_t_lambda": m["configured_lambda_max_mean_t"],
+                              "sim_lambda": s["measured_lambda_max"]})
         for name, of_model, of_sim in TERMS:
             table[f"model {name}"], table[f"sim {name}"] = of_model(m), of_sim(s)
         table["deviation"] = table["sim_lambda"] / table["model_lambda"] - 1
-        table["saturated"] = ~(offered_rate_per_s < table["model_lambda"])
+        table["deviation_mean_t"] = table["sim_lambda"] / table["mean_t_lambda"] - 1
+        table["saturated"] = ~(offered_rate_per_s < table["mean_t_lambda"])
         table = table.sort_index().reset_index()
         table["level"] = table[axis]
         return table
@@ -115,8 +121,10 @@ def figure5_figures(f: Figure5) -> tuple[go.Figure, go.Figure]:
                               "title": {"text": f"(a) Λ_max against the local split, t = {f.center_t:,.0f}"},
                               "xaxis": {"title": {"text": "N_p (local prefill instances)"}, "dtick": 1},
                               "yaxis": {"title": {"text": "requests/s"}}})
-    split.add_scatter(x=f.by_split[SPLIT], y=f.by_split["model_lambda"], mode="lines", name="model Λ_max",
+    split.add_scatter(x=f.by_split[SPLIT], y=f.by_split["model_lambda"], mode="lines", name="Λ_max (model, Eq. 6)",
                       line={"color": LAMBDA_COLOR})
+    split.add_scatter(x=f.by_split[SPLIT], y=f.by_split["mean_t_lambda"], mode="lines", name=MEAN_T_NAME,
+                      line={"color": LAMBDA_COLOR, "dash": "dash", "width": 1})
     split.add_scatter(x=f.by_split[SPLIT], y=f.by_split["sim_lambda"], mode="markers", name="simulated Λ_max",
                       marker={"color": LAMBDA_COLOR, "symbol": "circle-open", "size": 10})
     _marker_line(split, f.optimizer_split, f"optimum {f.optimizer_split}:{f.optimizer_n_d}", "#888",
@@ -130,8 +138,10 @@ def figure5_figures(f: Figure5) -> tuple[go.Figure, go.Figure]:
                            line={"color": color}, legendgroup=name)
         curves.add_scatter(x=f.by_t[THRESHOLD], y=f.by_t[f"sim {name}"], mode="markers", showlegend=False,
                            marker={"color": color, "symbol": "circle-open", "size": 9}, legendgroup=name)
-    curves.add_scatter(x=f.by_t[THRESHOLD], y=f.by_t["model_lambda"], mode="lines", name="Λ_max (model)",
+    curves.add_scatter(x=f.by_t[THRESHOLD], y=f.by_t["model_lambda"], mode="lines", name="Λ_max (model, Eq. 6)",
                        line={"color": LAMBDA_COLOR, "width": 3})
+    curves.add_scatter(x=f.by_t[THRESHOLD], y=f.by_t["mean_t_lambda"], mode="lines", name=MEAN_T_NAME,
+                       line={"color": LAMBDA_COLOR, "dash": "dash", "width": 1})
     curves.add_scatter(x=f.by_t[THRESHOLD], y=f.by_t["sim_lambda"], mode="markers", name="Λ_max (simulated)",
                        marker={"color": LAMBDA_COLOR, "symbol": "circle-open", "size": 10})
     _marker_line(curves, f.optimizer_t, f"t* = {f.optimizer_t:,.0f}", "#888", _y_top(f.by_t))

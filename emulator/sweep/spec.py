@@ -51,7 +51,7 @@ ANALYTIC_METRICS = ("lambda_max", "t", "p", "n_prfaas", "n_p", "n_d", "egress_gb
                     "ttft_noqueue_p90_s", "gain_vs_homogeneous", "gain_vs_naive", "homogeneous_lambda_max",
                     "naive_lambda_max", "configured_lambda_max", "configured_t", "configured_n_p",
                     "configured_egress_gbps", "configured_p", "configured_theta_prfaas", "configured_theta_pd_p",
-                    "configured_theta_pd_d")
+                    "configured_theta_pd_d", "configured_lambda_max_mean_t")
 # What a virtual point measures of the model's stage throughputs (point.measured_throughputs).
 MEASURED_METRICS = ("measured_p", "measured_theta_prfaas", "measured_theta_pd_p", "measured_theta_pd_d",
                     "measured_lambda_max")

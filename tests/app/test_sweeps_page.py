@@ -90,9 +90,9 @@ axes:
   clusters.local.prefill_instances: {{values: [2, 3, 4], center: 3}}
   router.threshold_tokens: {{values: [8000, 40000], center: 19620}}
 engines: [analytic, virtual]
-metrics: [t, n_p, n_d, configured_lambda_max, configured_p, configured_theta_prfaas, configured_theta_pd_p,
-          configured_theta_pd_d, measured_lambda_max, measured_p, measured_theta_prfaas, measured_theta_pd_p,
-          measured_theta_pd_d]
+metrics: [t, n_p, n_d, configured_lambda_max, configured_lambda_max_mean_t, configured_p, configured_theta_prfaas,
+          configured_theta_pd_p, configured_theta_pd_d, measured_lambda_max, measured_p, measured_theta_prfaas,
+          measured_theta_pd_p, measured_theta_pd_d]
 """
 
 

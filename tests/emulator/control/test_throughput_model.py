@@ -19,6 +19,7 @@ from emulator.control.throughput_model import (
     default_t_grid,
     egress_bound_threshold,
     homogeneous_baseline,
+    mean_service_lambda,
     naive_baseline,
     optimize,
     optimize_threshold,
@@ -189,3 +190,26 @@ def test_bad_inputs_are_rejected():
         case_study(egress_bytes_per_s=0)
     with pytest.raises(ValueError, match="n_p=9"):
         optimize_threshold(CASE, n_p=9)
+
+
+def _per_request_lambda(inputs: ModelInputs, t: float, n_p: int) -> float:
+    """Eq. 6 from each path's mean service time, one length at a time: the brute-force reference."""
+    remote = [(x, w) for x, w in zip(inputs.lengths.values, inputs.lengths.weights, strict=True) if x > t]
+    local = [(x, w) for x, w in zip(inputs.lengths.values, inputs.lengths.weights, strict=True) if x <= t]
+    p = sum(w for _, w in remote)
+    mean_remote = sum(w * inputs.prefill_remote_s(float(x)) for x, w in remote) / p
+    mean_kv = sum(w * inputs.kv_bytes(float(x)) for x, w in remote) / p
+    mean_local = sum(w * inputs.prefill_local_s(float(x)) for x, w in local) / (1 - p)
+    prfaas = min(inputs.num_prfaas / mean_remote, inputs.egress_bytes_per_s / mean_kv)
+    return min(prfaas / p, n_p / mean_local / (1 - p), (inputs.num_local - n_p) * inputs.decode_rate_per_instance)
+
+
+@pytest.mark.parametrize(("t", "n_p"), [(4000.0, 3), (19_620.0, 3), (19_620.0, 5), (50_000.0, 2)])
+def test_mean_service_lambda_is_eq6_over_each_requests_own_time_and_never_above_eq3(t, n_p):
+    exact = mean_service_lambda(CASE, t, n_p)
+    assert exact == pytest.approx(_per_request_lambda(CASE, t, n_p), rel=1e-9)
+    eq3 = float(stage_throughputs(CASE, t, n_p).lambda_max[0])
+    assert exact <= eq3 * (1 + 1e-12)  # T_prefill is convex: its value at the mean length is lower
+    hand = hand_case()  # linear profiles: the two forms agree
+    linear = float(stage_throughputs(hand, 5000.0, 1).lambda_max[0])
+    assert mean_service_lambda(hand, 5000.0, 1) == pytest.approx(linear)

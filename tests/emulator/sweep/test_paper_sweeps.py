@@ -7,13 +7,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 
 from app.paper_figures import CASE_STUDY
-from emulator.analytic import model_inputs, optimize_scenario
-from emulator.control.throughput_model import ModelInputs, stage_throughputs
+from emulator.analytic import optimize_scenario
 from emulator.scenario import apply_overrides
 from emulator.sweep import load_sweep, run_sweep
 from emulator.sweep.findings import SPLIT, THRESHOLD, crossover, crossover_figure, figure5, figure5_figures
@@ -24,7 +22,7 @@ pytestmark = pytest.mark.usefixtures("local_ray")
 SWEEPS = Path(__file__).resolve().parents[3] / "scenarios" / "sweeps"
 # optimize lands 1.1 % from the paper's t (19,620 against about 19.4K); the sweep must do as well
 PAPER_T_TOLERANCE = 0.015
-EXACT_TOLERANCE = 0.03  # ... against the model with each request's own T_prefill (Jensen-free)
+EXACT_TOLERANCE = 0.04  # simulated Lambda_max against the model with each request's own T_prefill (~3 sigma)
 
 
 @pytest.fixture(scope="module")
@@ -57,38 +55,19 @@ def test_figure5_reproduces_the_papers_optimum_as_closely_as_optimize(figure5_ru
     assert "Figure 5" in report and f"{f.crossing_t:,.0f}" in report and "deviation" in report
 
 
-def _exact_lambda(inputs: ModelInputs, t: float, n_p: int) -> float:
-    """Eq. 6 with each path's mean of T_prefill over its requests instead of T_prefill at their mean
-    length: what a simulation that charges every request its own time should find."""
-    values, weights = inputs.lengths.values, inputs.lengths.weights
-    remote = values > t
-    p = float(weights[remote].sum())
-    mean_remote = float(np.dot(weights[remote], [inputs.prefill_remote_s(x) for x in values[remote]])) / p
-    mean_local = float(np.dot(weights[~remote], [inputs.prefill_local_s(x) for x in values[~remote]])) / (1 - p)
-    decode = stage_throughputs(inputs, np.array([t]), n_p).theta_pd_d
-    return min(inputs.num_prfaas / mean_remote / p, n_p / mean_local / (1 - p), decode)
-
-
 def test_figure5_simulated_points_sit_on_the_model_below_saturation(figure5_run) -> None:
-    """The simulation charges each request its own T_prefill; Eq. 3 takes T_prefill at the mean
-    length, which reads high where T_prefill is convex. So the simulated points match the model
-    with each path's mean T within 3 % (sampling), and Eq. 3's curves by that plus its gap, never
-    low and at most 6 % high: within 5 % wherever the gap is under 2 %."""
-    sweep, _, f = figure5_run
-    inputs = model_inputs(sweep.base_scenario())[0]
+    """The simulation charges each request its own T_prefill. So its points sit on the model's
+    curve that does the same (mean_service_lambda) within sampling, 4 % (2.7 % measured); Eq. 6's own curve takes
+    T_prefill at the mean length and, T_prefill being convex, reads 0-6 % higher: within 5 % of the
+    points wherever that gap is under 2 %."""
+    _, _, f = figure5_run
     below = f.below_saturation()
     assert len(below) >= 20  # all but the two levels whose Lambda_max is under the offered 1 req/s
-    gaps = []
-    for _, row in below.iterrows():
-        t = row[THRESHOLD] if row["panel"] == "t" else f.center_t
-        n_p = f.center_split if row["panel"] == "t" else int(row[SPLIT])
-        exact = _exact_lambda(inputs, float(t), n_p)
-        where = f"{row['panel']} at t {t:g}, N_p {n_p}"
-        assert row["sim_lambda"] == pytest.approx(exact, rel=EXACT_TOLERANCE), where
-        gaps.append(row["model_lambda"] / exact - 1)
-    assert 0 <= min(gaps) and max(gaps) <= 0.06  # Eq. 3 never reads low, and at most 6 % high
-    small = below[np.array(gaps) < 0.02]
-    assert len(small) >= 3 and (small["deviation"].abs() <= 0.05).all(), small[["panel", "deviation"]]
+    assert (below["deviation_mean_t"].abs() <= EXACT_TOLERANCE).all(), below[["panel", "level", "deviation_mean_t"]]
+    gaps = below["model_lambda"] / below["mean_t_lambda"] - 1
+    assert gaps.min() >= 0 and gaps.max() <= 0.06
+    small = below[gaps < 0.02]
+    assert len(small) >= 3 and (small["deviation"].abs() <= 0.05).all(), small[["panel", "level", "deviation"]]
 
 
 def test_the_dense_profile_is_the_presets_kv_ratio_applied_to_the_case_study() -> None:
