@@ -178,24 +178,26 @@ def two_node_run(sweeps: dict[str, Path], folder: Path, num_points: int) -> dict
     from ray.cluster_utils import Cluster
 
     from emulator.sweep import run_sweep
+    from emulator.sweep.runner import signal_handlers_kept
 
     if ray.is_initialized():
         raise BenchError("Ray is already up in this process; the bench starts its own cluster")
     start = time.perf_counter()
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    try:
-        cluster.add_node(num_cpus=1)
-        cluster.wait_for_nodes()
-        startup_s = time.perf_counter() - start
-        node_ids = [node.node_id for node in cluster.list_all_nodes()]
-        out = Path(tempfile.mkdtemp(prefix="measured-2nodes-", dir=folder))
-        start = time.perf_counter()
-        result = run_sweep(load_sweep(sweeps["measured"]), out, address=cluster.address)
-        wall_s = time.perf_counter() - start
-        if ray.is_initialized():
-            raise BenchError("run_sweep stayed connected to the cluster it joined")
-    finally:
-        cluster.shutdown()
+    with signal_handlers_kept():  # Ray's node leaves a SIGTERM handler that raises SystemExit
+        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+        try:
+            cluster.add_node(num_cpus=1)
+            cluster.wait_for_nodes()
+            startup_s = time.perf_counter() - start
+            node_ids = [node.node_id for node in cluster.list_all_nodes()]
+            out = Path(tempfile.mkdtemp(prefix="measured-2nodes-", dir=folder))
+            start = time.perf_counter()
+            result = run_sweep(load_sweep(sweeps["measured"]), out, address=cluster.address)
+            wall_s = time.perf_counter() - start
+            if ray.is_initialized():
+                raise BenchError("run_sweep stayed connected to the cluster it joined")
+        finally:
+            cluster.shutdown()
     rows = read_rows(out, num_points)
     return {"nodes": len(node_ids), "cpus_per_node": 1, "startup_s": startup_s, "wall_s": wall_s,
             "doc_wall_s": result.doc["wall_s"], "ray": result.doc["ray"],

@@ -171,7 +171,7 @@ def check_ray_options(address: str | None, workers: int | None) -> None:
 
 
 @contextmanager
-def _signal_handlers_kept() -> Iterator[None]:
+def signal_handlers_kept() -> Iterator[None]:
     """Put back the SIGTERM/SIGINT handlers found on entry. A Ray driver installs a SIGTERM handler
     that raises SystemExit and leaves it behind after shutdown; every helper this process forks
     later (pyroute2 forks one per namespace it enters, and ends it with SIGTERM) would then unwind
@@ -199,7 +199,7 @@ def ray_session(address: str | None, workers: int | None) -> Iterator[dict[str, 
     check_ray_options(address, workers)
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no usage report, and no notice about it
     was_up = ray.is_initialized()
-    with _signal_handlers_kept():
+    with signal_handlers_kept():
         if not was_up:
             try:
                 if address:

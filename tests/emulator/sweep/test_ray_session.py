@@ -9,7 +9,7 @@ import os
 import signal
 import time
 
-from emulator.sweep.runner import ray_session
+from emulator.sweep.runner import ray_session, signal_handlers_kept
 
 
 def _fork_and_terminate() -> int:
@@ -37,5 +37,23 @@ def test_a_local_ray_session_restores_the_signal_handlers_it_found() -> None:
         status = _fork_and_terminate()
         assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM, \
             f"a forked child ran on after SIGTERM (wait status {status})"
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_a_cluster_kept_in_signal_handlers_kept_leaves_none_behind() -> None:
+    """Ray's node (ray.cluster_utils.Cluster, as the two-node test and bench start it) installs a
+    SIGTERM handler of its own and keeps it after shutdown; signal_handlers_kept puts ours back."""
+    from ray.cluster_utils import Cluster
+
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        with signal_handlers_kept():
+            cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+            try:
+                assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL  # the node's own handler
+            finally:
+                cluster.shutdown()
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     finally:
         signal.signal(signal.SIGTERM, previous)
