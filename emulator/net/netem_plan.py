@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from emulator.errors import LinkBackendUnavailable
 from emulator.net.backend import TO_LOCAL, TO_REMOTE, LinkEnds
-from emulator.net.spec import MAX_BANDWIDTH_MBIT, LinkShape, LinkSpec
+from emulator.net.spec import LinkShape, LinkSpec
 
 ROOT_HANDLE = "1:"
 TBF_HANDLE = "10:"
@@ -46,8 +46,9 @@ MAX_TC_RATE_BYTES_PER_S = U32_MAX
 # The rate a jittered but unshaped direction gets so that netem keeps packets in order; it caps
 # that direction at 34.36 Gbit/s, above what a veth pair moves through one flow.
 ORDERING_RATE_BYTES_PER_S = MAX_TC_RATE_BYTES_PER_S
-# An unshaped direction sizes its delay line for the fastest link a scenario may ask for.
-UNSHAPED_LIMIT_RATE_BYTES_PER_S = MAX_BANDWIDTH_MBIT * 1e6 / 8
+# An unshaped direction sizes its delay line for 100 Gbit/s, above what a veth pair moves here (the
+# scenario bound, MAX_BANDWIDTH_MBIT, goes higher for the analytic and virtual engines' sweeps).
+UNSHAPED_LIMIT_RATE_BYTES_PER_S = 100e9 / 8
 # tbf's bucket holds this much time at the rate (see `tbf_params`).
 TBF_BURST_S = 0.001
 
