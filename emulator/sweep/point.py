@@ -64,7 +64,9 @@ def measured_throughputs(records: list[RequestRecord], scenario: Scenario) -> di
     N / T(E[L]) and so reads a little high where T_prefill is convex), the decode pool's slots
     over the mean time a request holds one, and Lambda_max = min(Theta_prfaas / p,
     Theta_pd_p / (1 - p), Theta_pd_d) with p the routed share. Meaningful below saturation and with
-    the split fixed (`clusters.local.prefill_instances`); None where a figure has no data."""
+    the split fixed (`clusters.local.prefill_instances`); None where a figure has no data, and
+    Lambda_max None unless every path it needs has one. Service times do not see the link: where
+    Eq. 3's bandwidth term binds, Theta_prfaas here is the compute half only."""
     local = scenario.clusters.local
     n_p = local.prefill_instances
     routed = [r for r in records if r.route is not None]
@@ -78,13 +80,11 @@ def measured_throughputs(records: list[RequestRecord], scenario: Scenario) -> di
     theta_pd_p = n_p / _mean(near) if n_p and _mean(near) else None
     theta_pd_d = (local.instances - n_p) * local.decode_max_batch / _mean(held) \
         if n_p is not None and _mean(held) else None
-    limits = [theta_pd_d]
-    if p is not None:
-        limits += [theta_prfaas / p if theta_prfaas and p > 0 else None,
-                   theta_pd_p / (1 - p) if theta_pd_p and p < 1 else None]
-    known = [x for x in limits if x is not None]
+    limits = [theta_pd_d] + ([theta_prfaas / p if theta_prfaas else None] if p else []) \
+        + ([theta_pd_p / (1 - p) if theta_pd_p else None] if p is not None and p < 1 else [])
+    lambda_max = min(limits) if p is not None and None not in limits else None  # a missing term: no Lambda
     return {"measured_p": p, "measured_theta_prfaas": theta_prfaas, "measured_theta_pd_p": theta_pd_p,
-            "measured_theta_pd_d": theta_pd_d, "measured_lambda_max": min(known) if known else None}
+            "measured_theta_pd_d": theta_pd_d, "measured_lambda_max": lambda_max}
 
 
 def _mean(values: list[float]) -> float | None:

@@ -105,3 +105,18 @@ def test_bandwidth_crossover_is_where_the_gain_changes_sign(tmp_path: Path) -> N
 
 def _bundle(sweep, name: str) -> list[str]:
     return list(sweep.spec.configurations[name])
+
+
+def test_measured_throughputs_need_the_split_fixed() -> None:
+    from emulator.sweep.point import measured_throughputs
+    from emulator.virtual.engine import simulate
+
+    base = apply_overrides(load_sweep(SWEEPS / "paper-figure5.yaml").base_scenario(), ["duration_s=120"])
+    fixed = apply_overrides(base, ["clusters.local.prefill_instances=3", "router.threshold_tokens=19620"])
+    free = apply_overrides(base, ["router.threshold_tokens=19620"])  # the split is the scheduler's
+    got = measured_throughputs(simulate(fixed).records, fixed)
+    assert 0 < got["measured_p"] < 1 and got["measured_lambda_max"] == pytest.approx(min(
+        got["measured_theta_prfaas"] / got["measured_p"], got["measured_theta_pd_p"] / (1 - got["measured_p"]),
+        got["measured_theta_pd_d"]))
+    unknown = measured_throughputs(simulate(free).records, free)
+    assert unknown["measured_theta_prfaas"] > 0 and unknown["measured_lambda_max"] is None
