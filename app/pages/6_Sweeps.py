@@ -88,8 +88,7 @@ def _progress(out_dir: Path, rows: pd.DataFrame, doc: dict) -> None:
 
 def _findings(rows: pd.DataFrame, sweep: Sweep) -> None:
     """The paper's Figure 5 and the bandwidth crossover, for the sweeps that hold them."""
-    rate = getattr(sweep.base_scenario().workload.arrival, "rate_per_s", None)
-    if rate is not None and (f5 := findings.figure5(rows, sweep.spec, float(rate))) is not None:
+    if (f5 := findings.sweep_figure5(rows, sweep)) is not None:
         st.markdown("**The paper's Figure 5**: the throughput model's curves (lines) and the simulation's "
                     "points (circles) through the optimum")
         st.dataframe(sweeps_view.optimum_table(f5, sweep.base_path.name == CASE_STUDY_FILE), hide_index=True,

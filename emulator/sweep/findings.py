@@ -16,7 +16,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from emulator.sweep.figures import HEIGHT, succeeded
-from emulator.sweep.spec import SweepSpec
+from emulator.sweep.spec import Sweep, SweepSpec
 
 THRESHOLD, SPLIT, BANDWIDTH = "router.threshold_tokens", "clusters.local.prefill_instances", "link.bandwidth_mbit"
 ANALYTIC, VIRTUAL = "analytic", "virtual"
@@ -101,6 +101,12 @@ def figure5(rows: pd.DataFrame, spec: SweepSpec, offered_rate_per_s: float) -> F
         best_split=int(by_split.loc[by_split["model_lambda"].idxmax(), SPLIT]),
         offered_rate_per_s=offered_rate_per_s,
     )
+
+
+def sweep_figure5(rows: pd.DataFrame, sweep: Sweep) -> Figure5 | None:
+    """figure5 at the offered rate of the sweep's base (after its `set:`); None without one."""
+    rate = getattr(sweep.base_scenario().workload.arrival, "rate_per_s", None)
+    return None if rate is None else figure5(rows, sweep.spec, float(rate))
 
 
 def crossing(x: np.ndarray, y: np.ndarray, log_x: bool = True) -> float | None:

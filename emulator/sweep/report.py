@@ -22,8 +22,8 @@ from emulator.sweep.findings import (
     crossover,
     crossover_figure,
     crossover_sentence,
-    figure5,
     figure5_figures,
+    sweep_figure5,
 )
 from emulator.sweep.spec import Sweep
 
@@ -39,10 +39,8 @@ th { text-align: left; font-weight: 600; } .fail { color: #b00020; } section { m
 def write_report(out_dir: str | Path, sweep: Sweep, rows: pd.DataFrame, doc: dict[str, Any]) -> Path:
     """Write report.html into `out_dir` and return its path."""
     spec = sweep.spec
-    arrival = sweep.base_scenario().workload.arrival
-    rate = getattr(arrival, "rate_per_s", None)
     sections = [_section("Sweep", _overview(sweep, doc))]
-    if rate is not None and (f5 := figure5(rows, spec, float(rate))) is not None:
+    if (f5 := sweep_figure5(rows, sweep)) is not None:
         sections.append(_figure5_section(f5))
     if (c := crossover(rows)) is not None:
         sections.append(_crossover_section(c))
