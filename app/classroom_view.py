@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.live_charts import CHART_TITLES, TABLE_TITLES
+from app.live_view import KNOB_TITLES, TILES
+from app.runs_compare import COMPARE_TAB
 from emulator.api import SCENARIOS_DIR
 from emulator.errors import PrfaasError
 from emulator.scenario import apply_overrides, load_scenario
@@ -127,11 +129,10 @@ STEPS: tuple[Step, ...] = (
 )
 ALSO_TRY = ("`live-worker-crash.yaml` kills the remote prefill worker mid-run and restarts it: "
             "long prompts fall back to local prefill meanwhile, and no request is lost.")
-# What a step may name in *italics*: the Live page's panels, tables, tiles and knobs, the Runs
-# page's comparison and the run's Λ tile (a renamed panel fails a test, not a class).
-LIVE_NAMES = frozenset({*CHART_TITLES.values(), *TABLE_TITLES, "Completed / arrived", "Run time (s)",
-                        "Throughput (req/s)", "Λ_max, model (req/s)", "Threshold (tokens)", "Arrival rate (req/s)",
-                        "Pause arrivals", "Compare runs"})
+# What a step may name in *italics*: the Live page's panels, tables, tiles and knobs and the Runs
+# page's comparison, as the pages title them (a renamed panel fails a test, not a class).
+LIVE_NAMES = frozenset({*CHART_TITLES.values(), *TABLE_TITLES, *TILES.values(), *KNOB_TITLES.values(),
+                        COMPARE_TAB})
 NAMED = re.compile(r"\*([^*]+)\*")
 
 

@@ -31,7 +31,7 @@ from app.knobs_view import (
     threshold_max,
     threshold_payload,
 )
-from app.live_view import RunView
+from app.live_view import KNOB_TITLES, RunView
 from app.mqtt_feed import MqttFeed
 from emulator.errors import TelemetryError
 from emulator.scenario import Scenario
@@ -48,7 +48,9 @@ PHASE_NOTES = {
     "ended": "This run is over; its knobs are off.",
 }
 LINK_KEYS = ("live_k_bandwidth_mbit", "live_k_delay_ms", "live_k_jitter_ms", "live_k_loss_pct")
-LINK_WORDS = {"delay_ms": "one-way delay the link adds to every packet",
+LINK_WORDS = {"bandwidth_mbit": "the rate the remote cluster's KV caches cross to the local one; "
+                                "lower it to watch egress pin at the line and TTFT climb",
+              "delay_ms": "one-way delay the link adds to every packet",
               "jitter_ms": "random variation of that delay",
               "loss_pct": "share of packets the link drops (TCP resends them; the KV arrives later)"}
 SCHEDULER_KEYS = ("live_k_short_term", "live_k_long_term")
@@ -64,7 +66,7 @@ def bounds_help(name: str) -> str:
 # The rate knob's (label, help), by whether the run replays a trace: a generated workload draws
 # arrivals at the rate in force; a trace keeps its own timestamps and the knob scales its time.
 RATE_KNOB = {
-    False: ("Arrival rate (req/s)", f"{bounds_help('rate_per_s')}; arrivals are drawn at the rate in force "
+    False: (KNOB_TITLES["rate"], f"{bounds_help('rate_per_s')}; arrivals are drawn at the rate in force "
                                     "until the run's duration ends"),
     True: ("Replay speed (x the trace's pace)", f"{bounds_help('rate_per_s')}; 2 plays the trace twice as "
            "fast, 0.5 half as fast; the trace's end (or the run's duration) ends arrivals"),
@@ -136,7 +138,7 @@ def knobs_sidebar(run_id: str, view: RunView, phase: str, feed: MqttFeed | None,
     st.number_input(label, help=help_text, step=0.1, format="%.2f", key="live_k_rate_per_s",
                     **wire(Knob.ARRIVAL_RATE, arrival_rate_payload, "live_k_rate_per_s"))
     pause, resume = st.columns(2)
-    for col, label, key, knob in ((pause, "Pause arrivals", "live_pause", Knob.PAUSE),
+    for col, label, key, knob in ((pause, KNOB_TITLES["pause"], "live_pause", Knob.PAUSE),
                                   (resume, "Resume", "live_resume", Knob.RESUME)):
         col.button(label, key=key, width="stretch", on_click=_send,
                    args=(feed, why_no_feed, run_id, knob, empty_payload()), **on)
@@ -154,7 +156,7 @@ def knobs_sidebar(run_id: str, view: RunView, phase: str, feed: MqttFeed | None,
                  **wire(Knob.AFFINITY, affinity_payload, "live_k_affinity"))
     st.markdown("**Cross-datacenter link**")
     st.number_input("Bandwidth (Mbit/s; empty = unshaped)", key=LINK_KEYS[0], step=10.0, format="%.1f",
-                    help=bounds_help("bandwidth_mbit"), **on)
+                    help=f"{LINK_WORDS['bandwidth_mbit']}; {bounds_help('bandwidth_mbit')}", **on)
     for col, key, label in zip(st.columns(3), LINK_KEYS[1:], ("Delay (ms)", "Jitter (ms)", "Loss (%)"),
                                strict=True):
         name = key.removeprefix("live_k_")

@@ -26,6 +26,16 @@ RECENT_WINDOW_S = 10.0  # the "recent" share routed remote looks this far back
 STALE_S = 30.0  # a run with no status that has been silent this long is taken to be over
 TABLE_ROWS = 15
 ENDED_STATES = ("finished", "failed")
+# The Live page's tiles by what they show, titled as the page shows them (the Classroom tour names them).
+TILES = {
+    "state": "State", "link_backend": "Link backend", "run_time": "Run time (s)",
+    "arrived": "Completed / arrived", "failed": "Failed", "threshold": "Threshold (tokens)",
+    "simulated_time": "Simulated time (s)", "ended": "Requests ended",
+    "completed": "Completed", "failed_count": "Failed", "ttft_p50_s": "TTFT P50 (s)", "ttft_p90_s": "TTFT P90 (s)",
+    "prfaas_fraction": "Routed remote", "throughput_rps": "Throughput (req/s)",
+    "lambda_max_model": "Λ_max, model (req/s)",
+}
+KNOB_TITLES = {"rate": "Arrival rate (req/s)", "pause": "Pause arrivals"}  # knobs the tour names
 
 
 @dataclass

@@ -17,6 +17,8 @@ from emulator.compare import MetricDiff, reason_order, summary_failures
 from emulator.telemetry.figures import HEADLINE, egress_bit_per_s, egress_label, number, rate_label
 from emulator.telemetry.labels import format_number, label
 
+COMPARE_TAB = "Compare runs"  # the Runs page tab this module fills (the Classroom tour names it)
+
 # Counts first, then the headline figures, then egress in the unit that suits the runs.
 COUNT_KEYS = ("requests", "completed", "failed_count")
 

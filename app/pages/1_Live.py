@@ -17,18 +17,15 @@ from app import live_charts
 from app.decisions_view import TABLE_COLUMNS, TIME, WHY, add_decision_markers, decision_rows, note_rows
 from app.knobs_view import ack_of
 from app.live_knobs import knobs_sidebar, sent_knobs
-from app.live_view import RunView, metrics_frame, requests_table, roles_table, run_phase
+from app.live_results import show_results
+from app.live_view import TILES, RunView, metrics_frame, requests_table, roles_table, run_phase
 from app.mqtt_feed import MqttFeed, choose_broker, get_feed
-from app.page_links import page_link
-from app.paper_view import PAPER_SCENARIO, show_run_vs_paper
 from app.run_registry import RunRefused, StartedRun, get_registry
 from emulator.api import SCENARIOS_DIR, ScenarioInfo, list_scenarios, live_capability
 from emulator.errors import PrfaasError
 from emulator.scenario import Scenario, apply_overrides, load_scenario
-from emulator.scenario.export import replay_yaml
 from emulator.scenario.parts import MAX_CONNECTIONS
 from emulator.telemetry.labels import format_number
-from emulator.telemetry.run_meta import workload_statement
 
 INTRO = """
 Start a scenario, then steer it while it runs: every knob is published on the run's MQTT control
@@ -37,6 +34,7 @@ redraw every second from the server's MQTT subscriber; a virtual run is simulate
 drawn from its record when it ends.
 """
 REFRESH_S = 1.0
+ROLES, LAST_REQUESTS, DECISIONS = live_charts.TABLE_TITLES
 ACK_BOX = {"applied": st.success, "taken": st.success, "refused": st.error, "silent": st.warning,
            "waiting": st.info}
 REQUEST_COLUMNS = {
@@ -52,8 +50,6 @@ REQUEST_COLUMNS = {
     "node": st.column_config.TextColumn("prefill node", width="medium"),
     "reason": st.column_config.TextColumn("router's reason", width="large"),
 }
-LAMBDA_NOTE = ("requests per second: the run's measured throughput / the throughput model's Λ_max for the "
-               "scenario (Eq. 6); below saturation the measured figure is the offered load, not a capacity")
 OVERRIDES_HELP = ("One `path=value` per line, as `python -m emulator run --set`; e.g. "
                   "`workload.arrival.rate_per_s=1` or a scheduler trigger such as "
                   "`scheduler.short_term.queue_depth_trigger=8`.")
@@ -148,6 +144,20 @@ def _follow_watched() -> None:
         st.session_state["live_engine"] = started.handle.engine
 
 
+def _take_focus() -> None:
+    """A run to open (the page's ?run= link, once; a start here; the Classroom's or a Sweeps point's
+    replay) becomes the watched run, and the selectors follow it. Called before any selector is
+    drawn: a widget's value cannot change once it is on the page."""
+    if not st.session_state.get("live_query_done"):
+        st.session_state["live_query_done"] = True
+        if wanted := st.query_params.get("run"):
+            st.session_state["live_focus"] = wanted
+    focus = st.session_state.pop("live_focus", None)
+    if focus is not None:
+        st.session_state["live_watch"] = st.session_state["live_pinned"] = focus
+        _follow_watched()
+
+
 def _run_label(run_id: str) -> str:
     started = REGISTRY.get(run_id)
     return started.label if started is not None else f"{run_id} · seen on the bus"
@@ -157,14 +167,8 @@ def _watch_section() -> str | None:
     """The run the page follows (newest started first, then runs only seen on the bus)."""
     options = [r.run_id for r in REGISTRY.all()]
     options += [rid for rid in (FEED.buffer.run_ids() if FEED else []) if rid not in options]
-    if not st.session_state.get("live_query_done"):
-        st.session_state["live_query_done"] = True
-        if wanted := st.query_params.get("run"):
-            st.session_state["live_focus"] = wanted
-    focus = st.session_state.pop("live_focus", None)
-    if focus is not None:
-        options = options if focus in options else [focus, *options]
-        st.session_state["live_watch"] = focus
+    if (pinned := st.session_state.get("live_pinned")) is not None and pinned not in options:
+        options.insert(0, pinned)  # opened by id before this server has heard of it
     if not options:
         st.info("No run yet: start one above, or start one in a terminal with "
                 f"`python -m emulator run SCENARIO.yaml --broker {BROKER.shown}` to watch it here.")
@@ -205,15 +209,15 @@ def _status_row(view: RunView, phase: str, started: StartedRun | None) -> None:
         _virtual_status(started, phase, duration)
         return  # a virtual run says nothing on the bus: its log and record are all there is
     tiles = st.columns(6)
-    tiles[0].metric("State", status.state if status is not None and phase != "ended" else phase)
-    tiles[1].metric("Link backend", (status.link_backend if status else None) or "-")
-    tiles[2].metric("Run time (s)", f"{latest.t_s:.1f}{duration}" if latest else "-",
+    tiles[0].metric(TILES["state"], status.state if status is not None and phase != "ended" else phase)
+    tiles[1].metric(TILES["link_backend"], (status.link_backend if status else None) or "-")
+    tiles[2].metric(TILES["run_time"], f"{latest.t_s:.1f}{duration}" if latest else "-",
                     help="seconds since the run started / the scenario's duration (arrivals stop there; "
                          "the run then drains)")
     counts = latest.requests if latest else None
-    tiles[3].metric("Completed / arrived", f"{counts.completed} / {counts.arrived}" if counts else "-")
-    tiles[4].metric("Failed", str(counts.failed) if counts else "-")
-    tiles[5].metric("Threshold (tokens)", format_number(latest.threshold_tokens) if latest else "-")
+    tiles[3].metric(TILES["arrived"], f"{counts.completed} / {counts.arrived}" if counts else "-")
+    tiles[4].metric(TILES["failed"], str(counts.failed) if counts else "-")
+    tiles[5].metric(TILES["threshold"], format_number(latest.threshold_tokens) if latest else "-")
     if scenario is not None and latest is not None and phase == "running":
         st.progress(min(latest.t_s / scenario.duration_s, 1.0), text=f"{latest.t_s:.0f} of {scenario.duration_s:g} s")
     if status is not None and (why := status.link_backend_reason or status.note):
@@ -230,9 +234,9 @@ def _virtual_status(started: StartedRun, phase: str, duration: str) -> None:
     """A virtual run's progress, from the progress lines its CLI writes to its log."""
     progress = started.progress()
     tiles = st.columns(3)
-    tiles[0].metric("State", "simulating" if phase == "virtual" else "ended")
-    tiles[1].metric("Simulated time (s)", f"{progress.run_s:.1f}{duration}" if progress else "-")
-    tiles[2].metric("Requests ended", f"{progress.done:,} / {progress.total:,}" if progress else "-")
+    tiles[0].metric(TILES["state"], "simulating" if phase == "virtual" else "ended")
+    tiles[1].metric(TILES["simulated_time"], f"{progress.run_s:.1f}{duration}" if progress else "-")
+    tiles[2].metric(TILES["ended"], f"{progress.done:,} / {progress.total:,}" if progress else "-")
     if phase == "virtual" and progress is not None and progress.total:
         st.progress(min(progress.done / progress.total, 1.0), text=f"{progress.done:,} of {progress.total:,} requests")
 
@@ -253,52 +257,6 @@ def _start_threshold(started: StartedRun | None, view: RunView) -> int | None:
     scenario = _scenario_of(started)
     tokens = scenario.router.threshold_tokens if scenario is not None else None
     return tokens if isinstance(tokens, int) else None
-
-
-def _results(started: StartedRun) -> None:
-    doc = started.summary()
-    if doc is None:
-        if not started.handle.is_running:
-            st.error(f"Run {started.run_id} ended with exit code {started.handle.returncode} and no "
-                     f"results:\n\n```\n{started.handle.log_tail(8)}\n```")
-        return
-    summary, meta = doc.get("summary", {}), doc.get("meta", {})
-    cols = st.columns(7)
-    for col, (key, label) in zip(cols, (("completed", "Completed"), ("failed_count", "Failed"),
-                                        ("ttft_p50_s", "TTFT P50 (s)"), ("ttft_p90_s", "TTFT P90 (s)")),
-                                 strict=False):
-        col.metric(label, format_number(summary.get(key)))
-    share = summary.get("prfaas_fraction")
-    cols[4].metric("Routed remote", f"{share:.1%}" if isinstance(share, int | float) else "-")
-    cols[5].metric("Throughput (req/s)", format_number(summary.get("throughput_rps")), help=LAMBDA_NOTE)
-    cols[6].metric("Λ_max, model (req/s)", format_number(meta.get("lambda_max_model")), help=LAMBDA_NOTE)
-    for failure in doc.get("expect_failures", []):
-        st.warning(f"expect failed: {failure}")
-    if started.handle.engine == "virtual" and (statement := workload_statement(meta)):
-        st.caption(f"Workload: {statement}")  # a live run's status row says it already
-    if meta.get("scenario") == PAPER_SCENARIO:
-        with st.expander("The paper beside this run", expanded=True):
-            show_run_vs_paper(doc)
-    st.markdown(f"Recorded in `{started.handle.out_dir}`.")
-    _save_as_scenario(started, meta)
-    page_link("Runs", "Open it on the Runs page")
-
-
-def _save_as_scenario(started: StartedRun, meta: dict) -> None:
-    """The run as a scenario file: its scenario, its start options and the knobs sent during it."""
-    scenario = _scenario_of(started)
-    if scenario is None:
-        return
-    events = [e for e in meta.get("control_events", []) if isinstance(e, dict)]
-    try:
-        text = replay_yaml(scenario, events, source=f"dashboard run {started.run_id}")
-    except PrfaasError as err:
-        st.caption(f"Cannot save this run as a scenario: {err}")
-        return
-    st.download_button("Save as scenario (YAML)", text, file_name=f"{scenario.name}-{started.run_id}.yaml",
-                       mime="application/x-yaml", key="live_save_scenario",
-                       help=f"replays the run headlessly with its {len(events)} knob changes as timeline "
-                            "events: python -m emulator run FILE.yaml")
 
 
 def _decisions(started: StartedRun | None, view: RunView) -> pd.DataFrame:
@@ -328,18 +286,18 @@ def _charts(frame: pd.DataFrame, caption: str, decisions: pd.DataFrame, view: Ru
             add_decision_markers(figure, decisions)
         col.plotly_chart(figure, key=key, config={"displayModeBar": False})
     if view is not None:
-        grid[2][1].markdown("**Node roles**")
-        grid[2][1].dataframe(roles_table(view.latest), hide_index=True)
-    st.markdown("**Decisions** (the scheduler's, and every knob the timeline or a control message turned)")
+        grid[2][1].markdown(f"**{ROLES}**")
+        grid[2][1].dataframe(roles_table(view.latest), hide_index=True, placeholder="-")
+    st.markdown(f"**{DECISIONS}** (the scheduler's, and every knob the timeline or a control message turned)")
     if decisions.empty:
         st.caption("None yet: no knob has been turned and the scheduler has not moved anything.")
     else:
-        st.dataframe(decisions[list(TABLE_COLUMNS)], hide_index=True, key="live_decisions",
+        st.dataframe(decisions[list(TABLE_COLUMNS)], hide_index=True, key="live_decisions", placeholder="-",
                      column_config={TIME: st.column_config.NumberColumn(TIME, format="%.1f", width="small"),
                                     WHY: st.column_config.TextColumn(WHY, width="large")})
     if view is not None:
-        st.markdown("**Last requests** (queue, prefill and exposed transfer make up the TTFT)")
-        st.dataframe(requests_table(view.events), hide_index=True, column_config=REQUEST_COLUMNS)
+        st.markdown(f"**{LAST_REQUESTS}** (queue, prefill and exposed transfer make up the TTFT)")
+        st.dataframe(requests_table(view.events), hide_index=True, column_config=REQUEST_COLUMNS, placeholder="-")
 
 
 def _panel(run_id: str) -> None:
@@ -351,7 +309,7 @@ def _panel(run_id: str) -> None:
     _status_row(view, phase, started)
     _acks(run_id, view)
     if phase in ("ended", "virtual") and started is not None:
-        _results(started)
+        show_results(started, _scenario_of(started))
     if phase == "virtual":
         st.info("Simulating: a virtual run publishes nothing while it runs; its charts show here when it ends.")
     elif view.metrics:
@@ -378,6 +336,7 @@ feed_state = ("connected" if FEED and FEED.connected else f"not connected ({FEED
 st.caption(f"MQTT broker: {BROKER.shown} ({BROKER.how}) · subscriber {feed_state}")
 if BROKER.url is None:
     st.warning(f"No MQTT broker: {BROKER.how}. Runs still start and record, but nothing shows live.")
+_take_focus()
 _start_section()
 watched = _watch_section()
 if watched is not None:

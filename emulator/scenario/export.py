@@ -35,12 +35,16 @@ def late_events(scenario: Scenario, control_events: Sequence[Mapping[str, Any]])
 
 
 def replay_yaml(scenario: Scenario, control_events: Sequence[Mapping[str, Any]] = (), *,
-                source: str = "") -> str:
-    """`replay_document` as YAML with a header that says where it came from and what it left out."""
+                source: str = "", untimed: Sequence[str] = ()) -> str:
+    """`replay_document` as YAML with a header that says where it came from and what it left out:
+    knobs turned while the run drained, and `untimed`, changes no timeline event can replay
+    (pausing and resuming arrivals), one line each."""
     header = (f"# {scenario.name}, saved from {source or 'a run'} with its knob changes as timeline events.\n"
               "# Replay it with: python -m emulator run THIS_FILE.yaml\n")
     for event in late_events(scenario, control_events):
         change = {k: v for k, v in event.items() if k != "at_s"}
         header += (f"# left out: at {event['at_s']:g} s, after duration_s = {scenario.duration_s:g} (the run was "
                    f"draining): {change}\n")
+    for change in untimed:
+        header += f"# left out: {' '.join(change.split())} (no timeline event replays it)\n"  # one line
     return header + yaml.safe_dump(replay_document(scenario, control_events), sort_keys=False)

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from app.live_view import TILES
 from emulator.telemetry.labels import format_number
 
 PAGE = Path(__file__).resolve().parents[2] / "app" / "pages" / "1_Live.py"
@@ -57,7 +58,12 @@ def _metrics(app: AppTest) -> dict[str, str]:
 
 
 def _watching(fake_run) -> AppTest:
-    """The page on `fake_run`, running, with two snapshots and one request in."""
+    """The page on `fake_run`, running, with two snapshots and one request in. The page's subscriber
+    is connected before the run publishes (the bus keeps nothing for late subscribers), so the test
+    does not depend on an earlier test having started it."""
+    app = AppTest.from_file(str(PAGE), default_timeout=30)
+    app.query_params["run"] = fake_run.run_id
+    _until(app, lambda a: "subscriber connected" in _texts(a))
     fake_run.status("running")
     fake_run.snapshot(0.5, egress_bit_per_s=0.0)
     fake_run.snapshot(1.0, egress_bit_per_s=42e6, ttft_p50_s=0.8, ttft_p90_s=1.2)
@@ -68,8 +74,6 @@ def _watching(fake_run) -> AppTest:
     fake_run.event("rq-1", "transfer_end", 0.9, route="prfaas", node="remote-prefill-0")
     fake_run.event("rq-1", "first_token", 1.0, route="prfaas", node="local-decode-1",
                    detail={"ttft_s": 0.8})
-    app = AppTest.from_file(str(PAGE), default_timeout=30)
-    app.query_params["run"] = fake_run.run_id
     return _until(app, lambda a: "Last snapshot: t = 1.00 s" in _texts(a)
                   and not a.slider(key="live_k_threshold").disabled)
 
@@ -261,3 +265,35 @@ def test_a_run_that_fails_to_start_shows_its_reason(live_env: str) -> None:
     _until(app, lambda a: bool(a.error), timeout_s=60)
     assert "ended with exit code 2 and no results" in app.error[0].value
     assert "model.preset: the live engine runs a model_stub preset" in app.error[0].value
+
+
+def test_a_run_opened_elsewhere_brings_the_selectors_and_its_start_threshold(live_env: str) -> None:
+    """The Classroom and the Sweeps page open a run on this page (live_focus): the scenario and
+    engine selectors follow it, and the paper run's greyed threshold knob shows the t it ran at
+    on a range that reaches the scenario's longest input."""
+    app = _ok(AppTest.from_file(str(PAGE), default_timeout=30).run())
+    app.selectbox(key="live_scenario").set_value("paper-case-study.yaml").run()
+    app.number_input(key="live_duration").set_value(60.0)
+    _ok(app.button(key="live_start").click().run())
+    run_id = app.selectbox(key="live_watch").value
+    _until(app, lambda a: TILES["lambda_max_model"] in _metrics(a), timeout_s=60)
+    assert {TILES[k] for k in ("state", "simulated_time", "ended", "completed", "failed_count", "ttft_p50_s",
+                               "ttft_p90_s", "prfaas_fraction", "throughput_rps")} <= set(_metrics(app))
+    app.selectbox(key="live_scenario").set_value("live-quickstart.yaml").run()
+    assert app.radio(key="live_engine").value == "live"
+    app.session_state["live_focus"] = run_id  # as the Classroom's start button leaves it
+    _ok(app.run())
+    assert app.selectbox(key="live_scenario").value == "paper-case-study.yaml"
+    assert app.radio(key="live_engine").value == "virtual" and app.selectbox(key="live_watch").value == run_id
+    knob = app.slider(key="live_k_threshold")
+    assert knob.disabled and knob.value == 19_620 and knob.max >= 131_072
+
+
+def test_the_live_tiles_carry_the_titles_the_tour_names(fake_run) -> None:
+    app = _watching(fake_run)
+    assert {TILES[k] for k in ("state", "link_backend", "run_time", "arrived", "failed", "threshold")} <= set(
+        _metrics(app))
+    assert app.number_input(key="live_k_rate_per_s").label == "Arrival rate (req/s)"
+    help_of = {e.key: e.help for e in app.number_input}
+    assert "KV caches cross" in help_of["live_k_bandwidth_mbit"] and "one-way delay" in help_of["live_k_delay_ms"]
+    assert "least estimated time to first token" in app.selectbox(key="live_k_affinity").help
