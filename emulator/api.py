@@ -22,6 +22,7 @@ from emulator.paths import REPO_ROOT, SCENARIOS_DIR
 from emulator.scenario import load_scenario
 
 SWEEPS_DIR = SCENARIOS_DIR / "sweeps"
+PROGRESS_EVERY_S = 0.5  # a dashboard run logs its progress this often: the Live page reads it back
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +122,7 @@ def start_run(scenario: Path, engine: str | None = None, broker_url: str | None 
     out_dir = out_dir or paths.runs_dir() / f"{sc.name}-{time.strftime('%Y%m%d-%H%M%S')}-{run_id}"
     out_dir.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "emulator", "-v", "run", str(scenario), "--engine", engine,
-               "--out", str(out_dir), "--run-id", run_id,
+               "--out", str(out_dir), "--run-id", run_id, "--progress-every", str(PROGRESS_EVERY_S),
                *(["--broker", broker_url] if broker_url else ["--no-broker"])]
     for item in overrides:
         command += ["--set", item]

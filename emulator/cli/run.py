@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from emulator.cli.progress import ProgressReporter
+from emulator.cli.progress import LOG_EVERY_S, ProgressReporter, progress_every
 from emulator.scenario import apply_overrides, load_scenario
 from emulator.telemetry.figures import EGRESS_KEY, egress_bit_per_s, format_rate
 from emulator.telemetry.labels import format_number, label
@@ -40,13 +40,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--run-id", help="live engine: the run id in namespaces and MQTT topics (6 hex digits)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="PATH=VALUE",
                         help="override a scenario field (repeatable), e.g. router.threshold_tokens=8000")
+    parser.add_argument("--progress-every", type=progress_every, default=LOG_EVERY_S, metavar="S",
+                        help=f"seconds between progress lines when stderr is not a terminal (default {LOG_EVERY_S:g})")
 
 
 def run(args: argparse.Namespace) -> int:
     scenario = apply_overrides(load_scenario(args.scenario), args.overrides)
     engine = args.engine or scenario.engine
     out = args.out or Path("runs") / f"{scenario.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    bar = ProgressReporter("requests ended", sys.stderr.isatty())
+    bar = ProgressReporter("requests ended", sys.stderr.isatty(), log_every_s=args.progress_every)
 
     def progress(done: int, total: int, elapsed_s: float) -> None:
         bar(done, total, f"run time {elapsed_s:.1f} s")

@@ -50,3 +50,13 @@ def test_a_stopped_live_run_fails_what_is_open_and_cleans_up(tmp_path: Path) -> 
     failed = requests[requests["status"] == "failed"]
     assert (failed["fail_reason"].str.contains("interrupted")).all()
     assert netns.list_netns(f"prf-{handle.run_id}-") == []
+
+
+def test_a_dashboard_run_logs_its_progress_often_enough_for_a_run_of_seconds(tmp_path: Path) -> None:
+    """The Live page reads a virtual run's progress from its log: a run of a few seconds must
+    state its total when the simulation starts, not only at its end (a 5 s cadence wrote only the end)."""
+    handle = start_run(SCENARIOS_DIR / "paper-case-study.yaml", out_dir=tmp_path / "run")
+    assert handle.process.wait(timeout=120) == 0, handle.log_tail()
+    lines = [line for line in handle.log_path.read_text().splitlines() if line.startswith("progress: ")]
+    assert len(lines) >= 2 and lines[0].startswith("progress: 0/1,225 requests ended"), lines
+    assert lines[-1].startswith("progress: 1,225/1,225 requests ended"), lines
