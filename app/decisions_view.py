@@ -17,6 +17,7 @@ from typing import Any
 import pandas as pd
 import plotly.graph_objects as go
 
+from app.palette import DECISION_COLORS
 from emulator.telemetry.decision_log import LogEntry, log_entries, note_entry
 from emulator.telemetry.schemas import NoteEvent
 
@@ -24,7 +25,6 @@ TIME, WHAT, WHY, SOURCE = "time (s)", "what", "why", "source"
 TABLE_COLUMNS = (TIME, WHAT, WHY)
 MAX_LABELLED = 12  # more markers than this are numbered, not worded, so their labels do not overlap
 LABEL_CHARS = 32
-SOURCE_COLORS = {"scheduler": "#9467bd", "timeline": "#7f7f7f", "control": "#d62728"}
 
 
 def decision_rows(meta: Mapping[str, Any]) -> pd.DataFrame:
@@ -59,7 +59,7 @@ def add_decision_markers(fig: go.Figure, rows: pd.DataFrame) -> go.Figure:
         text = _short(str(row[WHAT])) if worded else str(int(i) + 1)
         fig.add_vline(
             x=float(row[TIME]), line_dash="dot", line_width=1,
-            line_color=SOURCE_COLORS.get(str(row.get(SOURCE, "")), "#555555"),
+            line_color=DECISION_COLORS.get(str(row.get(SOURCE, "")), "#555555"),
             annotation_text=text, annotation_position="top left", annotation_textangle=-90,
             annotation_font_size=10,
             annotation_hovertext=f"t = {row[TIME]:.1f} s: {row[WHAT]}<br>why: {row[WHY]}",

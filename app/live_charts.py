@@ -9,6 +9,9 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
+from app.palette import QUEUE_COLORS, ROUTE_COLORS
+from emulator.control.types import Route
+from emulator.telemetry.report import token_axis
 from emulator.telemetry.timeseries import frame_rate_unit
 
 # The Live page's panels by key, titled as the page shows them (the Classroom tour names them too).
@@ -22,13 +25,15 @@ CHART_TITLES = {
 TABLE_TITLES = ("Node roles", "Last requests", "Decisions")
 HEIGHT = 270
 LEGEND_TOP = {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom"}
-COLORS = {"p50": "#1f77b4", "p90": "#d62728", "threshold": "#7f7f7f", "egress": "#ff7f0e",
-          "capacity": "#222222", "remote_prefill": "#d62728", "local_prefill": "#1f77b4",
-          "decode": "#2ca02c", "share": "#9467bd", "recent": "#c5b0d5", "retrans": "#8c564b",
-          "rtt": "#17becf"}
+# The queues in their pools' colours and the share routed remote in the PrfaaS route's (app.palette);
+# the TTFT percentiles in neither, so red and blue keep meaning the routes on this page too.
+COLORS = {"p50": "#9467bd", "p90": "#e377c2", "threshold": "#7f7f7f", "egress": "#ff7f0e",
+          "capacity": "#222222", **QUEUE_COLORS, "share": ROUTE_COLORS[Route.PRFAAS.value],
+          "recent": "#ff9896", "retrans": "#8c564b", "rtt": "#17becf"}
 
 
-def _figure(y_title: str, traces: list[dict], *, y: dict | None = None, y2: str | None = None) -> go.Figure:
+def _figure(y_title: str, traces: list[dict], *, y: dict | None = None, y2: str | None = None,
+            y2_axis: dict | None = None) -> go.Figure:
     """One figure from trace dicts in a single constructor call: plotly validates the whole figure
     once, where update_layout/add_scatter calls validate and relayout one by one (21 ms against
     1.5 ms for the TTFT chart; the page redraws five charts every second)."""
@@ -40,7 +45,7 @@ def _figure(y_title: str, traces: list[dict], *, y: dict | None = None, y2: str 
     }
     if y2 is not None:
         layout["yaxis2"] = {"title": {"text": y2}, "overlaying": "y", "side": "right", "rangemode": "tozero",
-                            "showgrid": False}
+                            "showgrid": False, **(y2_axis or {})}
     return go.Figure(data=traces, layout=layout)
 
 
@@ -51,13 +56,14 @@ def _line(frame: pd.DataFrame, column: str, name: str, color: str, *, line: dict
 
 
 def ttft_figure(frame: pd.DataFrame) -> go.Figure:
-    """TTFT P50/P90 (left axis, s) with the routing threshold (right axis, tokens)."""
+    """TTFT P50/P90 (left axis, s) with the routing threshold (right axis, whole tokens with
+    thousands separators, as report.html's threshold axis)."""
     return _figure("TTFT (s)", [
         _line(frame, "ttft_p50_s", "TTFT P50", COLORS["p50"]),
         _line(frame, "ttft_p90_s", "TTFT P90", COLORS["p90"]),
         _line(frame, "threshold_tokens", "threshold", COLORS["threshold"], yaxis="y2",
               line={"dash": "dot", "shape": "hv"}),
-    ], y2="threshold (tokens)")
+    ], y2="threshold (tokens)", y2_axis=token_axis(frame["threshold_tokens"]))
 
 
 def egress_figure(frame: pd.DataFrame) -> go.Figure:

@@ -1,8 +1,10 @@
 """One colour per model, route and pool, so a model or a route looks the same on every chart.
 
 Model names come in three spellings (a preset, `preset (size)` in the KV tables, and the paper's
-Table 3 name of a real model); all of them resolve to one colour here. Charts take their colours
-from this module and name none of their own for models, routes or pools.
+Table 3 name of a real model); all of them resolve to one colour here. Routes and pools are
+`emulator.telemetry.palette`'s (report.html draws them too), re-exported here. Charts take their
+colours from this module and name none of their own for models, routes, pools, request stages or
+decision sources.
 """
 
 from __future__ import annotations
@@ -10,7 +12,12 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 
+from emulator.telemetry.palette import POOL_COLORS, QUEUE_COLORS, ROUTE_COLORS, queue_color, route_color
 from model_stub.config import SIZES
+
+__all__ = ["DECISION_COLORS", "MODEL_ALIASES", "MODEL_COLORS", "POOL_COLORS", "PRESET_DASHES", "PRESET_SYMBOLS",
+           "QUEUE_COLORS", "ROUTE_COLORS", "SPARE_COLORS", "STAGE_COLORS", "canonical_model", "color_map",
+           "model_color", "queue_color", "route_color"]
 
 MODEL_COLORS: dict[str, str] = {
     # model_stub presets (Home, KV explorer)
@@ -39,10 +46,12 @@ MODEL_ALIASES: dict[str, str] = {
 # Unknown models still get a stable colour (by a hash of the name, not Python's salted hash).
 SPARE_COLORS: tuple[str, ...] = ("#637939", "#843c39", "#7b4173", "#3182bd", "#e6550d", "#31a354")
 
-# Requests by route: PrfaaS (remote prefill, KV over the link) against local prefill.
-ROUTE_COLORS: dict[str, str] = {"prfaas": "#d62728", "remote": "#d62728", "local": "#1f77b4"}
-# Instance pools: the PrfaaS prefill cluster, the local prefill (PD-P) and decode (PD-D) pools.
-POOL_COLORS: dict[str, str] = {"prfaas": "#d62728", "pd_p": "#1f77b4", "pd_d": "#2ca02c"}
+# A request's stages on the Runs page's timeline. Prefill is neither route's colour (a bar stands for
+# either route); decode is the decode pool's green.
+STAGE_COLORS: dict[str, str] = {"queue": "#bbbbbb", "prefill": "#17becf", "transfer": "#ff7f0e",
+                                "decode": POOL_COLORS["pd_d"]}
+# Decision markers by who decided: the scheduler, the scenario's timeline, a control message.
+DECISION_COLORS: dict[str, str] = {"scheduler": "#9467bd", "timeline": "#7f7f7f", "control": "#e377c2"}
 
 # Presets whose cache curves nearly coincide (qwen3-next-mini and mimo-v2-flash-mini add the same
 # KV bytes per token) need more than colour to tell apart: a dash style and a marker each.

@@ -1,5 +1,6 @@
-"""The Sweeps page's own helpers: a point's label and Figure 5's optimum beside the paper's. The
-figures are emulator.sweep.figures' and .findings', shared with report.html."""
+"""The Sweeps page's own helpers: a point's label, the points as display text, and Figure 5's
+optimum beside the paper's. The figures are emulator.sweep.figures' and .findings', shared with
+report.html."""
 
 from __future__ import annotations
 
@@ -8,8 +9,12 @@ from collections.abc import Sequence
 import pandas as pd
 
 from app.paper_figures import CASE_STUDY
+from app.runs_view import as_text
 from emulator.sweep.figures import level_text
 from emulator.sweep.findings import Figure5
+from emulator.telemetry.labels import label
+
+HIDDEN_COLUMNS = ("node_id",)  # which Ray node ran a point: the sweep's log, not its results
 
 
 def point_label(rows: pd.DataFrame, point_id: str, axes: Sequence[str]) -> str:
@@ -17,6 +22,19 @@ def point_label(rows: pd.DataFrame, point_id: str, axes: Sequence[str]) -> str:
     row = rows[rows["point_id"] == point_id].iloc[0]
     values = [f"{axis}={level_text(row[axis])}" for axis in axes]
     return f"{', '.join(values)}, seed={row['seed']} ({row['engine']})"
+
+
+def points_table(rows: pd.DataFrame, axes: Sequence[str]) -> pd.DataFrame:
+    """`rows` (sweep.parquet's, any subset of its columns) as the Runs page's tables read: the axes
+    under their own names with their levels as the sweep file wrote them (`8000`, not `8000.0`), the
+    seed as it is, every other column under its human name (labels.py) to three significant digits,
+    and `-` for every missing cell."""
+    shown = rows.drop(columns=list(HIDDEN_COLUMNS), errors="ignore").copy()
+    for axis in (a for a in axes if a in shown.columns):
+        shown[axis] = shown[axis].map(lambda v: None if pd.isna(v) else level_text(v)).astype(object)
+    if "seed" in shown.columns:
+        shown["seed"] = shown["seed"].map(lambda v: None if pd.isna(v) else str(int(v))).astype(object)
+    return as_text(shown).rename(columns={c: label(c) for c in shown.columns if c not in axes})
 
 
 def optimum_table(f: Figure5, base_is_case_study: bool) -> pd.DataFrame:

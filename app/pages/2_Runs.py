@@ -17,6 +17,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from app.decisions_view import TABLE_COLUMNS, add_decision_markers, decision_rows
+from app.palette import STAGE_COLORS, route_color
 from app.paper_view import PAPER_SCENARIO, show_run_vs_paper
 from app.runs_compare import compare_cdfs, compare_egress, compare_table, run_letters
 from app.runs_view import (
@@ -26,7 +27,6 @@ from app.runs_view import (
     Run,
     RunListing,
     as_text,
-    column_widths,
     csv_bytes,
     egress_lines,
     file_bytes,
@@ -41,6 +41,7 @@ from app.runs_view import (
     timeseries_lines,
     ttft_cdf,
 )
+from app.tables import show_table
 from emulator.errors import TelemetryError
 from emulator.telemetry.figures import NODE_NOTE, NOQUEUE_NOTE, egress_bit_per_s, format_rate
 from emulator.telemetry.labels import format_number, label
@@ -48,7 +49,6 @@ from emulator.telemetry.recorder import load_run
 from emulator.telemetry.report import token_axis
 from emulator.telemetry.run_meta import workload_statement
 
-SEGMENT_COLORS = {"queue": "#bbbbbb", "prefill": "#1f77b4", "transfer": "#ff7f0e", "decode": "#2ca02c"}
 LEGEND_TOP = {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom"}
 
 
@@ -81,14 +81,6 @@ def _listing(text: str) -> RunListing | None:
                 "requests.parquet and timeseries.parquet.")
         return None
     return listing
-
-
-def _table(frame: pd.DataFrame, key: str, hide_index: bool = True) -> None:
-    """A display-text table (`as_text`), each column wide enough for its header and cells."""
-    widths = column_widths(frame)
-    config = {col: st.column_config.Column(width=px) for col, px in widths.items()
-              if col != "_index" or not hide_index}
-    st.dataframe(frame, hide_index=hide_index, key=key, column_config=config, placeholder="-")
 
 
 def _incomplete(listing: RunListing) -> None:
@@ -148,7 +140,7 @@ def _node_table(run: Run) -> None:
     if nodes.empty:
         st.caption("No per-node figures: this run was recorded before they existed.")
         return
-    _table(as_text(nodes, percent=("busy",)), "runs_nodes")
+    show_table(as_text(nodes, percent=("busy",)), "runs_nodes")
     st.caption(NODE_NOTE)
 
 
@@ -156,7 +148,8 @@ def _cdf_chart(cdf: pd.DataFrame, key: str, color_title: str) -> None:
     if cdf.empty:
         st.info("No completed request has a TTFT.")
         return
-    fig = px.line(cdf, x="ttft_s", y="fraction", color="group", line_shape="hv",
+    by_route = {group: route_color(group) for group in cdf["group"].unique()} if color_title == "route" else None
+    fig = px.line(cdf, x="ttft_s", y="fraction", color="group", line_shape="hv", color_discrete_map=by_route,
                   labels={"ttft_s": "TTFT (s)", "fraction": "fraction of requests", "group": color_title})
     fig.update_layout(legend=LEGEND_TOP, margin={"t": 40})
     st.plotly_chart(fig, key=key)
@@ -174,7 +167,7 @@ def _gantt_chart(run: Run) -> None:
     for segment in SEGMENTS:
         part = segments[segments["segment"] == segment]
         fig.add_bar(y=part["id"], x=part["duration_s"], base=part["start_s"], orientation="h",
-                    name=segment, marker_color=SEGMENT_COLORS[segment],
+                    name=segment, marker_color=STAGE_COLORS[segment],
                     width=0.35 if segment == "transfer" else 0.8,  # thin: it overlaps prefill
                     customdata=part[["route"]], hovertemplate="%{y} (%{customdata[0]}): "
                     f"{segment} " "%{base:.3f}s + %{x:.3f}s<extra></extra>")
@@ -211,9 +204,9 @@ def _decisions(rows: pd.DataFrame) -> None:
     if rows.empty:
         st.caption("No scheduler decisions or knob changes recorded in this run.")
         return
-    _table(as_text(rows[list(TABLE_COLUMNS)]), "runs_decisions")
+    show_table(as_text(rows[list(TABLE_COLUMNS)]), "runs_decisions")
     st.caption("Dotted lines on the egress and threshold charts mark these times: purple the scheduler, "
-               "grey the scenario's timeline, red a control message.")
+               "grey the scenario's timeline, pink a control message.")
 
 
 def _downloads(run: Run) -> None:
@@ -270,7 +263,7 @@ def _compare(listing: RunListing) -> None:
     picked = {name: runs[name] for name in chosen}
     st.caption("Differences are to A: " + ", ".join(f"{letter} = `{name}`"
                                                      for name, letter in run_letters(chosen).items()))
-    _table(compare_table(picked), "runs_compare_table", hide_index=False)
+    show_table(compare_table(picked), "runs_compare_table", hide_index=False)
     left, right = st.columns(2)
     with left:
         st.markdown("**TTFT CDF**")
@@ -289,7 +282,7 @@ runs_text = st.text_input("Runs directory", value=DEFAULT_RUNS_DIR, key="runs_di
                           help="A folder of run folders, or one run folder; relative to the repository root")
 found = _listing(runs_text)
 if found is not None:
-    _table(listing_table(found), "runs_listing")
+    show_table(listing_table(found), "runs_listing")
     _incomplete(found)
 if found is not None and found.runs:
     open_tab, compare_tab = st.tabs(["Open a run", "Compare runs"])

@@ -19,6 +19,7 @@ from app import sweeps_view
 from app.mqtt_feed import choose_broker, get_feed
 from app.page_links import page_link
 from app.run_registry import RunRefused, get_registry
+from app.tables import show_table
 from emulator.api import SweepHandle, list_sweep_files, start_sweep
 from emulator.errors import PrfaasError
 from emulator.paths import REPO_ROOT, runs_dir
@@ -187,13 +188,14 @@ def _panel(out_dir: Path) -> None:
     failed = rows[rows["status"] != figures.OK] if "status" in rows.columns else rows.iloc[0:0]
     if not failed.empty:
         with st.expander(f"{len(failed)} failed points"):
-            st.dataframe(failed[["point_id", *axes, "seed", "reason"]], hide_index=True)
+            show_table(sweeps_view.points_table(failed[["point_id", *axes, "seed", "reason"]], axes),
+                       "sweeps_failed")
     sweep = _sweep_of(doc)
     if sweep is not None:
         _findings(rows, sweep)
     _figures(rows, sweep, axes, metrics)
     st.markdown("**Points**")
-    st.dataframe(rows.drop(columns=["node_id"], errors="ignore"), hide_index=True, key="sweeps_rows")
+    show_table(sweeps_view.points_table(rows, axes), "sweeps_rows")
     if sweep is not None:
         _point_download(rows, sweep, axes)
 

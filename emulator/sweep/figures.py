@@ -1,6 +1,7 @@
 """A sweep's figures, from its rows (one per point and seed), for report.html and the dashboard's
 Sweeps page alike: a heatmap of a metric over two axes, a metric along one axis with a band over
-the seeds, and the Pareto front of throughput against TTFT P90 coloured by egress.
+the seeds, and the Pareto front of throughput against TTFT P90 coloured by egress (in Mbit/s or
+Gbit/s, whichever suits the sweep's egress).
 
 Pure: a DataFrame in, a DataFrame or a Plotly figure out. Failed points are left out of every
 figure (the page and the report list them).
@@ -15,10 +16,11 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from emulator.sweep.spec import SweepSpec
+from emulator.telemetry.figures import rate_label
 
 OK = "ok"
 THROUGHPUT, LATENCY = "throughput_rps", "ttft_p90_s"
-EGRESS_GBPS = {"egress_bit_per_s_mean": 1e-9, "egress_gbps_mean": 1.0}  # a kept egress column -> Gbit/s
+EGRESS_BIT_PER_S = {"egress_bit_per_s_mean": 1.0, "egress_gbps_mean": 1e9}  # a kept egress column -> bit/s
 HEIGHT = 380
 
 
@@ -103,11 +105,10 @@ def pareto_figure(rows: pd.DataFrame, hover: Sequence[str] = ()) -> go.Figure:
     on_front = pareto_mask(done[THROUGHPUT].to_numpy(float), done[LATENCY].to_numpy(float))
     front = done[on_front].sort_values(THROUGHPUT)
     text = done[list(hover)].astype(str).agg(", ".join, axis=1) if hover else None
-    column = next((c for c in EGRESS_GBPS if c in done.columns), None)
-    egress = done[column] * EGRESS_GBPS[column] if column is not None else None
+    egress, unit = _egress(done)
     points = {"type": "scatter", "x": done[THROUGHPUT], "y": done[LATENCY], "mode": "markers", "name": "points",
               "marker": {"size": 8, "color": egress, "colorscale": "Plasma", "showscale": egress is not None,
-                         "colorbar": {"title": {"text": "egress (Gbit/s)"}}}, "text": text,
+                         "colorbar": {"title": {"text": f"egress ({unit})"}}}, "text": text,
               "hovertemplate": "%{text}<br>%{x:.3g} req/s, TTFT P90 %{y:.3g} s<extra></extra>"}
     line = {"type": "scatter", "x": front[THROUGHPUT], "y": front[LATENCY], "mode": "lines", "name": "Pareto front",
             "line": {"color": "#222222", "dash": "dot"}}
@@ -115,3 +116,14 @@ def pareto_figure(rows: pd.DataFrame, hover: Sequence[str] = ()) -> go.Figure:
         "height": HEIGHT, "xaxis": {"title": {"text": "throughput (req/s)"}},
         "yaxis": {"title": {"text": "TTFT P90 (s)"}, "type": "log"}, "margin": {"t": 30},
         "legend": {"orientation": "h", "y": 1.05, "yanchor": "bottom"}})
+
+
+def _egress(done: pd.DataFrame) -> tuple[pd.Series | None, str]:
+    """The kept egress column in the unit that suits its largest value (Mbit/s or Gbit/s, as
+    report.html and the Runs page show egress), and that unit; (None, Gbit/s) when none was kept."""
+    column = next((c for c in EGRESS_BIT_PER_S if c in done.columns), None)
+    if column is None:
+        return None, "Gbit/s"
+    bit_per_s = done[column].astype("float64") * EGRESS_BIT_PER_S[column]
+    unit, per_unit = rate_label(bit_per_s.dropna().tolist())
+    return bit_per_s / per_unit, unit

@@ -17,6 +17,7 @@ import plotly.graph_objects as go
 
 from emulator.sweep.figures import HEIGHT, succeeded
 from emulator.sweep.spec import Sweep, SweepSpec
+from emulator.telemetry.palette import POOL_COLORS
 
 THRESHOLD, SPLIT, BANDWIDTH = "router.threshold_tokens", "clusters.local.prefill_instances", "link.bandwidth_mbit"
 ANALYTIC, VIRTUAL = "analytic", "virtual"
@@ -28,7 +29,8 @@ TERMS = (
      lambda r: r["measured_theta_pd_p"] / (1 - r["measured_p"])),
     ("Θ_pd-d", lambda r: r["configured_theta_pd_d"], lambda r: r["measured_theta_pd_d"]),
 )
-COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c")
+TERM_COLORS = (POOL_COLORS["prfaas"], POOL_COLORS["pd_p"], POOL_COLORS["pd_d"])  # each term its pool's colour
+CONFIG_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c")
 LAMBDA_COLOR = "#222222"
 MEAN_T_NAME = "Λ_max, each request's own T (model)"
 FIGURE5_METRICS = ("t", "n_p", "n_d", "configured_lambda_max", "configured_lambda_max_mean_t", "configured_p",
@@ -139,7 +141,7 @@ def figure5_figures(f: Figure5) -> tuple[go.Figure, go.Figure]:
                                "title": {"text": f"(b) Eq. 6's terms against t at N_p = {f.center_split}"},
                                "xaxis": {"title": {"text": "threshold t (tokens)"}, "type": "log"},
                                "yaxis": {"title": {"text": "requests/s"}, "range": [0, _y_top(f.by_t)]}})
-    for (name, _, _), color in zip(TERMS, COLORS, strict=True):
+    for (name, _, _), color in zip(TERMS, TERM_COLORS, strict=True):
         curves.add_scatter(x=f.by_t[THRESHOLD], y=f.by_t[f"model {name}"], mode="lines", name=name,
                            line={"color": color}, legendgroup=name)
         curves.add_scatter(x=f.by_t[THRESHOLD], y=f.by_t[f"sim {name}"], mode="markers", showlegend=False,
@@ -199,7 +201,7 @@ def crossover_figure(c: Crossover) -> go.Figure:
                             "title": {"text": "Throughput gain over homogeneous PD against link bandwidth"},
                             "xaxis": {"title": {"text": "cross-datacenter link (Gbit/s)"}, "type": "log"},
                             "yaxis": {"title": {"text": "gain over homogeneous PD"}, "tickformat": "+.0%"}})
-    for (name, part), color in zip(c.gains.groupby("configuration", sort=False), COLORS * 4, strict=False):
+    for (name, part), color in zip(c.gains.groupby("configuration", sort=False), CONFIG_COLORS * 4, strict=False):
         fig.add_scatter(x=part["gbps"], y=part["gain"], mode="lines+markers", name=str(name), line={"color": color})
         at = c.crossover_gbps.get(str(name))
         if at is not None:

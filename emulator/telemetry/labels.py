@@ -1,6 +1,7 @@
-"""The one name of each summary.json figure and meta key, with its unit, and the one way a figure's
-number is written (three significant digits, `-` for no data): `compare`, the CLI's final table,
-report.html and the Runs page all read them here, so a figure has the same name everywhere.
+"""The one name of each summary.json figure and meta key (and of a sweep's columns), with its unit,
+and the one way a figure's number is written (three significant digits, `-` for no data): `compare`,
+the CLI's final table, report.html and the Runs and Sweeps pages all read them here, so a figure has
+the same name everywhere.
 
 Names and number text only; which figures a view shows, and egress's unit, are `figures.py`'s.
 """
@@ -66,10 +67,47 @@ META_LABELS: dict[str, str] = {
     "engine_details": "engine details",
 }
 
+# sweep.parquet's own columns and the metrics only a sweep keeps: the analytic optimum
+# (emulator.sweep.spec.ANALYTIC_METRICS), the measured stage throughputs and a capacity search's.
+SWEEP_LABELS: dict[str, str] = {
+    "point_id": "point",
+    "wall_s": "wall (s)",
+    "lambda_max": "Λ_max at the optimum (req/s)",
+    "t": "threshold t at the optimum (tokens)",
+    "p": "offloaded p at the optimum",
+    "n_prfaas": "PrfaaS prefill nodes",
+    "n_p": "local prefill nodes N_p",
+    "n_d": "decode nodes N_d",
+    "egress_gbps": "egress at the optimum (Gbit/s)",
+    "gain_vs_homogeneous": "gain over homogeneous PD",
+    "gain_vs_naive": "gain over naive (all prefill remote)",
+    "homogeneous_lambda_max": "homogeneous PD Λ_max (req/s)",
+    "naive_lambda_max": "naive Λ_max, all prefill remote (req/s)",
+    "configured_lambda_max": "Λ_max as configured (req/s)",
+    "configured_lambda_max_mean_t": "Λ_max as configured, own T (req/s)",
+    "configured_t": "threshold t as configured (tokens)",
+    "configured_n_p": "N_p as configured",
+    "configured_egress_gbps": "egress as configured (Gbit/s)",
+    "configured_p": "p as configured",
+    "configured_theta_prfaas": "Θ_prfaas as configured (req/s)",
+    "configured_theta_pd_p": "Θ_pd-p as configured (req/s)",
+    "configured_theta_pd_d": "Θ_pd-d as configured (req/s)",
+    "measured_p": "p measured",
+    "measured_theta_prfaas": "Θ_prfaas measured (req/s)",
+    "measured_theta_pd_p": "Θ_pd-p measured (req/s)",
+    "measured_theta_pd_d": "Θ_pd-d measured (req/s)",
+    "measured_lambda_max": "Λ_max measured (req/s)",
+    "capacity_rps": "capacity (req/s)",
+    "capacity_ratio": "capacity / model's max rate",
+    "capacity_probes": "capacity probes",
+    "capacity_converged": "capacity converged (1 = yes)",
+}
+
 
 def label(key: str) -> str:
-    """A figure's or meta key's human name; an unknown key (a newer summary) with spaces for `_`."""
-    return FIGURE_LABELS.get(key) or META_LABELS.get(key) or key.replace("_", " ")
+    """A figure's, meta key's or sweep column's human name; an unknown key (a newer summary) with
+    spaces for `_`."""
+    return FIGURE_LABELS.get(key) or META_LABELS.get(key) or SWEEP_LABELS.get(key) or key.replace("_", " ")
 
 
 def format_number(value: Any, digits: int = 3, keep_zeros: bool = False) -> str:

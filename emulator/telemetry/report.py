@@ -3,14 +3,15 @@
 It opens offline (a classroom without network, a CI artifact). It reads the frames `load_run`
 returns and computes nothing the summary does not already hold, beyond sorting for the CDF; the
 summary's figures are named and rounded as `labels.py` says and shown as `figures.py` says (egress
-in the link's unit, the per-node table); the decision timeline is `decision_log.py`'s.
+in the link's unit, the per-node table); the decision timeline is `decision_log.py`'s; routes and
+queues are coloured as `palette.py` says, as on the dashboard.
 """
 
 from __future__ import annotations
 
 import html
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from emulator.telemetry.figures import (
     node_figures,
 )
 from emulator.telemetry.labels import format_number, label
+from emulator.telemetry.palette import queue_color, route_color
 from emulator.telemetry.timeseries import BIT_PER_MBIT, frame_rate_unit
 
 TITLES = {
@@ -66,7 +68,7 @@ def write_report(path: str | Path, requests_df: pd.DataFrame, timeseries_df: pd.
         _chart(TITLES["ttft_time"], _ttft_over_time(requests_df), "arrival (s)", "TTFT (s)"),
         _chart(TITLES["ttft_cdf"], _ttft_cdf(requests_df), "TTFT (s)", "fraction of requests"),
         _egress_chart(timeseries_df),
-        _chart(TITLES["queues"], _lines(timeseries_df, QUEUE_COLUMNS), "time (s)", "requests"),
+        _chart(TITLES["queues"], _lines(timeseries_df, QUEUE_COLUMNS, colors=queue_color), "time (s)", "requests"),
         _chart(TITLES["threshold"], _lines(timeseries_df, {"threshold_tokens": "threshold"}, shape="hv"),
                "time (s)", "tokens", y_axis=token_axis(timeseries_df.get("threshold_tokens", ()))),
         _section(DECISIONS_TITLE, _decisions_html(log_entries(summary.get("meta", {})))),
@@ -179,7 +181,8 @@ def _completed(requests_df: pd.DataFrame) -> pd.DataFrame:
 
 def _ttft_over_time(requests_df: pd.DataFrame) -> list[go.Scatter]:
     done = _completed(requests_df)
-    return [go.Scatter(x=group["arrival_s"], y=group["ttft_s"], mode="markers", name=str(route))
+    return [go.Scatter(x=group["arrival_s"], y=group["ttft_s"], mode="markers", name=str(route),
+                       marker_color=route_color(route))
             for route, group in done.groupby("route", sort=True)]
 
 
@@ -189,17 +192,18 @@ def _ttft_cdf(requests_df: pd.DataFrame) -> list[go.Scatter]:
         ttfts = group["ttft_s"].sort_values().to_numpy()
         fractions = [(i + 1) / len(ttfts) for i in range(len(ttfts))]
         traces.append(go.Scatter(x=ttfts, y=fractions, mode="lines", name=str(route),
-                                 line_shape="hv"))
+                                 line_shape="hv", line_color=route_color(route)))
     return traces
 
 
-def _lines(timeseries_df: pd.DataFrame, columns: dict[str, str],
-           shape: str = "linear", scale: float = 1.0) -> list[go.Scatter]:
-    """One line per column that holds at least one value, times `scale`."""
+def _lines(timeseries_df: pd.DataFrame, columns: dict[str, str], shape: str = "linear", scale: float = 1.0,
+           colors: Callable[[str], str] | None = None) -> list[go.Scatter]:
+    """One line per column that holds at least one value, times `scale`; `colors` gives a column's
+    colour (Plotly's own sequence without it)."""
     traces = []
     for column, name in columns.items():
         if column in timeseries_df and timeseries_df[column].notna().any():
             rows = timeseries_df[timeseries_df[column].notna()]
             traces.append(go.Scatter(x=rows["t_s"], y=rows[column] * scale, mode="lines", name=name,
-                                     line_shape=shape))
+                                     line_shape=shape, line_color=colors(column) if colors else None))
     return traces

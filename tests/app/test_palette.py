@@ -1,17 +1,24 @@
-"""One palette: each model has one colour on every Home and KV explorer chart, and the two presets
-whose cache curves nearly coincide stay visible apart."""
+"""One palette: each model has one colour on every Home and KV explorer chart, the two presets
+whose cache curves nearly coincide stay visible apart, and each route has one colour on the Runs
+page, in report.html and on the Live charts."""
 
 from __future__ import annotations
 
 import base64
 import json
+import re
 from pathlib import Path
 
 import numpy as np
 from streamlit.testing.v1 import AppTest
 
-from app.palette import MODEL_COLORS, canonical_model, model_color
+from app.live_charts import queues_figure, share_figure, ttft_figure
+from app.live_view import recorded_frame
+from app.palette import MODEL_COLORS, POOL_COLORS, ROUTE_COLORS, canonical_model, model_color
 from app.paper_figures import PHI_KV_TABLE
+from emulator.control.types import Route
+from emulator.telemetry.recorder import load_run
+from emulator.telemetry.report import TITLES
 from model_stub.config import PRESET_NAMES, get_preset
 from model_stub.kv_calculator import REAL_MODELS
 
@@ -100,3 +107,39 @@ def test_the_coinciding_preset_lines_are_told_apart() -> None:
     assert len(styles) == len(PRESET_NAMES)
     note = [c.value for c in home.caption if "nearly coincide" in c.value]
     assert note and "qwen3-next-mini" in note[0] and "mimo-v2-flash-mini" in note[0]
+
+
+def _report_traces(report: str, title: str) -> dict[str, dict]:
+    """{trace name: trace} of report.html's chart under the heading `title`."""
+    section = report.split(f"<h2>{title}</h2>", 1)[1].split("</section>", 1)[0]
+    start = re.search(r'Plotly\.newPlot\(\s*"[^"]+",\s*', section).end()
+    data, _ = json.JSONDecoder().raw_decode(section, start)
+    return {trace["name"]: trace for trace in data}
+
+
+def test_a_route_has_one_colour_on_the_runs_page_report_html_and_the_live_charts(runs_dir: Path) -> None:
+    run_dir = runs_dir / "fast-live"
+    runs = _run(str(PAGES / "2_Runs.py"))
+    runs.text_input(key="runs_dir").set_value(str(runs_dir)).run()
+    runs.selectbox(key="runs_open").set_value("fast-live").run()
+    assert not runs.exception
+    page_cdf = {t["name"]: t["line"]["color"] for t in _charts(runs)["ttft_cdf"]["data"]}
+    report = (run_dir / "report.html").read_text()
+    report_cdf = {name: t["line"]["color"] for name, t in _report_traces(report, TITLES["ttft_cdf"]).items()}
+    report_ttft = {name: t["marker"]["color"] for name, t in _report_traces(report, TITLES["ttft_time"]).items()}
+    requests, timeseries, _ = load_run(run_dir)
+    frame = recorded_frame(requests, timeseries)
+    queues = {t.name: t.line.color for t in queues_figure(frame).data}
+    share = {t.name: t.line.color for t in share_figure(frame).data}
+
+    routes = {route.value: ROUTE_COLORS[route.value] for route in Route}
+    assert page_cdf == report_cdf == report_ttft == routes
+    assert len(set(routes.values())) == len(routes)
+    # Live: each prefill pool in its route's colour, the share routed remote in the PrfaaS route's.
+    assert queues == {"remote prefill": routes["prfaas"], "local prefill": routes["local"],
+                      "decode": POOL_COLORS["pd_d"]}
+    assert share["since the start"] == routes["prfaas"]
+    # No other series on these pages wears a route's colour.
+    others = {t.line.color for t in ttft_figure(frame).data}
+    assert not others & set(routes.values())
+    assert POOL_COLORS == {"prfaas": routes["prfaas"], "pd_p": routes["local"], "pd_d": POOL_COLORS["pd_d"]}

@@ -1,22 +1,26 @@
-"""The Sweeps page headless (AppTest) on a real sweep: progress, figures, the points table, and a
-point saved as a scenario that replays the sweep's own numbers."""
+"""The Sweeps page headless (AppTest) on a real sweep: progress, figures, the points table read
+plainly, and a point saved as a scenario that replays the sweep's own numbers."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from app.sweeps_view import points_table
 from emulator.paths import REPO_ROOT
 from emulator.scenario.export import replay_yaml
 from emulator.sweep.points import point_scenario
-from emulator.sweep.spec import load_sweep
+from emulator.sweep.spec import ANALYTIC_METRICS, CAPACITY_METRICS, VIRTUAL_METRICS, load_sweep
 from emulator.sweep.store import read_results
+from emulator.telemetry.labels import FIGURE_LABELS, META_LABELS, SWEEP_LABELS, label
 
 PAGE = REPO_ROOT / "app" / "pages" / "6_Sweeps.py"
 SWEEP = """name: page-sweep
@@ -57,8 +61,18 @@ def test_a_finished_sweep_shows_its_progress_figures_and_points(swept) -> None:
     charts = {c.proto.id.split("-", 2)[2] for c in app.get("plotly_chart")}
     assert charts == {"sweeps_heatmap", "sweeps_lines", "sweeps_pareto"}
     assert "8 of 8 points, 0 failed · complete" in [p.proto.text for p in app.get("progress")]
-    points = next(d.value for d in app.dataframe if "point_id" in d.value.columns)
+    points = next(d.value for d in app.dataframe if "point" in d.value.columns)
     assert len(points) == 8 and set(points["status"]) == {"ok"}
+    # Read as the Runs page's tables: human names, axes under their own, 3 significant digits, no None.
+    assert list(points.columns) == ["point", "router.threshold_tokens", "workload.arrival.rate_per_s", "seed",
+                                    "engine", "TTFT P50 (s)", "TTFT P90 (s)", "throughput (req/s)",
+                                    "egress mean (Gbit/s)", "status", "reason", "wall (s)"]
+    assert sorted(set(points["router.threshold_tokens"])) == ["40000", "8000"]
+    assert set(points["reason"]) == {"-"}
+    cells = points.to_numpy().ravel().tolist()
+    assert all(isinstance(c, str) for c in cells) and not {"None", "nan", "NaN", "<NA>"} & set(cells)
+    fractions = [c for c in cells if re.fullmatch(r"-?[\d,]*\.\d+", c)]
+    assert fractions and all(len(re.sub(r"\D", "", c).lstrip("0")) <= 3 for c in fractions), fractions
     assert [b.proto.label for b in app.get("download_button")] == ["Download the point as a scenario (YAML)"]
 
 
@@ -141,3 +155,30 @@ def test_a_point_replays_on_the_live_page_with_its_rows_numbers(swept, live_env:
     summary = json.loads((run_dirs[0] / "summary.json").read_text())["summary"]
     assert summary["ttft_p50_s"] == pytest.approx(row["ttft_p50_s"], rel=1e-9)
     assert summary["throughput_rps"] == pytest.approx(row["throughput_rps"], rel=1e-9)
+
+
+AXES = ["router.threshold_tokens", "link.bandwidth_mbit"]
+
+
+def test_the_points_and_failed_points_read_plainly() -> None:
+    rows = pd.DataFrame({
+        "point_id": ["p0", "p1"], "router.threshold_tokens": [40000.0, 8000.0], "link.bandwidth_mbit": [100.0, 12.5],
+        "seed": [0, 1], "engine": ["virtual", "virtual"], "ttft_p90_s": [1.23456, None],
+        "measured_theta_pd_p": [3.14159, None], "capacity_rps": [12345.6, None], "status": ["ok", "failed"],
+        "reason": [None, "ScenarioError: link.bandwidth_mbit: 12.5 is below 100"], "wall_s": [0.618034, 0.01],
+        "node_id": ["abc", None]})
+    table = points_table(rows, AXES)
+    assert list(table.columns) == ["point", *AXES, "seed", "engine", "TTFT P90 (s)", "Θ_pd-p measured (req/s)",
+                                   "capacity (req/s)", "status", "reason", "wall (s)"]
+    assert table.iloc[0].tolist() == ["p0", "40000", "100", "0", "virtual", "1.23", "3.14", "12,346", "ok", "-",
+                                      "0.618"]
+    assert table.iloc[1].tolist()[1:8] == ["8000", "12.5", "1", "virtual", "-", "-", "-"]
+    failed = points_table(rows.loc[rows["status"] != "ok", ["point_id", *AXES, "seed", "reason"]], AXES)
+    assert list(failed.columns) == ["point", *AXES, "seed", "reason"]
+    assert failed.iloc[0].tolist() == ["p1", "8000", "12.5", "1", rows.loc[1, "reason"]]
+
+
+def test_every_metric_a_sweep_keeps_has_a_human_name() -> None:
+    named = {**FIGURE_LABELS, **META_LABELS, **SWEEP_LABELS}
+    assert not [m for m in (*VIRTUAL_METRICS, *ANALYTIC_METRICS, *CAPACITY_METRICS) if m not in named]
+    assert label("configured_theta_pd_p") == "Θ_pd-p as configured (req/s)"

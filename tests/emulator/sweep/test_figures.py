@@ -59,3 +59,17 @@ def test_pareto_figure_draws_the_front_through_the_best_points() -> None:
     assert list(front.x) == sorted(front.x) and len(front.x) >= 3
     assert points.marker.colorbar.title.text == "egress (Gbit/s)"
     assert sorted(set(points.marker.color)) == [1.5, 3.0, 4.5]  # coloured by the kept egress, in Gbit/s
+
+
+@pytest.mark.parametrize(("column", "per_point", "unit", "top"), [
+    ("egress_gbps_mean", 1.5e-3, "Mbit/s", 4.5),  # a Mbit/s link: 1.5-4.5 Mbit/s, not 0.0045 Gbit/s
+    ("egress_bit_per_s_mean", 1.5e6, "Mbit/s", 4.5),
+    ("egress_bit_per_s_mean", 1.5e9, "Gbit/s", 4.5),
+])
+def test_pareto_colour_bar_is_in_the_unit_of_the_egress(column: str, per_point: float, unit: str,
+                                                        top: float) -> None:
+    rows = _rows().drop(columns="egress_gbps_mean")
+    rows[column] = rows["workload.arrival.rate_per_s"] * per_point
+    points = pareto_figure(rows).data[0]
+    assert points.marker.colorbar.title.text == f"egress ({unit})"
+    assert max(points.marker.color) == pytest.approx(top)
