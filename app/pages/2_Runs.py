@@ -19,7 +19,7 @@ import streamlit as st
 from app.decisions_view import TABLE_COLUMNS, add_decision_markers, decision_rows
 from app.palette import STAGE_COLORS, route_color
 from app.paper_view import PAPER_SCENARIO, show_run_vs_paper
-from app.runs_compare import compare_cdfs, compare_egress, compare_table, run_letters
+from app.runs_compare import COMPARE_TAB, compare_cdfs, compare_egress, compare_table, run_letters
 from app.runs_view import (
     DEFAULT_RUNS_DIR,
     MAX_GANTT_REQUESTS,
@@ -285,7 +285,7 @@ if found is not None:
     show_table(listing_table(found), "runs_listing")
     _incomplete(found)
 if found is not None and found.runs:
-    open_tab, compare_tab = st.tabs(["Open a run", "Compare runs"])
+    open_tab, compare_tab = st.tabs(["Open a run", COMPARE_TAB])
     with open_tab:
         _open_run(found)
     with compare_tab:
