@@ -100,9 +100,15 @@ def decode_header(data: bytes, max_payload_bytes: int = MAX_PAYLOAD_BYTES) -> di
 
 
 def decode_layer(
-    data: bytes, config: ModelConfig | None = None, max_payload_bytes: int = MAX_PAYLOAD_BYTES
+    data: bytes, config: ModelConfig | None = None, max_payload_bytes: int = MAX_PAYLOAD_BYTES,
+    pin_memory: bool = False, match_dtype: bool = True,
 ) -> tuple[int, LayerCache, int]:
-    """A frame back to (layer_index, LayerCache, num_tokens); checked against `config` when given."""
+    """A frame back to (layer_index, LayerCache, num_tokens); checked against `config` when given.
+
+    `pin_memory` decodes straight into page-locked memory (needs CUDA), so a receiver can upload the
+    layer to the GPU asynchronously without another host copy. `match_dtype=False` accepts a frame
+    in another dtype than `config`'s (tensors stay in the frame's dtype: a receiver that casts).
+    """
     header = decode_header(data, max_payload_bytes)
     payload = memoryview(data)[HEADER_BYTES:]
     if len(payload) != header["payload_len"]:
@@ -111,10 +117,10 @@ def decode_layer(
         raise FrameError("frame.payload_crc32: mismatch; the payload is corrupt")
     layer_index, kind = header["layer_index"], header["kind"]
     if config is not None:
-        _check_against_config(config, layer_index, kind, header)
+        _check_against_config(config, layer_index, kind, header, match_dtype)
     tensors, offset = [], 0
     for shape in header["shapes"]:
-        t = torch.empty(shape, dtype=header["dtype"])
+        t = torch.empty(shape, dtype=header["dtype"], pin_memory=pin_memory)
         n = t.numel() * t.element_size()
         t.view(-1).view(torch.uint8).copy_(torch.frombuffer(bytearray(payload[offset : offset + n]), dtype=torch.uint8))
         tensors.append(t)
@@ -122,9 +128,10 @@ def decode_layer(
     return layer_index, LayerCache(kind, tuple(tensors)), header["num_tokens"]
 
 
-def _check_against_config(config: ModelConfig, layer_index: int, kind: LayerKind, header: dict) -> None:
+def _check_against_config(config: ModelConfig, layer_index: int, kind: LayerKind, header: dict,
+                          match_dtype: bool) -> None:
     shapes, tokens = header["shapes"], header["num_tokens"]
-    if header["dtype"] != getattr(torch, config.dtype):
+    if match_dtype and header["dtype"] != getattr(torch, config.dtype):
         raise FrameError(f"frame.dtype: {header['dtype']} but {config.name} is {config.dtype}")
     if layer_index >= config.num_layers:
         raise FrameError(f"frame.layer_index: {layer_index} but {config.name} has {config.num_layers} layers")

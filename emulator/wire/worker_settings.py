@@ -32,6 +32,9 @@ class WorkerSettings(BaseModel):
     size: str = "tiny"
     seed: int = 1234
     device: Literal["auto", "cpu", "cuda"] = "cpu"
+    # weights and caches; auto: bfloat16 on CUDA, float32 on CPU. Caches travel in it; a decode
+    # worker casts a cache of another dtype on arrival (workers of one run may sit on both).
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     threads: Annotated[int, Field(ge=1, le=MAX_WORKER_THREADS)] = 1
     speed_factor: Annotated[float, Field(gt=0, le=1)] = 1.0  # < 1 emulates slower hardware
     max_batch: Annotated[int, Field(ge=1, le=MAX_DECODE_BATCH)] = 8

@@ -50,7 +50,7 @@ class DecodeEngine:
         self.model, self.compute, self.emit = model, compute, emit
         self.max_batch = max_batch
         self.orphan_timeout_s = orphan_timeout_s
-        self.receiver = KVReceiver(ModelKVDecoder(model.config), self._on_cache)
+        self.receiver = KVReceiver(ModelKVDecoder(model.config, device=model.device), self._on_cache)
         self._caches: dict[int, tuple[HybridCache, float]] = {}  # arrived, no command yet
         self._commands: dict[int, Decode] = {}  # arrived, no cache yet
         self._waiting: deque[tuple[Decode, HybridCache]] = deque()

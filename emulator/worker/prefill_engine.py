@@ -1,6 +1,7 @@
 """The prefill role: a FIFO of `prefill` commands, each resumed from the prefix store when it can,
 computed layer by layer on the torch thread with every final layer shipped at once (layer-wise
-pipelining), then reported. It does not route or choose the decode node; the gateway does.
+pipelining: kv_shipping copies, encodes and sends layer i on its own thread while layer i+1
+computes), then reported. It does not route or choose the decode node; the gateway does.
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ from emulator.wire.protocol import (
 )
 from emulator.worker.compute import ComputeThread
 from emulator.worker.kv_links import KvLinks
+from emulator.worker.kv_shipping import LayerShipper, ShipReport, prefill_shipping
 from emulator.worker.prefix_store import PrefixStore
-from model_stub.cache import HybridCache, LayerCache
+from model_stub.cache import HybridCache
 from model_stub.model import HybridModel
-from model_stub.serialize import encode_layer
 
 log = logging.getLogger(__name__)
 Emit = Callable[[Message], None]
@@ -46,6 +47,8 @@ class Pace:
 
     `hold()` (on the torch thread) sleeps until the compute done since `t0` would have finished on
     the slower machine: t0 + compute_s / speed_factor, where compute_s excludes earlier holds.
+    Encoding and sending run on the ship thread, so they are not scaled (a faster or slower GPU
+    does not change the host's share of the work).
     """
 
     def __init__(self, speed_factor: float) -> None:
@@ -73,6 +76,7 @@ class PrefillOutcome:
     kv_bytes: int
     first_token: int
     held_s: float
+    shipping: ShipReport  # `shipping.overlap`: the copy/compute overlap figure
 
 
 class PrefillEngine:
@@ -87,6 +91,7 @@ class PrefillEngine:
         self._cancelled: set[int] = set()
         self._transfers: dict[int, asyncio.Task] = {}  # rid -> its finish() waiter
         self._transfer_start: dict[int, float] = {}
+        self.shipper = LayerShipper(model.device)
 
     @property
     def num_queued(self) -> int:
@@ -132,6 +137,10 @@ class PrefillEngine:
                                    t_end=time.monotonic(), status="failed", reason=reason, detail=detail))
         self._transfers.clear()
         self._transfer_start.clear()
+
+    def close(self) -> None:
+        """Stop the ship thread (after fail_all: nothing it still holds is reported)."""
+        self.shipper.close()
 
     async def run(self) -> None:
         while True:
@@ -181,22 +190,21 @@ class PrefillEngine:
         base = self._resume_point(cmd)
         start = 0 if base is None else base.num_tokens
         num_layers = self.model.config.num_layers
-        shipped: list[tuple[float, int]] = []
 
-        def ship(index: int, layer: LayerCache) -> None:
-            frame = encode_layer(index, layer, len(tokens))
-            pace.hold()
+        def send(index: int, frame: bytes) -> None:
             sender.send_layer(cmd.rid, index, num_layers, frame)
-            shipped.append((time.monotonic(), len(frame)))
 
-        logits, cache = self.model.prefill(
-            tokens[start:], cache=base, on_layer_done=ship, checkpoint_at=[p for p, _ in cmd.store])
+        logits, cache, shipping = prefill_shipping(
+            self.model, tokens[start:], self.shipper, send, cache=base,
+            checkpoint_at=[p for p, _ in cmd.store], before_ship=pace.hold)
         first_token = int(logits.argmax())
         self._store_snapshots(cmd, cache)
         pace.hold()
+        log.info("request %d: %d layers, %d bytes shipped; copy/compute overlap %.2f", cmd.rid,
+                 len(shipping.spans), shipping.kv_bytes, shipping.overlap)
         return PrefillOutcome(
-            t_start=pace.t0, t_end=time.monotonic(), t_first_send=shipped[0][0], cached_len=start,
-            kv_bytes=sum(n for _, n in shipped), first_token=first_token, held_s=pace.held_s)
+            t_start=pace.t0, t_end=time.monotonic(), t_first_send=shipping.first_send_s, cached_len=start,
+            kv_bytes=shipping.kv_bytes, first_token=first_token, held_s=pace.held_s, shipping=shipping)
 
     def _resume_point(self, cmd: Prefill) -> HybridCache | None:
         if not cmd.resume_tokens:

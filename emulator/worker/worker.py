@@ -35,7 +35,7 @@ from emulator.worker.kv_links import KvLinks
 from emulator.worker.prefill_engine import PrefillEngine
 from emulator.worker.prefix_store import PrefixStore
 from model_stub.config import get_preset
-from model_stub.model import HybridModel, resolve_device
+from model_stub.model import HybridModel, resolve_device, resolve_dtype
 
 log = logging.getLogger(__name__)
 STATS_INTERVAL_S = 0.25
@@ -69,10 +69,15 @@ def check_args(args: argparse.Namespace) -> tuple[NodeId, tuple[str, int], Worke
     return node, (host, int(port)), settings
 
 
-def load_model(preset: str, size: str, seed: int, device: str) -> HybridModel:
-    """Every worker builds identical weights: HybridModel seeds itself from `config.seed`."""
+def load_model(preset: str, size: str, seed: int, device: str, dtype: str) -> HybridModel:
+    """Every worker builds identical weights: HybridModel seeds itself from `config.seed`. The dtype
+    is announced because caches travel in it (a decode worker casts a cache of another on arrival)."""
     torch.manual_seed(seed)
-    return HybridModel(get_preset(preset, size, seed=seed), device=resolve_device(device))
+    where = resolve_device(device)
+    model = HybridModel(get_preset(preset, size, seed=seed, dtype=resolve_dtype(dtype, where)), device=where)
+    log.info("model: %s %s on %s in %s (settings.dtype %s)", preset, size, model.device,
+             model.config.dtype, dtype)
+    return model
 
 
 class Worker:
@@ -215,6 +220,7 @@ class Worker:
     async def _shutdown(self, tasks: list[asyncio.Task], writer: asyncio.StreamWriter) -> None:
         """Fail what is held (so nothing is lost silently), flush the reports, close everything."""
         self.prefill.fail_all(FailReason.WORKER_LOST, SHUTTING_DOWN)
+        self.prefill.close()
         if self.decode is not None:
             self.decode.fail_all(FailReason.WORKER_LOST, SHUTTING_DOWN)
         self._outbox.put_nowait(None)
@@ -235,7 +241,8 @@ class Worker:
 async def run(settings: WorkerSettings, node: NodeId, gateway: tuple[str, int], secret: str) -> None:
     compute = ComputeThread(settings.threads)
     try:
-        model = await compute.call(load_model, settings.preset, settings.size, settings.seed, settings.device)
+        model = await compute.call(load_model, settings.preset, settings.size, settings.seed,
+                                   settings.device, settings.dtype)
         await Worker(settings, node, compute, model, secret).serve(gateway)
     finally:
         compute.shutdown()

@@ -9,6 +9,7 @@ import torch
 
 from model_stub import PRESET_NAMES, HybridCache, HybridModel, get_preset
 from model_stub.config import BLOCK_TOKENS, VOCAB_SIZE
+from model_stub.model import resolve_dtype
 
 REL_ATOL = 1e-4  # absolute tolerance on logits, as a fraction of the reference logits' scale
 
@@ -223,3 +224,13 @@ def test_greedy_continue_after_prefill_equals_generate(tiny_model, random_tokens
     tokens = model.greedy_continue(cache, int(logits.argmax()), 12)
     assert len(tokens) == 12 and cache.num_tokens == 90 + 11
     assert tokens == model.generate(prompt, 12)
+
+
+@pytest.mark.parametrize(("dtype", "device", "resolved"), [
+    ("auto", "cpu", "float32"), ("auto", "cuda", "bfloat16"), ("bfloat16", "cpu", "bfloat16"),
+    ("float32", "cuda", "float32"),
+])
+def test_dtype_auto_is_bfloat16_on_cuda_and_float32_on_cpu(dtype, device, resolved):
+    assert resolve_dtype(dtype, torch.device(device)) == resolved
+    with pytest.raises(ValueError, match="dtype: 'int8' is not auto or one of float32"):
+        resolve_dtype("int8", torch.device(device))

@@ -10,13 +10,15 @@ import socket
 from pathlib import Path
 
 import pytest
+import torch
 
 from emulator.control.types import FailReason
 from emulator.net.topology import LOCAL, REMOTE
 from emulator.wire import protocol as p
 from emulator.worker.worker import main
+from model_stub import HybridCache, HybridModel, get_preset
 
-from .conftest import ControlServer
+from .conftest import PRESET, SEED, SIZE, ControlServer
 
 OUTPUT_LEN = 8
 
@@ -220,6 +222,35 @@ def test_one_bad_request_fails_alone_and_the_worker_keeps_serving(spawn, referen
     assert good[2].tokens == reference(prompt, OUTPUT_LEN)
 
 
+def test_bfloat16_workers_decode_the_bfloat16_reference_and_a_float32_cache_is_cast(spawn):
+    """dtype auto is float32 on CPU; workers asked for bfloat16 ship and decode in it, and a float32
+    cache reaching a bfloat16 decode worker is cast on arrival and decoded from there."""
+    prompt = prompt_of(250)
+    fp32, bf16 = (HybridModel(get_preset(PRESET, SIZE, seed=SEED, dtype=d), device="cpu")
+                  for d in ("float32", "bfloat16"))
+
+    async def scenario():
+        gw = ControlServer()
+        port = await gw.start()
+        spawn("local-prefill-0", port, dtype="bfloat16")
+        spawn("local-decode-0", port, dtype="bfloat16")
+        spawn("local-prefill-1", port)  # auto: float32 here
+        target = ("127.0.0.1", (await gw.wait("local-decode-0", "hello")).kv_port)
+        await gw.send("local-prefill-0", prefill(60, prompt, target))
+        same = await serve(gw, "local-prefill-0", 60, prompt)
+        await gw.send("local-prefill-1", prefill(61, prompt, target))
+        cast = await serve(gw, "local-prefill-1", 61, prompt)
+        await gw.close()
+        return same, cast
+
+    same, cast = asyncio.run(scenario())
+    assert same[1].status == "delivered" and same[2].tokens == bf16.generate(list(prompt), OUTPUT_LEN)
+    logits, cache = fp32.prefill(list(prompt))
+    cache = HybridCache(bf16.config, [layer.to(torch.bfloat16) for layer in cache.layers], cache.num_tokens)
+    assert cast[1].status == "delivered"
+    assert cast[2].tokens == bf16.greedy_continue(cache, int(logits.argmax()), OUTPUT_LEN)
+
+
 def test_set_role_drains_what_the_node_holds_then_switches(spawn, reference):
     prompt = prompt_of(400)
 
@@ -296,6 +327,7 @@ def test_bad_arguments_exit_2_with_one_line(capsys, tmp_path):
                             ('{"conections": 2}', "settings.conections: Extra inputs are not permitted"),
                             ('{"preset": "gpt"}', "settings.preset: 'gpt' is not a preset"),
                             ('{"size": "huge"}', "settings.size: 'huge' is not a size"),
+                            ('{"dtype": "float16"}', "settings.dtype: Input should be 'auto', 'float32' or 'bfloat16'"),
                             ("{", "settings.settings: Invalid JSON"),
                             (" " * 70_000 + "{}", "is over 65536 bytes")):
         path = tmp_path / "settings.json"
