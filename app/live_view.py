@@ -269,8 +269,9 @@ def _request_row(rid: str, by_kind: dict[str, RequestEvent]) -> tuple[float, dic
 
 
 def roles_table(snapshot: MetricsSnapshot | None) -> pd.DataFrame:
-    """Each node's current role, remote nodes first."""
+    """Each node's current role and device (cuda:1, cpu; None until the run knows), remote nodes first."""
     roles = snapshot.roles if snapshot is not None else {}
-    rows = [{"node": node, "role": role} for node, role in sorted(roles.items())]
+    devices = snapshot.devices if snapshot is not None else {}
+    rows = [{"node": node, "role": role, "device": devices.get(node)} for node, role in sorted(roles.items())]
     rows.sort(key=lambda row: not row["node"].startswith("remote"))
-    return pd.DataFrame(rows, columns=("node", "role"))
+    return pd.DataFrame(rows, columns=("node", "role", "device"))

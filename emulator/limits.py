@@ -27,6 +27,7 @@ MAX_DECODE_BATCH = 4_096
 MAX_SEED = 2**32 - 1
 MAX_CACHE_MIB = 64 * 1024 * 1024.0  # 64 TiB of prefix cache per cluster
 MAX_SPEED_FACTOR = 1_000.0
+MAX_GPUS = 64  # GPU indices a cluster's `devices` may list (0..MAX_GPUS - 1): beyond any one machine
 
 # Inputs read from files and sockets.
 MAX_SCENARIO_BYTES = 1 << 20  # a scenario file (the paper's case study is 4 KiB)

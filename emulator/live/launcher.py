@@ -14,10 +14,12 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from emulator.control.types import Cluster, NodeId, Role
+from emulator.live.placement import DevicePlacement, Placement, device_env, plan_devices
 from emulator.net.ledger import Ledger
 from emulator.net.topology import LOCAL, REMOTE, Topology
 from emulator.paths import REPO_ROOT
@@ -26,7 +28,6 @@ from emulator.wire.auth import WorkerGate
 from emulator.wire.worker_settings import WorkerSettings
 
 log = logging.getLogger(__name__)
-DEVICES = {"cpu": "cpu", "cuda": "cuda", "gpu": "cuda"}  # any other device name: auto
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +51,12 @@ def plan_workers(scenario: Scenario, n_p: int) -> list[WorkerPlan]:
     return remote + local
 
 
+def worker_env(parent: Mapping[str, str], placement: DevicePlacement, secret: Mapping[str, str]) -> dict[str, str]:
+    """A worker's environment: the parent's, one compute thread, its device's CUDA_VISIBLE_DEVICES
+    and the run's secret (in the environment, never argv: `ps` shows argv to every user)."""
+    return {**parent, "OMP_NUM_THREADS": "1", **device_env(placement, parent), **secret}
+
+
 def speed_notes(scenario: Scenario) -> list[str]:
     """What the run says about emulated hardware speed: a slower cluster holds its results back;
     a faster one cannot be emulated, since the real compute does not speed up."""
@@ -67,23 +74,26 @@ class WorkerProcesses:
     """Spawns, kills and restarts `python -m emulator.worker` processes; logs go to `log_dir`."""
 
     def __init__(self, scenario: Scenario, topology: Topology, gateway_port: int, log_dir: Path,
-                 ledger: Ledger) -> None:
+                 ledger: Ledger, placement: Placement | None = None) -> None:
+        """`placement` defaults to the scenario's on a machine without GPUs (the CPU default)."""
         self.scenario, self.topology, self.gateway_port = scenario, topology, gateway_port
+        self.placement = placement or plan_devices(scenario.clusters, visible_gpus=0)
         self.log_dir, self.ledger = log_dir, ledger
         self.plans: dict[str, WorkerPlan] = {}
         self.procs: dict[str, subprocess.Popen] = {}
         self.gate = WorkerGate()  # this run's secret: only workers started here can say hello
 
     def settings(self, plan: WorkerPlan) -> WorkerSettings:
-        """What the scenario asks of this worker (its cluster's device, speed and prefix share)."""
+        """What the scenario asks of this worker (its placement's device, its cluster's speed and
+        prefix share)."""
         sc, clusters = self.scenario, self.scenario.clusters
         cluster = clusters.remote if plan.cluster is Cluster.REMOTE else clusters.local
         dc = REMOTE if plan.cluster is Cluster.REMOTE else LOCAL
         capacity = sc.prefix_cache.capacity_mib.remote if dc == REMOTE else sc.prefix_cache.capacity_mib.local
         return WorkerSettings(
             netns=self.topology.netns(dc) or "", kv_addr=self.topology.address(dc), preset=sc.model.preset,
-            size=sc.model.preset_size, seed=sc.seed, device=DEVICES.get(cluster.device, "auto"), threads=1,
-            speed_factor=min(cluster.speed_factor, 1.0), max_batch=clusters.local.decode_max_batch,
+            size=sc.model.preset_size, seed=sc.seed, device=self.placement.of(plan.cluster, plan.index).device,
+            threads=1, speed_factor=min(cluster.speed_factor, 1.0), max_batch=clusters.local.decode_max_batch,
             prefix_capacity_mib=max(1, int(capacity / max(cluster.instances, 1))),
             connections=sc.transport.connections, congestion=sc.transport.congestion)
 
@@ -95,8 +105,7 @@ class WorkerProcesses:
 
     def start(self, plan: WorkerPlan) -> subprocess.Popen:
         self.plans[plan.spawn_name] = plan
-        # the secret rides in the environment, never argv (`ps` shows argv to every user)
-        env = {**os.environ, "OMP_NUM_THREADS": "1", **self.gate.env()}
+        env = worker_env(os.environ, self.placement.of(plan.cluster, plan.index), self.gate.env())
         log_path = self.log_dir / f"{plan.spawn_name}.log"
         with open(log_path, "ab") as log_file:
             proc = subprocess.Popen(self.command(plan), cwd=REPO_ROOT, env=env, stdout=log_file,

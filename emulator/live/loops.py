@@ -195,7 +195,7 @@ class RunLoops:
             requests=gateway.counts(), queues=QueueDepths(**depths), egress_bit_per_s=egress,
             link_capacity_bit_per_s=capacity, link_utilization=utilization(egress, capacity),
             retrans_rate=retrans, rtt_ms=rtt, threshold_tokens=gateway.router.config.threshold_tokens,
-            roles=gateway.nodes.roles(), link=_link_fields(spec),
+            roles=gateway.nodes.roles(), devices=gateway.nodes.devices(), link=_link_fields(spec),
         )
         self.latest = snapshot
         if record:

@@ -26,6 +26,7 @@ class NodeState:
     pid: int | None = None
     is_up: bool = False  # connected and proven: the board hears of every change
     stats: p.Stats | None = None
+    device: str | None = None  # cuda:1 or cpu as placed (emulator/live/placement.py), else as its hello says
 
     @property
     def node(self) -> NodeId:
@@ -59,6 +60,12 @@ class NodeState:
         board, slot = self.board, self.slot
         return board.prefill_held[slot] if board.is_prefill[slot] else board.decode_held[slot]
 
+    def join(self, writer: asyncio.StreamWriter, hello: p.Hello) -> None:
+        """A proven hello: its connection and ports, and its device where the placement left it
+        open (the hello's is the worker's own view: a worker pinned to GPU 1 sees it as cuda:0)."""
+        self.writer, self.kv_port, self.pid = writer, hello.kv_port, hello.pid
+        self.device = self.device or hello.device
+
     async def send(self, msg: p.Message) -> bool:
         """Write one message; False when the connection is gone (the caller treats the node as lost)."""
         if self.writer is None or self.writer.is_closing():
@@ -74,9 +81,11 @@ class NodeState:
 class NodeTable:
     """Every node the scenario defines, up or not, by slot; looked up by any of its names."""
 
-    def __init__(self, board: NodeBoard, spawn_names: list[str]) -> None:
+    def __init__(self, board: NodeBoard, spawn_names: list[str], devices: list[str | None] | None = None) -> None:
         self.board = board
-        self.by_slot = [NodeState(board, slot, spawn_name) for slot, spawn_name in enumerate(spawn_names)]
+        devices = devices or [None] * len(spawn_names)
+        self.by_slot = [NodeState(board, slot, spawn_name, device=device)
+                        for slot, (spawn_name, device) in enumerate(zip(spawn_names, devices, strict=True))]
 
     def __iter__(self) -> Iterator[NodeState]:
         return iter(self.by_slot)
@@ -104,6 +113,10 @@ class NodeTable:
 
     def roles(self) -> dict[str, str]:
         return {n.name: n.role.value for n in self}
+
+    def devices(self) -> dict[str, str]:
+        """Each node's device where known (cuda:1, cpu), by its current name as `roles` has it."""
+        return {n.name: n.device for n in self if n.device is not None}
 
     def count(self, cluster: Cluster, role: Role) -> int:
         return sum(1 for n in self if n.cluster is cluster and n.role is role)

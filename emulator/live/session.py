@@ -27,6 +27,7 @@ from emulator.live.gateway import Gateway, GatewaySettings
 from emulator.live.launcher import WorkerProcesses, plan_workers, speed_notes
 from emulator.live.loops import RunLoops
 from emulator.live.nodes import NodeState, NodeTable
+from emulator.live.placement import Placement, place_workers
 from emulator.live.teardown import BUDGET_S, Step, Teardown, in_thread, settle
 from emulator.net.backend import TO_LOCAL
 from emulator.net.ledger import Ledger
@@ -62,6 +63,7 @@ async def run_live(scenario: Scenario, out_dir: Path, broker_url: str | None = N
     if scenario.model.preset is None:
         raise PrfaasError("model.preset: the live engine runs a model_stub preset; set model.preset")
     check_live_capacity(scenario, *machine_figures())  # before anything is spawned
+    placement = await asyncio.to_thread(place_workers, scenario.clusters)  # before any namespace exists
     try:
         run_id = check_run_id(run_id) if run_id else new_run_id()
     except ValueError as err:
@@ -82,7 +84,7 @@ async def run_live(scenario: Scenario, out_dir: Path, broker_url: str | None = N
                 Ledger.open(run_id).record("pid", pid=broker.pid, name="mqtt-broker")
                 broker_url = broker.url
             bus = await TelemetryBus(broker_url, run_id, link_base=lambda: topology.spec).__aenter__()
-            session = LiveSession(scenario, run_id, topology, plane, bus, out_dir, teardown)
+            session = LiveSession(scenario, run_id, topology, plane, bus, out_dir, placement, teardown)
             await session.run(workload, progress, stop)
         except BaseException as err:  # the teardown below runs first; then it is raised
             error = err
@@ -165,15 +167,16 @@ def _stop_on_signals(hurry: asyncio.Event):
 
 class LiveSession:
     def __init__(self, scenario: Scenario, run_id: str, topology: Topology, plane: ControlPlane, bus: TelemetryBus,
-                 out_dir: Path, teardown: Teardown | None = None) -> None:
+                 out_dir: Path, placement: Placement, teardown: Teardown | None = None) -> None:
         self.scenario, self.run_id, self.topology, self.plane, self.bus = scenario, run_id, topology, plane, bus
-        self.teardown = teardown or Teardown()
+        self.placement, self.teardown = placement, teardown or Teardown()
         self.loops: RunLoops | None = None
         self.link_bytes_to_local: int | None = None
         self.out_dir = Path(out_dir)
         self.plans = plan_workers(scenario, plane.n_p)
         board = NodeBoard(scenario.clusters.remote.instances, scenario.clusters.local.instances, plane.n_p)
-        self.nodes = NodeTable(board, [w.spawn_name for w in self.plans])  # the plans are in slot order
+        self.nodes = NodeTable(board, [w.spawn_name for w in self.plans],  # the plans are in slot order
+                               [self.placement.of(w.cluster, w.index).label for w in self.plans])
         settings = GatewaySettings(run_id, scenario.seed, scenario.prefix_cache.block_tokens)
         self.gateway = Gateway(settings, plane, self.nodes, self._kv_target, bus)
         self.log_dir = self.out_dir / "logs"  # one file per worker, kept with the run's record
@@ -184,7 +187,8 @@ class LiveSession:
         self.coverage: WorkloadCoverage | None = None  # set by run()
         self.doc: dict[str, Any] = {}
         status = topology.status()
-        self.notes = [f"link backend: {status['backend']} ({status['reason']})", *speed_notes(scenario)]
+        self.notes = [f"link backend: {status['backend']} ({status['reason']})", *speed_notes(scenario),
+                      *self.placement.notes]
         for note in self.notes:
             log.info("%s", note)
 
@@ -201,7 +205,8 @@ class LiveSession:
         log.info("workload: %s", self.coverage.statement)
         server = await asyncio.start_server(self._serve_worker, "127.0.0.1", 0, limit=p.STREAM_LIMIT)
         port = server.sockets[0].getsockname()[1]
-        self.workers = WorkerProcesses(self.scenario, self.topology, port, self.log_dir, Ledger.open(self.run_id))
+        self.workers = WorkerProcesses(self.scenario, self.topology, port, self.log_dir, Ledger.open(self.run_id),
+                                       self.placement)
         end_reason, error = "run ended", None
         try:
             await self._status("starting", "; ".join(self.notes))
@@ -304,7 +309,7 @@ class LiveSession:
         if node is None:
             gate.refuse(admission.claimed, admission.reason)
             return None
-        node.writer, node.kv_port, node.pid = writer, hello.kv_port, hello.pid
+        node.join(writer, hello)
         await self.gateway.node_joined(node)
         return node
 
@@ -379,6 +384,7 @@ class LiveSession:
                 "link_description": status["description"], "mqtt": self.bus.status_note,
                 "worker_logs": str(self.log_dir),
                 "worker_pids": {name: proc.pid for name, proc in self.workers.procs.items()} if self.workers else {},
+                "worker_devices": self.nodes.devices(),
                 "link_bytes_to_local": link_bytes,
                 "record": "complete" if complete else "written before the teardown; not rewritten after it",
                 "teardown": self.teardown.as_list(), "teardown_killed": self.teardown.killed(),

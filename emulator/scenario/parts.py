@@ -5,9 +5,12 @@ in rules.py and the workload in workload.py.
 
 from __future__ import annotations
 
+import reprlib
+from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from emulator.control.types import Affinity, NodeId, PrefixRule, RoutePolicy
 from emulator.limits import (
@@ -16,6 +19,7 @@ from emulator.limits import (
     MAX_DEVICES,
     MAX_DURATION_S,
     MAX_EXPECT,
+    MAX_GPUS,
     MAX_INSTANCES,
     MAX_INTERVAL_S,
     MAX_KV_MIB,
@@ -28,7 +32,7 @@ from emulator.limits import (
     MIN_INTERVAL_S,
     MIN_SPEED_FACTOR,
 )
-from emulator.validation import lines_error
+from emulator.validation import FIELD_ERROR, lines_error
 from model_stub.config import PRESET_NAMES, SIZES
 
 
@@ -94,12 +98,34 @@ class ModelSpec(Section):
         return self.size or "small"
 
 
+def _gpus_or_auto(value: Any) -> Any:
+    """One clear error instead of one per union member (a list of GPU indices, 'auto')."""
+    if value is None or value == "auto":
+        return value
+    if (isinstance(value, list | tuple) and len(value) <= MAX_GPUS
+            and all(type(gpu) is int and 0 <= gpu < MAX_GPUS for gpu in value)):
+        return value
+    raise PydanticCustomError(FIELD_ERROR, "{text}", {"text": (
+        f"{reprlib.repr(value)} is not a list of GPU indices 0..{MAX_GPUS - 1} nor auto; list one GPU "
+        "per instance, e.g. [0, 1], or use auto")})
+
+
+# The live engine's GPUs for a cluster, one worker per GPU (emulator/live/placement.py): a list of
+# indices 0..MAX_GPUS - 1 as CUDA numbers this machine's GPUs, `auto` (the next free ones; CPU when
+# none is visible) or None (the cluster's `device` picks cpu or auto, as before). The virtual engine
+# ignores it: there `device` names the hardware profile.
+GpuIndex = Annotated[int, Field(strict=True, ge=0, lt=MAX_GPUS)]
+GpuList = Annotated[tuple[GpuIndex, ...], Field(max_length=MAX_GPUS)]
+Devices = Annotated[GpuList | Literal["auto"] | None, BeforeValidator(_gpus_or_auto)]
+
+
 class RemoteClusterSpec(Section):
     """The PrfaaS prefill cluster."""
 
     instances: Instances
     device: Name
     speed_factor: Speed = 1.0
+    devices: Devices = None
 
 
 class LocalClusterSpec(Section):
@@ -111,6 +137,7 @@ class LocalClusterSpec(Section):
     prefill_instances: Instances | None = None
     # BS_max of the paper's case study
     decode_max_batch: Annotated[int, Field(strict=True, ge=1, le=MAX_DECODE_BATCH)] = 20
+    devices: Devices = None
 
 
 class ClustersSpec(Section):
@@ -118,12 +145,46 @@ class ClustersSpec(Section):
     local: LocalClusterSpec
     baseline_instances: Annotated[int, Field(strict=True, ge=1, le=2 * MAX_INSTANCES)] | None = None
 
+    @model_validator(mode="after")
+    def _one_gpu_per_worker(self) -> ClustersSpec:
+        """What `validate` can check of `devices` without a GPU; the run checks them against the
+        GPUs it sees (emulator/live/placement.py)."""
+        problems = list(self._device_problems())
+        if problems:
+            raise lines_error(problems)
+        return self
+
+    def _device_problems(self) -> Iterator[str]:
+        listed: dict[str, tuple[int, ...]] = {}
+        for name, cluster in (("remote", self.remote), ("local", self.local)):
+            devices, where = cluster.devices, f"clusters.{name}.devices"
+            if devices is None:
+                continue
+            if cluster.device == "cpu":
+                yield (f"{where}: given with clusters.{name}.device cpu; drop devices to run on CPU, or name "
+                       "the GPU in device (e.g. h200)")
+            if devices == "auto":
+                continue
+            listed[name] = devices
+            if len(devices) != cluster.instances:
+                yield (f"{where}: {len(devices)} GPUs for {cluster.instances} instances; list one GPU per "
+                       "instance, or use auto")
+            if repeated := sorted({gpu for gpu in devices if devices.count(gpu) > 1}):
+                yield f"{where}: GPU {_gpus(repeated)} listed more than once; give each worker its own GPU"
+        if shared := sorted(set(listed.get("remote", ())) & set(listed.get("local", ()))):
+            yield (f"clusters.local.devices: GPU {_gpus(shared)} also in clusters.remote.devices; give each "
+                   "worker its own GPU")
+
     @property
     def baseline_num_instances(self) -> int:
         """Size of the homogeneous-PD baseline: by default as many instances as both clusters."""
         if self.baseline_instances is not None:
             return self.baseline_instances
         return self.remote.instances + self.local.instances
+
+
+def _gpus(gpus: list[int]) -> str:
+    return ", ".join(map(str, gpus))
 
 
 class RouterSpec(Section):

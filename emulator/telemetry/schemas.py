@@ -75,6 +75,7 @@ class MetricsSnapshot(_Payload):
     rtt_ms: float | None = Field(default=None, ge=0)
     threshold_tokens: int | None = Field(default=None, ge=0)
     roles: dict[str, str] = {}  # node id -> "prefill" | "decode"
+    devices: dict[str, str] = {}  # node id -> "cuda:1" | "cpu" (live workers, where known)
     link: dict[str, float | None] = {}  # the current LinkSpec's scalar fields
 
 

@@ -297,3 +297,18 @@ def test_the_live_tiles_carry_the_titles_the_tour_names(fake_run) -> None:
     help_of = {e.key: e.help for e in app.number_input}
     assert "KV caches cross" in help_of["live_k_bandwidth_mbit"] and "one-way delay" in help_of["live_k_delay_ms"]
     assert "least estimated time to first token" in app.selectbox(key="live_k_affinity").help
+
+
+def test_the_node_table_shows_each_nodes_device(fake_run) -> None:
+    app = AppTest.from_file(str(PAGE), default_timeout=30)
+    app.query_params["run"] = fake_run.run_id
+    _until(app, lambda a: "subscriber connected" in _texts(a))  # the bus keeps nothing for late subscribers
+    fake_run.status("running")
+    fake_run.snapshot(1.0, devices={"remote-prefill-0": "cuda:0", "local-prefill-0": "cuda:2", "local-decode-1": "cpu"})
+    _until(app, lambda a: any("device" in d.value.columns for d in a.dataframe))
+    nodes = next(d.value for d in app.dataframe if "device" in d.value.columns)
+    assert nodes.to_dict("records") == [
+        {"node": "remote-prefill-0", "role": "prefill", "device": "cuda:0"},
+        {"node": "local-decode-1", "role": "decode", "device": "cpu"},
+        {"node": "local-prefill-0", "role": "prefill", "device": "cuda:2"},
+    ]

@@ -172,6 +172,13 @@ def test_roles_table_lists_remote_nodes_first() -> None:
     assert roles_table(None).empty
 
 
+def test_roles_table_shows_each_nodes_device_where_the_run_knows_it() -> None:
+    table = roles_table(snap(0.0, roles={"remote-prefill-0": "prefill", "local-decode-1": "decode"},
+                             devices={"remote-prefill-0": "cuda:1"}))
+    assert table.columns.tolist() == ["node", "role", "device"]
+    assert table["device"].iloc[0] == "cuda:1" and pd.isna(table["device"].iloc[1])  # not known yet: blank
+
+
 def test_the_knob_and_decision_log_is_kept_per_run_in_order() -> None:
     buffer = FeedBuffer()
     notes = [NoteEvent(run_id="r1", t_s=float(i), source="scheduler", what=f"t {i}") for i in range(3)]

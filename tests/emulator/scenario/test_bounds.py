@@ -53,6 +53,7 @@ ABOVE = [
     ("case", "clusters.local.instances", 100_000, limits.MAX_INSTANCES),
     ("case", "clusters.baseline_instances", 100_000, 2 * limits.MAX_INSTANCES),
     ("case", "clusters.local.speed_factor", 1e9, limits.MAX_SPEED_FACTOR),
+    ("case", "clusters.remote.devices", [0, 1, 2, limits.MAX_GPUS], limits.MAX_GPUS - 1),
     ("case", "duration_s", 1e12, limits.MAX_DURATION_S),
     ("case", "seed", 2**40, limits.MAX_SEED),
     ("case", "workload.arrival.rate_per_s", 1e9, limits.MAX_RATE_PER_S),
