@@ -22,11 +22,37 @@ import torch
 
 from model_stub.config import PRESET_NAMES, SIZES, LayerKind, get_preset
 from model_stub.flops import prefill_flops
-from model_stub.model import HybridModel, resolve_device
+from model_stub.model import TORCH_DTYPES, HybridModel, resolve_device
 
 DENSE = "dense-gqa-mini"
 EFFICIENCY_PRESET, EFFICIENCY_TOKENS, EFFICIENCY_TARGET = "kimi-linear-mini", 4096, 0.40
+GPU_EFFICIENCY_TOKENS, GPU_EFFICIENCY_TARGET = 16384, 0.40  # issue 18: every hybrid preset, on CUDA
 SUPERLINEAR_TARGET = 1.25  # dense T(16K) / T(4K) must exceed 4 x this
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceDefaults:
+    """What a bench measures on a device kind unless told otherwise. On a GPU: the base size in
+    bf16 at 4K/16K/64K and decode batches up to 32, against a bf16 GEMM large enough to reach the
+    chip's rate; on a CPU: the small size in fp32."""
+
+    size: str
+    lengths: tuple[int, ...]
+    decode_batches: tuple[int, ...]
+    decode_context: int
+    decode_steps: int
+    gemm_n: int
+    dtype: str
+
+
+DEFAULTS = {
+    "cpu": DeviceDefaults("small", (1024, 4096, 16384), (1, 8), 1024, 16, 2048, "float32"),
+    "cuda": DeviceDefaults("base", (4096, 16384, 65536), (1, 8, 32), 4096, 32, 8192, "bfloat16"),
+}
+QUICK = {
+    "cpu": DeviceDefaults("small", (1024, 4096), (1, 8), 256, 4, 1024, "float32"),
+    "cuda": DeviceDefaults("base", (4096, 16384), (1, 8, 32), 1024, 8, 4096, "bfloat16"),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +67,7 @@ class BenchSettings:
     device: str
     threads: int
     gemm_n: int
+    dtype: str = "float32"  # the model's and the GEMM's
 
 
 def _timed(fn: Callable[[], object], device: torch.device) -> float:
@@ -53,9 +80,10 @@ def _timed(fn: Callable[[], object], device: torch.device) -> float:
     return time.perf_counter() - start
 
 
-def measure_gemm(device: torch.device, n: int, repeats: int) -> list[float]:
-    """GFLOP/s samples of an n x n x n float32 matmul (after warm-up)."""
-    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
+def measure_gemm(device: torch.device, n: int, repeats: int, dtype: torch.dtype = torch.float32) -> list[float]:
+    """GFLOP/s samples of an n x n x n matmul in `dtype` (after warm-up): the model's own precision,
+    so efficiency compares like with like."""
+    a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
     for _ in range(3):
         a @ b
     return [2 * n**3 / _timed(lambda: a @ b, device) / 1e9 for _ in range(max(5, repeats))]
@@ -85,7 +113,7 @@ def _summary(samples: list[float]) -> dict[str, float]:
 
 
 def bench_preset(name: str, s: BenchSettings, gemm_gflops: float) -> dict:
-    config = get_preset(name, s.size)
+    config = get_preset(name, s.size, dtype=s.dtype)
     model = HybridModel(config, s.device)
     by_length = {}
     for tokens in s.lengths:
@@ -100,10 +128,14 @@ def bench_preset(name: str, s: BenchSettings, gemm_gflops: float) -> dict:
             "phi_kv_mbit_s": cache_bytes * 8 / seconds / 1e6,
         }
     decode = {str(b): _summary(measure_decode(model, b, s.decode_context, s.decode_steps)) for b in s.decode_batches}
+    del model
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()  # the next preset's weights and caches get the memory back
     return {
         "pattern": config.pattern, "kv_bytes_per_token": config.kv_bytes_per_token(),
         "full_layers": sum(k.is_growing for k in config.layer_kinds), "prefill": by_length,
         "decode_ms_per_step": decode,
+        "decode_tokens_per_s": {b: int(b) * 1e3 / row["median"] for b, row in decode.items()},
     }
 
 
@@ -124,8 +156,8 @@ def run(s: BenchSettings, progress: Callable[[str], None] = lambda _: None) -> d
     device = resolve_device(s.device)
     if device.type == "cpu":
         torch.set_num_threads(s.threads)
-    progress(f"gemm {s.gemm_n}^3 on {device}")
-    gemm = measure_gemm(device, s.gemm_n, s.repeats)
+    progress(f"gemm {s.gemm_n}^3 {s.dtype} on {device}")
+    gemm = measure_gemm(device, s.gemm_n, s.repeats, TORCH_DTYPES[s.dtype])
     gemm_gflops = statistics.median(gemm)
     presets = {}
     for name in s.presets:
@@ -154,6 +186,9 @@ def summarize(result: dict) -> dict:
             out["dense_prefill_growth_4k_to_16k"] = t["16384"]["prefill_s"]["median"] / t["4096"]["prefill_s"]["median"]
     if EFFICIENCY_PRESET in presets and str(EFFICIENCY_TOKENS) in presets[EFFICIENCY_PRESET]["prefill"]:
         out["kimi_efficiency_at_4k"] = presets[EFFICIENCY_PRESET]["prefill"][str(EFFICIENCY_TOKENS)]["efficiency"]
+    if result["machine"]["device"].startswith("cuda") and GPU_EFFICIENCY_TOKENS in lengths:
+        out["hybrid_efficiency_at_16k"] = {n: p["prefill"][str(GPU_EFFICIENCY_TOKENS)]["efficiency"]
+                                           for n, p in presets.items() if n != DENSE}
     return out
 
 
@@ -163,12 +198,15 @@ def check(result: dict) -> list[str]:
     eff = summary.get("kimi_efficiency_at_4k")
     if eff is not None and eff < EFFICIENCY_TARGET:
         failures.append(f"{EFFICIENCY_PRESET} prefill at 4K: efficiency {eff:.0%} < {EFFICIENCY_TARGET:.0%}")
+    for name, eff in summary.get("hybrid_efficiency_at_16k", {}).items():
+        if eff < GPU_EFFICIENCY_TARGET:
+            failures.append(f"{name} prefill at 16K on CUDA: efficiency {eff:.0%} < {GPU_EFFICIENCY_TARGET:.0%}")
     growth = summary.get("dense_prefill_growth_4k_to_16k")
     if growth is not None and growth < 4 * SUPERLINEAR_TARGET:
         failures.append(
             f"{DENSE} prefill 4K->16K grew {growth:.2f}x, not clearly super-linear (> {4 * SUPERLINEAR_TARGET})")
     for name, p in result["presets"].items():
-        config = get_preset(name, result["settings"]["size"])
+        config = get_preset(name, result["settings"]["size"], dtype=result["settings"].get("dtype", "float32"))
         growing_per_token = sum(config.growing_bytes_per_token(k) for k in config.layer_kinds if k.is_growing)
         for n, row in p["prefill"].items():
             if row["s_kv_bytes"] != row["s_kv_bytes_model"]:
@@ -187,7 +225,8 @@ def format_table(result: dict) -> str:
     pick = [str(n) for n in lengths if n in (4096, 16384)] or [str(n) for n in lengths[-2:]]
     head = f"{'preset':<20}" + "".join(f"{'tok/s@' + n:>12}{'eff@' + n:>10}" for n in pick)
     head += f"{'dec ms b1/b8':>14}{'S_kv MiB@' + pick[-1]:>15}{'Phi Mbit/s':>11}"
-    lines = [f"gemm {result['gemm_gflops']['median']:.1f} GFLOP/s on {result['machine']['device']}", head]
+    dtype = result["settings"].get("dtype", "float32")
+    lines = [f"gemm {result['gemm_gflops']['median']:.1f} GFLOP/s {dtype} on {result['machine']['device']}", head]
     for name, p in result["presets"].items():
         row = f"{name:<20}" + "".join(
             f"{p['prefill'][n]['tokens_per_s']:>12.0f}{p['prefill'][n]['efficiency']:>10.0%}" for n in pick
@@ -215,26 +254,41 @@ def _ints(text: str) -> tuple[int, ...]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m model_stub bench", description=__doc__)
     parser.add_argument("--presets", default=",".join(PRESET_NAMES), help="comma-separated preset names")
-    parser.add_argument("--size", default="small", choices=SIZES)
-    parser.add_argument("--lengths", type=_ints, default=(1024, 4096, 16384), help="prefill lengths, e.g. 1024,4096")
+    parser.add_argument("--size", default=None, choices=SIZES, help="default: small on CPU, base on CUDA")
+    parser.add_argument("--lengths", type=_ints, default=None,
+                        help="prefill lengths, e.g. 1024,4096 (default: 1K/4K/16K on CPU, 4K/16K/64K on CUDA)")
+    parser.add_argument("--dtype", default="auto", choices=("auto", *TORCH_DTYPES),
+                        help="model and GEMM precision (auto: bfloat16 on CUDA, float32 on CPU)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--quick", action="store_true", help="CI-sized: lengths 1024,4096, one repeat")
+    parser.add_argument("--quick", action="store_true", help="CI-sized: two lengths, one repeat")
+    parser.add_argument("--gemm-n", type=int, default=None,
+                        help="side of the roofline GEMM (default: 2048 on CPU, 8192 on CUDA; 1024/4096 quick)")
     parser.add_argument("--check", action="store_true", help="exit 1 when an issue target is missed")
     parser.add_argument("--out", type=Path, default=None,
                         help="JSON path (default bench/results/model_stub_<device>.json)")
     args = parser.parse_args(argv)
     presets = tuple(p for p in args.presets.split(",") if p)
     unknown = [p for p in presets if p not in PRESET_NAMES]
-    if unknown or args.repeats < 1 or args.threads < 1:
-        print(f"bench: unknown presets {unknown} or non-positive --repeats/--threads", file=sys.stderr)
+    if unknown or args.repeats < 1 or args.threads < 1 or not 16 <= (args.gemm_n or 16) <= 32768:
+        print(f"bench: unknown presets {unknown}, non-positive --repeats/--threads or --gemm-n outside 16..32768",
+              file=sys.stderr)
         return 2
+    try:
+        kind = resolve_device(args.device).type
+    except RuntimeError as err:
+        print(f"bench: --device {args.device!r}: {err}", file=sys.stderr)
+        return 2
+    if kind == "cuda" and not torch.cuda.is_available():
+        print("bench: --device cuda but no CUDA device is visible; use cpu or auto", file=sys.stderr)
+        return 2
+    base = (QUICK if args.quick else DEFAULTS).get(kind, DEFAULTS["cpu"])
     settings = BenchSettings(
-        presets=presets, size=args.size, lengths=(1024, 4096) if args.quick else args.lengths,
-        decode_batches=(1, 8), decode_context=256 if args.quick else 1024, decode_steps=4 if args.quick else 16,
+        presets=presets, size=args.size or base.size, lengths=args.lengths or base.lengths,
+        decode_batches=base.decode_batches, decode_context=base.decode_context, decode_steps=base.decode_steps,
         repeats=1 if args.quick else args.repeats, device=args.device, threads=args.threads,
-        gemm_n=1024 if args.quick else 2048,
+        gemm_n=args.gemm_n or base.gemm_n, dtype=base.dtype if args.dtype == "auto" else args.dtype,
     )
     result = run(settings, progress=lambda msg: print(f"[bench] {msg}", file=sys.stderr, flush=True))
     out = args.out or Path("bench/results") / f"model_stub_{result['machine']['device'].split(':')[0]}.json"

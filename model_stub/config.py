@@ -122,6 +122,11 @@ def _pattern(unit: str, repeats: int) -> tuple[LayerKind, ...]:
 
 
 _SMALL = dict(d_model=256, mlp_hidden=768, linear_heads=4, linear_head_dim=64)
+# GPU scale: matmuls large enough to measure a GPU's efficiency against its GEMM rate (bf16).
+_BASE = dict(
+    d_model=2048, mlp_hidden=5632, linear_heads=16, linear_head_dim=128, attn_heads=16, attn_kv_heads=4,
+    attn_head_dim=128, window=1024, kv_lora_rank=512, qk_nope_dim=128, qk_rope_dim=64, v_head_dim=128,
+)
 _TINY = dict(
     d_model=64, mlp_hidden=128, linear_heads=2, linear_head_dim=32, attn_heads=2, attn_kv_heads=1,
     attn_head_dim=32, window=16, kv_lora_rank=32, qk_nope_dim=16, qk_rope_dim=16, v_head_dim=32,
@@ -135,7 +140,7 @@ _LAYOUTS = {
     "dense-gqa-mini": ("full", 8, 4),  # dense baseline
 }
 PRESET_NAMES = tuple(_LAYOUTS)
-SIZES = ("small", "tiny")
+SIZES = ("small", "tiny", "base")  # base: the GPU bench's size (layers as small, matrices 8x wider)
 
 
 def get_preset(name: str, size: str = "small", **overrides: object) -> ModelConfig:
@@ -145,7 +150,7 @@ def get_preset(name: str, size: str = "small", **overrides: object) -> ModelConf
     if size not in SIZES:
         raise KeyError(f"size: unknown size {size!r}; choose one of {', '.join(SIZES)}")
     unit, small_repeats, tiny_repeats = _LAYOUTS[name]
-    dims = _SMALL if size == "small" else _TINY
-    repeats = small_repeats if size == "small" else tiny_repeats
+    dims = {"small": _SMALL, "tiny": _TINY, "base": _BASE}[size]
+    repeats = tiny_repeats if size == "tiny" else small_repeats
     config = ModelConfig(name=name, size=size, layer_kinds=_pattern(unit, repeats), **dims)
     return dataclasses.replace(config, **overrides) if overrides else config

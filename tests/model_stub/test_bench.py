@@ -29,3 +29,38 @@ def test_bench_writes_results_and_table(tmp_path, capsys):
 def test_bench_rejects_unknown_preset(capsys):
     assert bench.main(["--presets", "nope", "--size", "tiny"]) == 2
     assert "unknown presets" in capsys.readouterr().err
+
+
+def test_bf16_bench_measures_a_bf16_gemm_and_half_the_cache_bytes(tmp_path):
+    out = tmp_path / "bf16.json"
+    argv = ["--presets", "kimi-linear-mini", "--size", "tiny", "--lengths", "64,192", "--repeats", "1",
+            "--threads", "1", "--dtype", "bfloat16", "--gemm-n", "128", "--out", str(out)]  # CPU bf16 is slow
+    assert bench.main(argv) == 0
+    result = json.loads(out.read_text())
+    assert result["settings"]["dtype"] == "bfloat16"
+    fp32 = get_preset("kimi-linear-mini", "tiny")
+    row = result["presets"]["kimi-linear-mini"]["prefill"]["192"]
+    assert row["s_kv_bytes"] == fp32.cache_bytes(192) // 2
+    assert set(result["presets"]["kimi-linear-mini"]["decode_tokens_per_s"]) == {"1", "8"}
+
+
+def test_the_gpu_target_holds_each_hybrid_preset_at_16k_to_40_percent():
+    """check() on a CUDA result: every hybrid preset must reach 40 % of the bf16 GEMM rate at 16K;
+    the dense baseline is not held to it."""
+    def preset(eff: float) -> dict:
+        return {"prefill": {"16384": {"efficiency": eff, "s_kv_bytes": 1, "s_kv_bytes_model": 1}}}
+
+    result = {"machine": {"device": "cuda:0"}, "settings": {"lengths": [16384], "size": "base"},
+              "presets": {"kimi-linear-mini": preset(0.52), "qwen3-next-mini": preset(0.31),
+                          "dense-gqa-mini": preset(0.10)}}
+    result["summary"] = bench.summarize(result)
+    assert result["summary"]["hybrid_efficiency_at_16k"] == {"kimi-linear-mini": 0.52, "qwen3-next-mini": 0.31}
+    assert [f for f in bench.check(result) if "CUDA" in f] == [
+        "qwen3-next-mini prefill at 16K on CUDA: efficiency 31% < 40%"]
+
+
+def test_cuda_without_a_gpu_is_refused_in_one_line(capsys):
+    if bench.torch.cuda.is_available():
+        return  # the refusal is for machines without one
+    assert bench.main(["--device", "cuda", "--size", "tiny"]) == 2
+    assert "no CUDA device is visible" in capsys.readouterr().err
