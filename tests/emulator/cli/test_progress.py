@@ -3,9 +3,8 @@ them back), a bar redrawn in place on a terminal."""
 
 from __future__ import annotations
 
-import io
-
 import argparse
+import io
 
 import pytest
 
