@@ -33,13 +33,13 @@ def show_results(started: StartedRun, scenario: Scenario | None) -> None:
                      f"results:\n\n```\n{started.handle.log_tail(8)}\n```")
         return
     summary, meta = doc.get("summary", {}), doc.get("meta", {})
-    cols = st.columns(7)
-    for col, key in zip(cols, ("completed", "failed_count", "ttft_p50_s", "ttft_p90_s"), strict=False):
+    counts, rates = st.columns(4), st.columns(4)  # two rows: seven tiles in one clip their titles
+    for col, key in zip(counts, ("completed", "failed_count", "ttft_p50_s", "ttft_p90_s"), strict=True):
         col.metric(TILES[key], format_number(summary.get(key)))
     share = summary.get("prfaas_fraction")
-    cols[4].metric(TILES["prfaas_fraction"], f"{share:.1%}" if isinstance(share, int | float) else "-")
-    cols[5].metric(TILES["throughput_rps"], format_number(summary.get("throughput_rps")), help=LAMBDA_NOTE)
-    cols[6].metric(TILES["lambda_max_model"], format_number(meta.get("lambda_max_model")), help=LAMBDA_NOTE)
+    rates[0].metric(TILES["prfaas_fraction"], f"{share:.1%}" if isinstance(share, int | float) else "-")
+    rates[1].metric(TILES["throughput_rps"], format_number(summary.get("throughput_rps")), help=LAMBDA_NOTE)
+    rates[2].metric(TILES["lambda_max_model"], format_number(meta.get("lambda_max_model")), help=LAMBDA_NOTE)
     for failure in doc.get("expect_failures", []):
         st.warning(f"expect failed: {failure}")
     if started.handle.engine == "virtual" and (statement := workload_statement(meta)):

@@ -75,7 +75,13 @@ def _watching(fake_run) -> AppTest:
     fake_run.event("rq-1", "first_token", 1.0, route="prfaas", node="local-decode-1",
                    detail={"ttft_s": 0.8})
     return _until(app, lambda a: "Last snapshot: t = 1.00 s" in _texts(a)
-                  and not a.slider(key="live_k_threshold").disabled)
+                  and not a.slider(key="live_k_threshold").disabled and _first_token_shown(a))
+
+
+def _first_token_shown(app: AppTest) -> bool:
+    """The last of the request's events has reached the page (events come after the snapshots)."""
+    tables = [d.value for d in app.dataframe if "ttft_s" in d.value.columns]
+    return bool(tables) and len(tables[0]) > 0 and tables[0]["ttft_s"].iloc[0] == 0.8
 
 
 def test_renders_with_no_run(live_env: str) -> None:

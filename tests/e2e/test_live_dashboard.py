@@ -127,6 +127,8 @@ def test_live_page_drives_a_live_run(live_dashboard, tmp_path: Path) -> None:
             if os.environ.get(SCREENSHOTS_ENV):  # the README's picture: let the run show more
                 page.wait_for_function("['draining', 'finished', 'ended'].some((s) => "
                                        "document.body.innerText.includes(s))", timeout=120_000)
+                # the run ends by itself: the picture shows its results drawn whole
+                page.get_by_role("button", name="Save as scenario (YAML)").wait_for(timeout=120_000)
             time.sleep(2.0)
             live_png = shoot(page, tmp_path, "live.png")
             assert page.get_by_test_id("stException").count() == 0
