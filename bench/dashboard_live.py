@@ -177,7 +177,8 @@ def main() -> int:
     raw = measure(args)
     summary = summarize(raw)
     sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    doc = {"bench": "dashboard_live", "machine": {"cpus": os.cpu_count(), "kernel": platform.release(),
+    doc = {"bench": "dashboard_live", "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+           "machine": {"cpus": os.cpu_count(), "kernel": platform.release(),
                                                  "python": platform.python_version()},
            "git_sha": sha, "config": {"scenario": "scenarios/live-quickstart.yaml", "engine": "live",
                                       "duration_s": args.duration_s, "window_s": args.window_s,
