@@ -1,6 +1,7 @@
 """A run's decision timeline for the dashboard: the scheduler's decisions and the knob changes its
 summary.json `meta` recorded, as a table (time, what, why) and as annotated vertical markers on a
-Plotly figure whose x axis is run time in seconds (the threshold and egress charts).
+Plotly figure whose x axis is run time in seconds (the Runs page's threshold and egress charts; the
+Live page's Vega-Lite charts mark them from the same rows and labels, `app.live_charts`).
 
     rows = decision_rows(meta)            # DataFrame: "time (s)", "what", "why" (+ "source")
     st.dataframe(rows[list(TABLE_COLUMNS)], hide_index=True)
@@ -51,12 +52,8 @@ def add_decision_markers(fig: go.Figure, rows: pd.DataFrame) -> go.Figure:
     """A dotted vertical line at each timed row of `decision_rows`, labelled at the top with what
     happened (numbered, as the table's order, when there are many); hovering the label shows the
     time, what and why. Returns `fig`, changed in place."""
-    if rows.empty:  # the Live page redraws every second, mostly with nothing to mark
-        return fig
-    timed = rows[rows[TIME].notna()].reset_index(drop=True)
-    worded = len(timed) <= MAX_LABELLED
-    for i, row in timed.iterrows():
-        text = _short(str(row[WHAT])) if worded else str(int(i) + 1)
+    timed = timed_rows(rows)
+    for (_, row), text in zip(timed.iterrows(), marker_labels(timed), strict=True):
         fig.add_vline(
             x=float(row[TIME]), line_dash="dot", line_width=1,
             line_color=DECISION_COLORS.get(str(row.get(SOURCE, "")), "#555555"),
@@ -67,5 +64,14 @@ def add_decision_markers(fig: go.Figure, rows: pd.DataFrame) -> go.Figure:
     return fig
 
 
-def _short(text: str) -> str:
-    return text if len(text) <= LABEL_CHARS else text[:LABEL_CHARS - 1] + "…"
+def timed_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    """The rows with a time: those a chart can mark."""
+    return rows[rows[TIME].notna()].reset_index(drop=True)
+
+
+def marker_labels(timed: pd.DataFrame) -> list[str]:
+    """Each timed row's label on a chart: what happened, shortened; numbered as the table's order
+    when there are more than MAX_LABELLED, so the labels do not overlap."""
+    if len(timed) > MAX_LABELLED:
+        return [str(i + 1) for i in range(len(timed))]
+    return [text if len(text) <= LABEL_CHARS else text[:LABEL_CHARS - 1] + "…" for text in map(str, timed[WHAT])]

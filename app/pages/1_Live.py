@@ -14,7 +14,7 @@ import pandas as pd
 import streamlit as st
 
 from app import live_charts
-from app.decisions_view import TABLE_COLUMNS, TIME, WHY, add_decision_markers, decision_rows, note_rows
+from app.decisions_view import TABLE_COLUMNS, TIME, WHY, decision_rows, note_rows
 from app.knobs_view import ack_of
 from app.live_knobs import knobs_sidebar, sent_knobs
 from app.live_results import show_results
@@ -271,20 +271,17 @@ def _charts(frame: pd.DataFrame, caption: str, decisions: pd.DataFrame, view: Ru
     the scheduler's decisions and the knob changes marked on the threshold and egress charts and
     listed below; with the bus `view`, also the node roles and the last requests."""
     st.caption(caption)
-    marked = {"live_ttft", "live_egress"}
     grid = [st.columns(2), st.columns(2), st.columns(2)]
-    for col, key, build in (
-        (grid[0][0], "live_ttft", live_charts.ttft_figure),
-        (grid[0][1], "live_egress", live_charts.egress_figure),
-        (grid[1][0], "live_queues", live_charts.queues_figure),
-        (grid[1][1], "live_share", live_charts.share_figure),
-        (grid[2][0], "live_link", live_charts.link_health_figure),
+    for col, key, spec in (
+        (grid[0][0], "live_ttft", live_charts.ttft_spec(frame, decisions)),
+        (grid[0][1], "live_egress", live_charts.egress_spec(frame, decisions)),
+        (grid[1][0], "live_queues", live_charts.queues_spec(frame)),
+        (grid[1][1], "live_share", live_charts.share_spec(frame)),
+        (grid[2][0], "live_link", live_charts.link_health_spec(frame)),
     ):
         col.markdown(f"**{live_charts.CHART_TITLES[key]}**")
-        figure = build(frame)
-        if key in marked:
-            add_decision_markers(figure, decisions)
-        col.plotly_chart(figure, key=key, config={"displayModeBar": False})
+        # the same spec every second (its data travel beside it): the browser keeps the chart and swaps its data
+        col.vega_lite_chart(spec | {"description": live_charts.CHART_TITLES[key]}, width="stretch")
     if view is not None:
         grid[2][1].markdown(f"**{ROLES}**")
         grid[2][1].dataframe(roles_table(view.latest), hide_index=True, placeholder="-")

@@ -19,6 +19,7 @@ from emulator.telemetry.schemas import (
     ErrorEvent,
     MetricsSnapshot,
     NoteEvent,
+    RequestCounts,
     RequestEvent,
     StatusMessage,
     control_topic,
@@ -28,6 +29,12 @@ from emulator.telemetry.watch import TopicWatch
 
 APP = Path(__file__).resolve().parents[2] / "app"
 PAGES = APP / "pages"
+
+
+def snap(t_s: float, prfaas: int = 0, local: int = 0, **fields) -> MetricsSnapshot:
+    """A metrics snapshot of run abc123 at `t_s`, with these routed counts."""
+    return MetricsSnapshot(run_id="abc123", t_s=t_s, requests=RequestCounts(prfaas=prfaas, local=local),
+                           **fields)
 
 
 def completed(rid: str, route: str, arrival_s: float, ttft_s: float, *, transfer: bool = True,

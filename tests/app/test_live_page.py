@@ -3,16 +3,17 @@ so each knob's control message is read off the bus as the run would read it."""
 
 from __future__ import annotations
 
-import base64
 import json
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
+import pandas as pd
+import pyarrow as pa
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from app.live_charts import CHART_TITLES
 from app.live_view import TILES
 from emulator.telemetry.labels import format_number
 
@@ -42,15 +43,25 @@ def _texts(app: AppTest) -> str:
                                              *app.success, *app.warning])
 
 
-def _values(data: list | dict) -> list:
-    """A trace's x or y: plotly sends numeric arrays as base64 typed arrays."""
-    if isinstance(data, dict):
-        return np.frombuffer(base64.b64decode(data["bdata"]), dtype=data["dtype"]).tolist()
-    return list(data)
+def _charts(app: AppTest) -> dict[str, tuple[dict, dict[str, pd.DataFrame]]]:
+    """The page's Vega-Lite charts by title: (spec, {dataset name: frame}), as the browser gets them
+    (the datasets travel as Arrow beside the spec)."""
+    titles = {title: key for key, title in CHART_TITLES.items()}
+    charts = {}
+    for chart in app.get("vega_lite_chart"):
+        spec = json.loads(chart.proto.spec)
+        data = {d.name: pa.ipc.open_stream(d.data.data).read_all().to_pandas() for d in chart.proto.datasets}
+        charts[titles[spec["description"]]] = (spec, data)
+    return charts
+
+
+def _series(chart: tuple[dict, dict[str, pd.DataFrame]], name: str) -> list[float]:
+    series = chart[1]["series"]
+    return series.loc[series["series"] == name, "value"].tolist()
 
 
 def _chart_keys(app: AppTest) -> set[str]:
-    return {c.proto.id.split("-", 2)[2] for c in app.get("plotly_chart")}
+    return set(_charts(app))
 
 
 def _metrics(app: AppTest) -> dict[str, str]:
@@ -100,11 +111,13 @@ def test_shows_a_running_run_its_backend_charts_and_requests(fake_run) -> None:
     assert metrics["Threshold (tokens)"] == "2,048" and metrics["Run time (s)"] == "1.0"
     assert "Why this backend: not root: no network namespaces" in _texts(app)
     assert "Workload: generated (poisson): 30 requests" in _texts(app)  # the run's own statement
-    charts = {c.proto.id.split("-", 2)[2]: json.loads(c.proto.spec) for c in app.get("plotly_chart")}
+    charts = _charts(app)
     assert set(charts) == CHART_KEYS
-    ttft = {t["name"]: t for t in charts["live_ttft"]["data"]}
-    assert _values(ttft["TTFT P50"]["y"])[-1] == 0.8 and ttft["threshold"]["yaxis"] == "y2"
-    assert [_values(t["y"]) for t in charts["live_egress"]["data"]] == [[0.0, 42.0], [200.0, 200.0]]
+    assert _series(charts["live_ttft"], "TTFT P50")[-1] == 0.8
+    right_axis = charts["live_ttft"][0]["layer"][1]["layer"]  # the threshold, on the right
+    assert [layer["transform"][0]["filter"]["equal"] for layer in right_axis] == ["threshold"]
+    assert _series(charts["live_egress"], "egress") == [0.0, 42.0]
+    assert _series(charts["live_egress"], "link capacity") == [200.0, 200.0]
     roles, requests = (d.value for d in app.dataframe)
     assert roles["node"].tolist()[0] == "remote-prefill-0"
     row = requests.iloc[0]
@@ -198,9 +211,9 @@ def test_the_schedulers_decisions_are_marked_and_listed_as_they_happen(fake_run)
     assert decisions.iloc[0].tolist() == [0.9, "threshold 2048 -> 3200 tokens",
                                           "link goodput below the model's egress (held 2 intervals); model: 0.91 "
                                           "req/s, p 0.30, bottleneck prfaas"]
-    charts = {c.proto.id.split("-", 2)[2]: json.loads(c.proto.spec) for c in app.get("plotly_chart")}
+    charts = _charts(app)
     for key in ("live_ttft", "live_egress"):  # a dotted marker at 0.9 s on the threshold and egress charts
-        assert [shape["x0"] for shape in charts[key]["layout"]["shapes"]] == [0.9]
+        assert charts[key][1]["decisions"][["t_s", "label"]].values.tolist() == [[0.9, "threshold 2048 -> 3200 tokens"]]
 
 
 def test_the_backend_reason_stays_when_a_knob_note_arrives(fake_run) -> None:

@@ -8,7 +8,7 @@ import threading
 import pandas as pd
 import pytest
 
-from app.live_charts import egress_figure
+from app.live_charts import egress_spec
 from app.live_view import (
     METRIC_COLUMNS,
     REQUEST_COLUMNS,
@@ -23,7 +23,6 @@ from app.live_view import (
 )
 from emulator.telemetry.schemas import (
     ErrorEvent,
-    MetricsSnapshot,
     NoteEvent,
     QueueDepths,
     RequestCounts,
@@ -31,10 +30,7 @@ from emulator.telemetry.schemas import (
     StatusMessage,
 )
 
-
-def snap(t_s: float, prfaas: int = 0, local: int = 0, **fields) -> MetricsSnapshot:
-    return MetricsSnapshot(run_id="abc123", t_s=t_s, requests=RequestCounts(prfaas=prfaas, local=local),
-                           **fields)
+from .conftest import snap
 
 
 def event(rid: str, kind: str, t_s: float, **fields) -> RequestEvent:
@@ -136,11 +132,12 @@ def test_egress_chart_converts_bit_per_s_at_display_time(capacity: float | None,
                                                          shown: list[float]) -> None:
     frame = metrics_frame([snap(1.0, egress_bit_per_s=40e6, link_capacity_bit_per_s=capacity)])
     assert frame["egress_bit_per_s"].tolist() == [40e6]  # the frame keeps the snapshot's unit
-    figure = egress_figure(frame)
-    assert figure.layout.yaxis.title.text == unit
-    egress, cap = figure.data
-    assert [egress.y[0], cap.y[0]] == pytest.approx(shown, nan_ok=True)  # an unshaped link: a gap
-    assert egress_figure(metrics_frame([])).layout.yaxis.title.text == "Mbit/s"
+    spec = egress_spec(frame)
+    assert [layer["encoding"]["y"]["title"] for layer in spec["layer"][0]["layer"][:2]] == [unit, unit]
+    series = spec["datasets"]["series"]
+    assert series["series"].tolist() == ["egress", "link capacity"]
+    assert series["value"].tolist() == pytest.approx(shown, nan_ok=True)  # an unshaped link: a gap
+    assert egress_spec(metrics_frame([]))["layer"][0]["layer"][0]["encoding"]["y"]["title"] == "Mbit/s"
 
 
 def test_requests_table_has_route_reason_and_ttft_breakdown() -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 from streamlit.testing.v1 import AppTest
 
-from app.live_charts import queues_figure, share_figure, ttft_figure
+from app.live_charts import queues_spec, share_spec, ttft_spec
 from app.live_view import recorded_frame
 from app.palette import MODEL_COLORS, POOL_COLORS, ROUTE_COLORS, canonical_model, model_color
 from app.paper_figures import PHI_KV_TABLE
@@ -117,6 +117,12 @@ def _report_traces(report: str, title: str) -> dict[str, dict]:
     return {trace["name"]: trace for trace in data}
 
 
+def _series_colors(spec: dict) -> dict[str, str]:
+    """{series: colour} of a Live chart, from the colour scale its line layers share."""
+    scale = spec["layer"][0]["layer"][0]["encoding"]["color"]["scale"]
+    return dict(zip(scale["domain"], scale["range"], strict=True))
+
+
 def test_a_route_has_one_colour_on_the_runs_page_report_html_and_the_live_charts(runs_dir: Path) -> None:
     run_dir = runs_dir / "fast-live"
     runs = _run(str(PAGES / "2_Runs.py"))
@@ -129,8 +135,7 @@ def test_a_route_has_one_colour_on_the_runs_page_report_html_and_the_live_charts
     report_ttft = {name: t["marker"]["color"] for name, t in _report_traces(report, TITLES["ttft_time"]).items()}
     requests, timeseries, _ = load_run(run_dir)
     frame = recorded_frame(requests, timeseries)
-    queues = {t.name: t.line.color for t in queues_figure(frame).data}
-    share = {t.name: t.line.color for t in share_figure(frame).data}
+    queues, share = _series_colors(queues_spec(frame)), _series_colors(share_spec(frame))
 
     routes = {route.value: ROUTE_COLORS[route.value] for route in Route}
     assert page_cdf == report_cdf == report_ttft == routes
@@ -140,6 +145,6 @@ def test_a_route_has_one_colour_on_the_runs_page_report_html_and_the_live_charts
                       "decode": POOL_COLORS["pd_d"]}
     assert share["since the start"] == routes["prfaas"]
     # No other series on these pages wears a route's colour.
-    others = {t.line.color for t in ttft_figure(frame).data}
+    others = set(_series_colors(ttft_spec(frame)).values())
     assert not others & set(routes.values())
     assert POOL_COLORS == {"prfaas": routes["prfaas"], "pd_p": routes["local"], "pd_d": POOL_COLORS["pd_d"]}

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from app.live_charts import CHART_TITLES
 from emulator.telemetry.watch import TopicWatch
 from tests.e2e.browser import BROWSER_MARKS, CHROMIUM, CHROMIUM_ARGS, SCREENSHOTS_ENV, VIEWPORT, shoot
 
@@ -32,21 +33,26 @@ pytestmark = [*BROWSER_MARKS, pytest.mark.slow]
 # (the page's first points took 32 s on a loaded CI run); the test stops the run once they are.
 DURATION_S = 60
 EXPLORER_VIEWPORT = {"width": 1400, "height": 2000}  # the paper beside the project too
-# How many finite y values each named trace holds, for the chart that has a trace of that name.
-TRACE_POINTS_JS = """(name) => {
-  for (const gd of document.querySelectorAll('.js-plotly-plot')) {
-    for (const trace of gd._fullData || []) {  // decoded: gd.data may hold base64 typed arrays
-      if (trace.name === name) {
-        return Array.from(trace.y || []).filter((v) => v !== null && Number.isFinite(v)).length;
-      }
-    }
-  }
-  return 0;
-}"""
+# The caption above the charts, as a JS regular expression whose group counts the points drawn.
+SNAPSHOTS = r"/Last snapshot: t = [0-9.]+ s · ([0-9]+) snapshots/"
+RECORDED = r"/From the run's record: ([0-9]+) samples/"
+# The Live charts (Vega-Lite, each described by its title) that hold a drawn line or area.
+CHARTS_DRAWN_JS = """(titles) => titles.every((title) => {
+  const chart = document.querySelector(`[data-testid=stVegaLiteChart][aria-label="${title}"]`);
+  return chart !== null && [...chart.querySelectorAll('.mark-line path, .mark-area path')].some(
+    (path) => (path.getAttribute('d') || '').length > 2);
+})"""
+TITLES_JS = json.dumps(list(CHART_TITLES.values()))
 
 
-def _wait_points(page, trace: str, at_least: int, timeout_s: float) -> None:
-    page.wait_for_function(f"({TRACE_POINTS_JS})({json.dumps(trace)}) >= {at_least}", timeout=timeout_s * 1000)
+def _wait_charts(page, caption: str, at_least: int, timeout_s: float) -> None:
+    """Until the five charts are drawn and the caption above them (`Last snapshot: ... · N snapshots`
+    or `From the run's record: N samples`) counts at least `at_least` points."""
+    page.wait_for_function(
+        f"""() => {{
+          const m = document.body.innerText.match({caption});
+          return m !== null && parseInt(m[1]) >= {at_least} && ({CHARTS_DRAWN_JS})({TITLES_JS});
+        }}""", timeout=timeout_s * 1000)
 
 
 def _start_quickstart(page) -> tuple[str, str]:
@@ -114,8 +120,8 @@ def test_live_page_drives_a_live_run(live_dashboard, tmp_path: Path) -> None:
             broker, run_id = _start_quickstart(page)
             status = f"prfaas/{run_id}/status"
             with TopicWatch(broker, status) as watch:
-                _wait_points(page, "TTFT P50", 1, timeout_s=60)
-                _wait_points(page, "egress", 3, timeout_s=30)
+                _wait_charts(page, SNAPSHOTS, 1, timeout_s=60)
+                _wait_charts(page, SNAPSHOTS, 3, timeout_s=30)
                 tokens = _move_threshold(page)
                 assert tokens < 2048, "the slider did not move"
                 # the emulator's own report: the status that follows the control message
@@ -153,7 +159,7 @@ def test_live_page_drives_a_live_run(live_dashboard, tmp_path: Path) -> None:
             advanced.click()
             page.get_by_role("button", name="Start", exact=True).click()
             page.get_by_text(re.compile(r"^From the run's record: ")).wait_for(timeout=60_000)
-            _wait_points(page, "TTFT P50", 10, timeout_s=30)  # the charts, drawn from the record
+            _wait_charts(page, RECORDED, 10, timeout_s=30)  # the charts, drawn from the record
             assert "threshold 2965 -> 3411 tokens" in _grid_text(page, "why")  # the scheduler's move
             time.sleep(1.0)
             virtual_png = shoot(page, tmp_path, "live-virtual.png")
