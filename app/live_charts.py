@@ -171,6 +171,12 @@ def _line_layer(line: Line, axis: dict, domain: list[float] | None, color: dict)
             "mark": mark, "encoding": {"x": _x(), "y": y, "color": color}}
 
 
+def _zoom() -> dict[str, Any]:
+    """Wheel or drag to zoom and pan run time, double-click to undo; the zoom stays while the data
+    grow, as the view does."""
+    return {"name": "zoom", "select": {"type": "interval", "encodings": ["x"]}, "bind": "scales"}
+
+
 def _hover_layer(lines: list[Line]) -> dict[str, Any]:
     """A grey rule at the sample nearest the pointer, its tooltip every series' value there."""
     tooltip = [{"field": "t_s", "type": "quantitative", "title": X_TITLE, "format": ".1f"}]
@@ -178,7 +184,7 @@ def _hover_layer(lines: list[Line]) -> dict[str, Any]:
     return {"data": {"name": SERIES}, "transform": [{"pivot": "series", "value": "value", "groupby": ["t_s"]}],
             "mark": {"type": "rule", "color": "#888888"},
             "params": [{"name": "hover", "select": {"type": "point", "fields": ["t_s"], "nearest": True,
-                                                    "on": "pointerover", "clear": "pointerout"}}],
+                                                    "on": "pointerover", "clear": "pointerout"}}, _zoom()],
             "encoding": {"x": _x(), "opacity": {"condition": {"param": "hover", "value": 0.5, "empty": False},
                                                 "value": 0},
                          "tooltip": tooltip}}

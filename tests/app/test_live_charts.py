@@ -86,3 +86,13 @@ def test_many_decisions_are_numbered_in_table_order() -> None:
     lines = [f"t={i}.0s control: threshold -> {1000 + i} tokens" for i in range(MAX_LABELLED + 1)]
     marks = egress_spec(metrics_frame([snap(1.0)]), decision_rows({"knob_changes": lines}))["datasets"][DECISIONS]
     assert marks["label"].tolist() == [str(i + 1) for i in range(MAX_LABELLED + 1)]
+
+
+def test_every_chart_zooms_run_time_and_lists_every_series_on_hover() -> None:
+    frame = metrics_frame([snap(1.0, egress_bit_per_s=4e6)])
+    for spec in (ttft_spec(frame), egress_spec(frame), queues_spec(frame), share_spec(frame), link_health_spec(frame)):
+        params = {p["name"]: p for layer in _layers(spec) for p in layer.get("params", [])}
+        assert params["zoom"]["bind"] == "scales" and params["zoom"]["select"]["encodings"] == ["x"]
+        hover = next(layer for layer in _layers(spec) if "hover" in {p["name"] for p in layer.get("params", [])})
+        shown = [field["field"] for field in hover["encoding"]["tooltip"]]
+        assert shown == ["t_s", *spec["layer"][0]["layer"][0]["encoding"]["color"]["scale"]["domain"]]
