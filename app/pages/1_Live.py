@@ -2,7 +2,7 @@
 MQTT and watch it, refreshed every second by a fragment over the server's MQTT feed.
 
 Layout only; the buffer and tables come from `app.live_view`, the knobs from `app.live_knobs` (their
-messages from `app.knobs_view`), the figures from `app.live_charts`, runs from `app.run_registry`.
+messages from `app.knobs_view`), the charts from `app.live_charts`, runs from `app.run_registry`.
 """
 
 from __future__ import annotations
