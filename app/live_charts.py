@@ -113,11 +113,11 @@ def series_frame(frame: pd.DataFrame, lines: list[Line]) -> pd.DataFrame:
     })
 
 
-def decision_frame(decisions: pd.DataFrame | None) -> pd.DataFrame:
+def decision_frame(decisions: pd.DataFrame) -> pd.DataFrame:
     """The timed rows of `decision_rows` as the markers draw them: t_s, a short label, what, why,
     and who decided (the marker's colour)."""
     columns = ["t_s", "label", "what", "why", "source"]
-    if decisions is None or decisions.empty:
+    if decisions.empty:
         return pd.DataFrame({c: pd.Series(dtype="float64" if c == "t_s" else "object") for c in columns})
     timed = timed_rows(decisions)
     return pd.DataFrame({"t_s": timed[TIME].astype("float64"),
@@ -139,17 +139,12 @@ def _spec(frame: pd.DataFrame, lines: list[Line], *, left: dict, right: dict | N
     if right is not None:
         groups.append({"layer": [_line_layer(line, {"orient": "right", "grid": False, **right}, None, color)
                                  for line in lines if line.right]})
-    marks = decision_frame(decisions)
-    if decisions is not None:
+    datasets = {SERIES: series_frame(frame, lines)}
+    if decisions is not None:  # the layers even with no decision yet: the spec must not change
         groups[0]["layer"] += _decision_layers()
-    spec: dict[str, Any] = {
-        "height": HEIGHT, "datasets": {SERIES: series_frame(frame, lines)},
-        "layer": groups, "resolve": {"scale": {"y": "independent"}},
-        "config": {"axis": {"titleFontWeight": "normal"}},
-    }
-    if decisions is not None:
-        spec["datasets"][DECISIONS] = marks
-    return spec
+        datasets[DECISIONS] = decision_frame(decisions)
+    return {"height": HEIGHT, "datasets": datasets, "layer": groups, "resolve": {"scale": {"y": "independent"}},
+            "config": {"axis": {"titleFontWeight": "normal"}}}
 
 
 def _x() -> dict[str, Any]:
