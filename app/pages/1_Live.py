@@ -204,7 +204,9 @@ def _acks(run_id: str, view: RunView) -> None:
 def _status_row(view: RunView, phase: str, started: StartedRun | None) -> None:
     latest, status = view.latest, view.status
     scenario = _scenario_of(started)
-    duration = f" / {scenario.duration_s:g}" if scenario is not None else ""
+    # the scenario of a run started here, else what the run's status says (a run started in a terminal)
+    duration_s = scenario.duration_s if scenario is not None else status.duration_s if status is not None else None
+    duration = f" / {duration_s:g}" if duration_s is not None else ""
     if started is not None and started.handle.engine == "virtual":
         _virtual_status(started, phase, duration)
         return  # a virtual run says nothing on the bus: its log and record are all there is
@@ -218,8 +220,8 @@ def _status_row(view: RunView, phase: str, started: StartedRun | None) -> None:
     tiles[3].metric(TILES["arrived"], f"{counts.completed} / {counts.arrived}" if counts else "-")
     tiles[4].metric(TILES["failed"], str(counts.failed) if counts else "-")
     tiles[5].metric(TILES["threshold"], format_number(latest.threshold_tokens) if latest else "-")
-    if scenario is not None and latest is not None and phase == "running":
-        st.progress(min(latest.t_s / scenario.duration_s, 1.0), text=f"{latest.t_s:.0f} of {scenario.duration_s:g} s")
+    if duration_s is not None and latest is not None and phase == "running":
+        st.progress(min(latest.t_s / duration_s, 1.0), text=f"{latest.t_s:.0f} of {duration_s:g} s")
     if status is not None and (why := status.link_backend_reason or status.note):
         st.caption(f"Why this backend: {why}")
         if status.link_backend_reason and status.note and status.note != status.link_backend_reason:

@@ -342,7 +342,7 @@ class LiveSession:
         await self.bus.publish_status(StatusMessage(
             run_id=self.run_id, t_s=max(self.gateway.now(), 0.0), state=state, engine="live",
             link_backend=status["backend"], link_backend_reason=status["reason"], note=note or self.notes[0],
-            threshold_tokens=self.gateway.router.config.threshold_tokens,
+            threshold_tokens=self.gateway.router.config.threshold_tokens, duration_s=self.scenario.duration_s,
             workload=self.coverage.statement if self.coverage is not None else ""))
 
     async def write_record(self, complete: bool) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from emulator.errors import TelemetryError
+from emulator.limits import MAX_DURATION_S
 from emulator.telemetry.payload_errors import one_line
 
 SCHEMA_VERSION = 1
@@ -122,6 +123,7 @@ class StatusMessage(_Message):
     note: str = ""
     threshold_tokens: int | None = None  # the router's t when sent: a status follows every knob change
     workload: str = ""  # what of its workload the run plays (emulator/workload/coverage.py)
+    duration_s: float | None = Field(default=None, gt=0, le=MAX_DURATION_S)  # arrivals stop then
 
 
 EventMessage = Annotated[RequestEvent | ErrorEvent | NoteEvent, Field(discriminator="event")]

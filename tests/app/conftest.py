@@ -135,12 +135,12 @@ class FakeRun:
     probe: TopicWatch
     run_id: str
 
-    def status(self, state: str = "running", note: str = "") -> None:
+    def status(self, state: str = "running", note: str = "", duration_s: float | None = 30.0) -> None:
         reason = "not root: no network namespaces"
         self.probe.publish(topic(self.run_id, "status"), StatusMessage(
             run_id=self.run_id, t_s=0.0, state=state, engine="live", link_backend="proxy",
             link_backend_reason=reason, note=note or f"link backend: proxy ({reason})",
-            workload="generated (poisson): 30 requests"))
+            workload="generated (poisson): 30 requests", duration_s=duration_s))
 
     def snapshot(self, t_s: float, threshold: int = 2048, **fields) -> None:
         """As the live gateway publishes one: a 200 Mbit/s, 10 ms link and three nodes."""

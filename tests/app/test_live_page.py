@@ -108,7 +108,7 @@ def test_shows_a_running_run_its_backend_charts_and_requests(fake_run) -> None:
     app = _watching(fake_run)
     metrics = _metrics(app)
     assert metrics["State"] == "running" and metrics["Link backend"] == "proxy"
-    assert metrics["Threshold (tokens)"] == "2,048" and metrics["Run time (s)"] == "1.0"
+    assert metrics["Threshold (tokens)"] == "2,048" and metrics["Run time (s)"] == "1.0 / 30"
     assert "Why this backend: not root: no network namespaces" in _texts(app)
     assert "Workload: generated (poisson): 30 requests" in _texts(app)  # the run's own statement
     charts = _charts(app)
@@ -123,6 +123,15 @@ def test_shows_a_running_run_its_backend_charts_and_requests(fake_run) -> None:
     row = requests.iloc[0]
     assert (row["request"], row["route"], row["reason"]) == ("rq-1", "prfaas", "3000 > t 2048")
     assert row["ttft_s"] == 0.8 and row["transfer_s"] == pytest.approx(0.2)
+
+
+def test_a_run_seen_only_on_the_bus_shows_its_progress(fake_run) -> None:
+    """A run started in a terminal: the page knows its duration from the run's status alone."""
+    app = _watching(fake_run)
+    assert [p.proto.text for p in app.get("progress")] == ["1 of 30 s"]
+    fake_run.status(duration_s=None)  # a run from before the status said it: no bar, no guess
+    _until(app, lambda a: not a.get("progress"))
+    assert _metrics(app)["Run time (s)"] == "1.0"
 
 
 def test_threshold_knob_publishes_and_shows_the_runs_answer(fake_run) -> None:

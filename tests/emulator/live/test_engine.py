@@ -130,6 +130,7 @@ def test_control_messages_steer_the_next_requests_and_bad_ones_are_refused(
     # the status topic reports the change and the threshold the router now uses
     taken = [s for s in statuses if s["note"] == "control: threshold -> 1000000 tokens"]
     assert taken and taken[0]["state"] == "running" and taken[0]["threshold_tokens"] == 10**6
+    assert {s["duration_s"] for s in statuses} == {6.0}  # a dashboard that did not start the run shows progress
     # every request above 1024 tokens went remote until the change; the ones routed after it stay local
     routed = {e["request_id"]: e["t_s"] for e in events if e.get("event") == "routed"}
     changed_at = min(e["t_s"] for e in events if e.get("event") == "completed")
