@@ -1,7 +1,8 @@
 """Control messages (`prfaas/<run>/control/<knob>`): the knobs, their payload schemas and their
-validation into a ControlCommand. Every payload is checked against a size cap, a depth cap, JSON,
-its schema (every number bounded by emulator.limits or the LinkSpec's own bounds) and, for links, a
-full `LinkSpec`, before anyone acts on it. What the gateway does with a knob lives elsewhere.
+validation into a ControlCommand. Every payload is checked against a size cap, a depth cap, JSON
+(no key given twice), an integer `v`, its schema (every number bounded by emulator.limits or the
+LinkSpec's own bounds) and, for links, a full `LinkSpec`, before anyone acts on it. What the
+gateway does with a knob lives elsewhere.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from emulator.errors import LinkSpecError, TelemetryError
 from emulator.limits import MAX_CONTROL_BYTES, MAX_NESTING, MAX_RATE_PER_S, MAX_TOKENS
 from emulator.net.spec import FIELD_HINTS, MAX_BANDWIDTH_MBIT, MAX_DELAY_MS, LinkSpec, parse_link_spec
 from emulator.telemetry.bounded_json import loads_bounded
-from emulator.telemetry.payload_errors import MAX_SHOWN_PROBLEMS, clip, one_line, refusal
+from emulator.telemetry.payload_errors import MAX_SHOWN_PROBLEMS, clip, one_line, refusal, shown
 from emulator.telemetry.schemas import SCHEMA_VERSION
 from emulator.validation import format_validation_error
 
@@ -169,6 +170,7 @@ def parse_control(knob: str, payload: bytes, link_base: LinkSpec | None = None) 
                              f"not an object; {hint}")
     if "v" not in data:
         raise TelemetryError(f'{where}: v: missing; add "v": {SCHEMA_VERSION}')
+    _check_version(where, data["v"])
     try:
         is_auto = known is Knob.THRESHOLD and data.get("tokens") == "auto"
         model = (ThresholdAutoControl if is_auto else _MODELS[known]).model_validate(data)
@@ -182,6 +184,14 @@ def parse_control(knob: str, payload: bytes, link_base: LinkSpec | None = None) 
     if isinstance(command.value, LinkChange):
         command.value.apply_to(link_base or LinkSpec())
     return command
+
+
+def _check_version(where: str, version: object) -> None:
+    """`v` is the integer SCHEMA_VERSION: `true == 1` and `1.0 == 1` in Python, and pydantic's
+    Literal[1] lets both through, so the type is checked here, by identity, not equality."""
+    if type(version) is not int or version != SCHEMA_VERSION:
+        raise TelemetryError(f"{where}: v = {clip(shown(version))} is not the schema version; "
+                             f'send "v": {SCHEMA_VERSION} (an integer: not true, 1.0 or "1")')
 
 
 def _value_of(model: _Control) -> ControlValue:

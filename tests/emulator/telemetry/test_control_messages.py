@@ -161,3 +161,30 @@ def test_long_unknown_names_are_clipped() -> None:
         with pytest.raises(TelemetryError) as err:
             parse_control(knob, payload)
         assert len(str(err.value)) < 400
+
+
+@pytest.mark.parametrize("version", ["true", "1.0", '"1"', "false", "2", "null", "[1]"])
+@pytest.mark.parametrize("knob", ["pause", "threshold", "link"])
+def test_v_must_be_the_integer_1(knob: str, version: str) -> None:
+    """`true == 1` and `1.0 == 1` in Python: neither is the version number."""
+    body = {"pause": "", "threshold": ', "tokens": 5', "link": ', "delay_ms": 5'}[knob]
+    with pytest.raises(TelemetryError) as err:
+        parse_control(knob, f'{{"v": {version}{body}}}'.encode())
+    message = str(err.value)
+    assert message.startswith(f"control/{knob}: v = {version}"), message
+    assert 'send "v": 1' in message and "\n" not in message
+
+
+@pytest.mark.parametrize(
+    ("knob", "payload", "key"),
+    [
+        ("pause", b'{"v": 1, "v": 1}', "v"),
+        ("threshold", b'{"v": 1, "tokens": 5, "tokens": 7}', "tokens"),
+        ("link", b'{"v": 1, "loss_pct": 0, "loss_pct": 100}', "loss_pct"),
+        ("scheduler", b'{"v": 1, "short_term": true, "x": {"y": 1, "y": 2}}', "x.y"),
+    ],
+)
+def test_a_key_given_twice_is_refused(knob: str, payload: bytes, key: str) -> None:
+    with pytest.raises(TelemetryError) as err:
+        parse_control(knob, payload)
+    assert str(err.value).startswith(f"control/{knob}: key {key!r} is given twice"), str(err.value)
