@@ -1,14 +1,17 @@
 """Tables behind the Runs page: recorded runs found under a directory (and run folders left
-incomplete, with why), one run's headline numbers and per-node figures, TTFT CDFs, Gantt segments,
-timeseries lines, and tables as display text. Several runs side by side: `app.runs_compare`.
+incomplete, with why, and those that cannot be read, with why), one run's headline numbers and
+per-node figures, TTFT CDFs, Gantt segments, timeseries lines, and tables as display text. Several
+runs side by side: `app.runs_compare`.
 
 Pure functions over `emulator.telemetry.recorder.load_run`'s frames, so tests check them without
-Streamlit. Nothing here writes a run or starts one.
+Streamlit. Every file of a run folder is read through `emulator.telemetry.run_files.RunFolder` (no
+link followed, sizes and depth capped). Nothing here writes a run or starts one.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,11 +21,12 @@ import numpy as np
 import pandas as pd
 
 from emulator.control.types import RequestStatus
-from emulator.errors import TelemetryError
+from emulator.errors import RunFileError, TelemetryError
 from emulator.paths import REPO_ROOT
 from emulator.telemetry.figures import node_figures
 from emulator.telemetry.labels import format_number, label
 from emulator.telemetry.recorder import load_run
+from emulator.telemetry.run_files import RunFolder, list_folders
 from emulator.telemetry.timeseries import frame_rate_unit
 
 DEFAULT_RUNS_DIR = "runs"  # `python -m emulator run`'s default --out is runs/<scenario>-<time>
@@ -34,8 +38,8 @@ LISTING_FIGURES = ("requests", "completed", "failed_count", "ttft_p50_s", "ttft_
 LISTING_COLUMNS = ("run", "status", "scenario", "engine", label("link_backend"),
                    *(label(key) for key in LISTING_FIGURES), "recorded at")
 RUN_LOG = "run.log"  # what `emulator.api.start_run` writes beside the run's files
+SUMMARY = "summary.json"
 LOG_TAIL_LINES = 20
-LOG_TAIL_BYTES = 64 * 1024
 EGRESS_SERIES = {"egress_bit_per_s": "egress", "link_capacity_bit_per_s": "link capacity"}
 # The Gantt's segments, in drawing order; gantt_segments says where each starts and ends.
 SEGMENTS = ("queue", "prefill", "transfer", "decode")
@@ -46,10 +50,14 @@ class Run:
     """One loaded run directory: its frames and summary.json document."""
 
     name: str
-    path: Path
+    folder: RunFolder
     requests: pd.DataFrame
     timeseries: pd.DataFrame
     doc: dict[str, Any]
+
+    @property
+    def path(self) -> Path:
+        return self.folder.path
 
     @property
     def summary(self) -> dict[str, Any]:
@@ -66,9 +74,13 @@ class IncompleteRun:
     recorded anything, or is still going. Listed, so a killed run does not silently vanish."""
 
     name: str
-    path: Path
+    folder: RunFolder
     why: str
     log_tail: str  # the last lines of run.log
+
+    @property
+    def path(self) -> Path:
+        return self.folder.path
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +89,7 @@ class RunListing:
     run folders left incomplete."""
 
     runs: tuple[Run, ...]
-    problems: tuple[tuple[str, str], ...] = field(default=())  # (dir name, load_run's one line)
+    problems: tuple[tuple[str, str], ...] = field(default=())  # (dir name, why it cannot be read: one line)
     incomplete: tuple[IncompleteRun, ...] = field(default=())
 
     def by_name(self) -> dict[str, Run]:
@@ -93,74 +105,95 @@ def resolve_runs_dir(text: str, root: Path = REPO_ROOT) -> Path:
     return path if path.is_absolute() else root / path
 
 
-def find_run_dirs(runs_dir: Path, marker: str = "summary.json") -> list[Path]:
-    """`runs_dir` itself if it holds `marker`, else its subdirectories that do, newest first.
+def find_run_dirs(runs_dir: Path, marker: str = SUMMARY) -> list[RunFolder]:
+    """`runs_dir` itself if it holds `marker`, else its folders that do, newest first.
 
-    A directory without summary.json is not a recorded run (`find_incomplete_dirs` finds the run
+    A folder without summary.json is not a recorded run (`find_incomplete_dirs` finds the run
     folders among them); one with it is offered to `load_run`, which names what is wrong when it
-    is foreign or incomplete.
+    is foreign, incomplete or unsafe to read. Links are not entered (`linked_folders` names them).
     """
     if not runs_dir.is_dir():
         raise TelemetryError(f"runs directory {str(runs_dir)!r} does not exist; "
                              "type the directory holding your run folders (default runs/)")
-    if (runs_dir / marker).is_file():
-        return [runs_dir]
-    found = [p for p in runs_dir.iterdir() if p.is_dir() and (p / marker).is_file()]
-    return sorted(found, key=lambda p: ((p / marker).stat().st_mtime, p.name), reverse=True)
+    here = RunFolder(runs_dir)
+    if _info(here, marker) is not None:
+        return [here]
+    found = []
+    for name in list_folders(runs_dir)[0]:
+        folder = RunFolder(runs_dir, name)
+        if (info := _info(folder, marker)) is not None:
+            found.append((info.st_mtime, name, folder))
+    return [folder for _, _, folder in sorted(found, key=lambda item: item[:2], reverse=True)]
 
 
-def find_incomplete_dirs(runs_dir: Path) -> list[Path]:
+def find_incomplete_dirs(runs_dir: Path) -> list[RunFolder]:
     """Run folders (they hold run.log) without summary.json, newest log first."""
-    return [p for p in find_run_dirs(runs_dir, RUN_LOG) if not (p / "summary.json").exists()]
+    return [f for f in find_run_dirs(runs_dir, RUN_LOG) if _info(f, SUMMARY) is None]
 
 
-Loader = Callable[[Path], tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]]
+def linked_folders(runs_dir: Path) -> list[tuple[str, str]]:
+    """(name, why) of each link to a folder in `runs_dir`: listed as unreadable, never entered."""
+    if _info(RunFolder(runs_dir), SUMMARY) is not None:
+        return []  # a run folder itself: its own files are all that is read
+    return [(name, f"{runs_dir / name}: is a symbolic link, which the Runs page never follows; "
+                   "move or copy the run folder itself here") for name in list_folders(runs_dir)[1]]
+
+
+Loader = Callable[[RunFolder], tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]]
 
 
 def list_runs(runs_dir: Path, loader: Loader = load_run) -> RunListing:
-    """Load every run under `runs_dir`; `loader` lets the page put a cache in front of load_run."""
-    runs, problems = [], []
-    for path in find_run_dirs(runs_dir):
+    """Load every run under `runs_dir`; `loader` lets the page put a cache in front of load_run. A
+    folder that cannot be read (foreign, a link, a file over its cap, JSON nested too deep) is named
+    in `problems` with its one line, and the others still list."""
+    runs, problems, incomplete = [], [], []
+    for folder in find_run_dirs(runs_dir):
         try:
-            requests, timeseries, doc = loader(path)
+            requests, timeseries, doc = loader(folder)
         except (TelemetryError, OSError) as err:  # OSError: removed or unreadable meanwhile
-            problems.append((path.name, str(err)))
+            problems.append((folder.name, str(err)))
             continue
-        runs.append(Run(path.name, path, requests, timeseries, doc))
-    incomplete = tuple(incomplete_run(path) for path in find_incomplete_dirs(runs_dir))
-    return RunListing(tuple(runs), tuple(problems), incomplete)
+        runs.append(Run(folder.name, folder, requests, timeseries, doc))
+    for folder in find_incomplete_dirs(runs_dir):
+        try:
+            incomplete.append(incomplete_run(folder))
+        except RunFileError as err:
+            problems.append((folder.name, str(err)))
+    problems += linked_folders(runs_dir)
+    return RunListing(tuple(runs), tuple(problems), tuple(incomplete))
 
 
-def incomplete_run(path: Path) -> IncompleteRun:
+def incomplete_run(folder: RunFolder) -> IncompleteRun:
     """What a run folder without summary.json tells: the error its log ends with, else that the run
-    stopped before it finished (killed) or still goes."""
-    tail = log_tail(path / RUN_LOG)
+    stopped before it finished (killed) or still goes. RunFileError when its log cannot be read."""
+    tail = log_tail(folder)
     lines = [line for line in tail.splitlines() if line.strip()]
     last = lines[-1].strip() if lines else ""
     if last.startswith("error:") or any(line.startswith("Traceback") for line in lines):
         why = f"no summary.json: the run ended with an error ({last[:200]})"
     else:
         why = ("no summary.json: the run was stopped before it finished (killed?), or is still going; "
-               f"its log was last written {_mtime(path / RUN_LOG)}")
-    return IncompleteRun(path.name, path, why, tail)
+               f"its log was last written {_mtime(folder, RUN_LOG)}")
+    return IncompleteRun(folder.name, folder, why, tail)
 
 
-def log_tail(path: Path, num_lines: int = LOG_TAIL_LINES) -> str:
-    """The last `num_lines` lines of a log (read from its last 64 KiB); "" when it is unreadable."""
-    try:
-        with open(path, "rb") as log:
-            log.seek(max(0, log.seek(0, 2) - LOG_TAIL_BYTES))
-            text = log.read().decode("utf-8", errors="replace")
-    except OSError:
-        return ""
+def log_tail(folder: RunFolder, name: str = RUN_LOG, num_lines: int = LOG_TAIL_LINES) -> str:
+    """The last `num_lines` lines of a folder's log, read from its tail only (MAX_LOG_TAIL_BYTES)."""
+    text = folder.read_tail(name)
     return "\n".join(text.replace("\r", "\n").splitlines()[-num_lines:])
 
 
-def _mtime(path: Path) -> str:
+def _info(folder: RunFolder, name: str) -> os.stat_result | None:
+    """The file's own status, None when absent or its folder cannot be opened (a link, gone)."""
     try:
-        return pd.Timestamp(path.stat().st_mtime, unit="s").strftime("%Y-%m-%d %H:%M:%S")
-    except OSError:
-        return "-"
+        return folder.info(name)
+    except RunFileError:
+        return None
+
+
+def _mtime(folder: RunFolder, name: str) -> str:
+    info = _info(folder, name)
+    return "-" if info is None else pd.Timestamp(info.st_mtime, unit="s").strftime("%Y-%m-%d %H:%M:%S")
 
 
 def listing_table(listing: RunListing) -> pd.DataFrame:
@@ -171,9 +204,9 @@ def listing_table(listing: RunListing) -> pd.DataFrame:
         summary, meta = run.summary, run.meta
         rows.append([run.name, "recorded", str(meta.get("scenario", "-")), str(meta.get("engine", "-")),
                      link_backend(meta), *(format_number(summary.get(key)) for key in LISTING_FIGURES),
-                     _mtime(run.path / "summary.json")])
+                     _mtime(run.folder, SUMMARY)])
     for folder in listing.incomplete:
-        rows.append([folder.name, "incomplete", *["-"] * (len(LISTING_COLUMNS) - 3), _mtime(folder.path / RUN_LOG)])
+        rows.append([folder.name, "incomplete", *["-"] * (len(LISTING_COLUMNS) - 3), _mtime(folder.folder, RUN_LOG)])
     table = pd.DataFrame(rows, columns=list(LISTING_COLUMNS))
     return table.sort_values("recorded at", ascending=False, kind="stable").reset_index(drop=True)
 
@@ -299,9 +332,10 @@ def csv_bytes(frame: pd.DataFrame) -> bytes:
     return frame.to_csv(index=False).encode("utf-8")
 
 
-def file_bytes(path: Path) -> bytes | None:
-    """A run file's bytes for a download button; None when it is missing."""
+def file_bytes(folder: RunFolder, name: str) -> tuple[bytes | None, str]:
+    """(a run file's bytes, "") for a download button, or (None, why it is not offered): missing, a
+    link, not a regular file or over its cap."""
     try:
-        return path.read_bytes()
-    except OSError:
-        return None
+        return folder.read_bytes(name), ""
+    except RunFileError as err:
+        return None, str(err)

@@ -35,5 +35,14 @@ class TelemetryError(PrfaasError):
     """A broker URL, control message or recorded run is invalid, or the embedded broker cannot start."""
 
 
+class RunFileError(TelemetryError):
+    """A file of a run or sweep folder cannot be read safely (a link, not a regular file, over its size
+    cap, nested too deep, outside the folder): names the file and the reason, never its content."""
+
+    def __init__(self, where: str, reason: str, fix: str = "record the run again, or remove the folder") -> None:
+        super().__init__(f"{where}: {reason}; {fix}")
+        self.where, self.reason = where, reason
+
+
 class WorkerError(PrfaasError):
     """A live worker's command line, control message or request is invalid."""

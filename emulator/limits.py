@@ -89,3 +89,17 @@ MAX_AXIS_VALUES = 1_000
 MAX_SWEEP_SEEDS = 100
 MAX_SWEEP_SETS = 100
 MAX_SWEEP_WORKERS = 1_024
+
+# Files read back from a run or sweep folder (emulator/telemetry/run_files.py), each kind capped before
+# it is read. summary.json is 1.5 KiB for a small run and nests 4 levels (sweep.json about 6); its meta
+# lists (decisions, knob changes) grow with a run but stay megabytes. report.html is 4.6 MiB (plotly.js
+# inlined) plus its charts. requests.parquet takes ~130 bytes a request (~150 uncompressed), so
+# MAX_REQUESTS rows are ~260 MiB; the caps leave 4x. Logs are never read whole: only their tail.
+MAX_RUN_JSON_BYTES = 64 << 20
+MAX_RUN_JSON_DEPTH = 64
+MAX_REPORT_BYTES = 64 << 20
+MAX_LOG_TAIL_BYTES = 64 << 10
+MAX_PARQUET_BYTES = 1 << 30
+MAX_PARQUET_DATA_BYTES = 4 << 30  # uncompressed, as the file's footer states it, checked before decoding
+MAX_PARQUET_ROWS = 16_000_000  # requests (<= MAX_REQUESTS) or timeseries samples
+MAX_PARQUET_COLUMNS = 1_024

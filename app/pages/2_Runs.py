@@ -3,7 +3,7 @@ opened (summary, per-node table, TTFT CDF, Gantt, egress, threshold, decision ti
 compared, and each run's files to download.
 
 Layout only; the tables come from `app.runs_view`, `app.runs_compare` and `app.decisions_view`,
-the files from `emulator.telemetry.recorder`.
+the files from `emulator.telemetry.recorder` and `.run_files` (no link followed, every file capped).
 """
 
 from __future__ import annotations
@@ -47,19 +47,21 @@ from emulator.telemetry.figures import NODE_NOTE, NOQUEUE_NOTE, egress_bit_per_s
 from emulator.telemetry.labels import format_number, label
 from emulator.telemetry.recorder import load_run
 from emulator.telemetry.report import token_axis
+from emulator.telemetry.run_files import RunFolder
 from emulator.telemetry.run_meta import workload_statement
 
 LEGEND_TOP = {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom"}
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def _load_cached(path: str, stamp_ns: int) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+def _load_cached(root: str, sub: str, stamp_ns: int) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
     del stamp_ns  # part of the cache key only: a re-recorded run is read again
-    return load_run(path)
+    return load_run(RunFolder(Path(root), sub))
 
 
-def _load(path: Path) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
-    return _load_cached(str(path), (path / "summary.json").stat().st_mtime_ns)
+def _load(folder: RunFolder) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+    info = folder.info("summary.json")  # the file's own status: a link is refused by load_run
+    return _load_cached(str(folder.root), folder.sub, 0 if info is None else info.st_mtime_ns)
 
 
 def _listing(text: str) -> RunListing | None:
@@ -74,7 +76,7 @@ def _listing(text: str) -> RunListing | None:
             st.error(str(err))
         return None
     if listing.problems:
-        st.warning("Skipped, not readable as runs:\n" + "\n".join(
+        st.warning("Skipped, not readable as runs (each with why):\n" + "\n".join(
             f"- `{name}`: {reason}" for name, reason in listing.problems))
     if not listing.runs and not listing.incomplete:
         st.info(f"No recorded runs under {text.strip()!r}: a run directory holds summary.json, "
@@ -210,19 +212,24 @@ def _decisions(rows: pd.DataFrame) -> None:
 
 
 def _downloads(run: Run) -> None:
+    """The run's own files and its tables as CSV; a file that cannot be read safely (missing, a link,
+    over its cap) is not offered, and the caption says why."""
     cols = st.columns(4)
-    parquet = file_bytes(run.path / "requests.parquet") or b""
-    cols[0].download_button("requests.parquet", parquet, f"{run.name}-requests.parquet",
-                            "application/octet-stream", key="runs_dl_parquet", on_click="ignore")
+    parquet, parquet_why = file_bytes(run.folder, "requests.parquet")
+    if parquet is not None:
+        cols[0].download_button("requests.parquet", parquet, f"{run.name}-requests.parquet",
+                                "application/octet-stream", key="runs_dl_parquet", on_click="ignore")
     cols[1].download_button("requests CSV", csv_bytes(run.requests), f"{run.name}-requests.csv",
                             "text/csv", key="runs_dl_requests_csv", on_click="ignore")
     cols[2].download_button("timeseries CSV", csv_bytes(run.timeseries),
                             f"{run.name}-timeseries.csv", "text/csv", key="runs_dl_timeseries_csv",
                             on_click="ignore")
-    report = file_bytes(run.path / "report.html")
-    cols[3].download_button("report.html", report or b"", f"{run.name}-report.html", "text/html",
-                            key="runs_dl_report", on_click="ignore", disabled=report is None,
-                            help=None if report else "this run has no report.html")
+    report, report_why = file_bytes(run.folder, "report.html")
+    if report is not None:
+        cols[3].download_button("report.html", report, f"{run.name}-report.html", "text/html",
+                                key="runs_dl_report", on_click="ignore")
+    for why in (w for w in (parquet_why, report_why) if w):
+        st.caption(f"Not offered for download: {why}")
 
 
 def _open_run(listing: RunListing) -> None:

@@ -24,9 +24,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from emulator.control.types import Cluster, NodeId, Role
-from emulator.errors import TelemetryError
+from emulator.errors import RunFileError, TelemetryError
 from emulator.telemetry.records import REQUEST_FIELDS, RequestRecord, check_expectations, summarize
 from emulator.telemetry.report import write_report
+from emulator.telemetry.run_files import RunFolder
 from emulator.telemetry.run_meta import RunMeta
 from emulator.telemetry.schemas import MetricsSnapshot
 from emulator.telemetry.timeseries import COLUMNS, TimeseriesRow, upgrade_timeseries
@@ -247,31 +248,34 @@ def _write_atomic(path: Path, write: Callable[[str], object]) -> None:
         raise
 
 
-def load_run(run_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+def load_run(run_dir: str | Path | RunFolder) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
     """(requests, timeseries, summary.json document) of a recorded run, the timeseries in today's
-    columns; TelemetryError if `run_dir` is missing, incomplete or not a run directory."""
-    path = Path(run_dir)
-    if not path.is_dir():
-        raise TelemetryError(f"run dir {str(path)!r} does not exist; pass the --out directory "
-                             "of a finished run")
-    missing = [name for name in FILES[:3] if not (path / name).is_file()]
+    columns; TelemetryError if `run_dir` is missing, incomplete or not a run directory. The files are
+    read through run_files.RunFolder: no link followed, each capped, JSON depth bounded."""
+    folder = run_dir if isinstance(run_dir, RunFolder) else RunFolder(Path(run_dir))
+    path = folder.path
+    try:
+        missing = [name for name in FILES[:3] if folder.info(name) is None]
+    except RunFileError as err:
+        raise TelemetryError(f"run dir {str(path)!r}: {err.reason}; pass the --out directory "
+                             "of a finished run") from None
     if missing:
         raise TelemetryError(f"run dir {str(path)!r} lacks {', '.join(missing)}; is it the --out "
                              "directory of a finished `python -m emulator run`?")
     try:
-        doc = json.loads((path / "summary.json").read_text())
-    except (ValueError, OSError) as err:
-        raise TelemetryError(f"run dir {str(path)!r}: summary.json is unreadable ({err}); "
+        doc = folder.read_json("summary.json")
+    except RunFileError as err:
+        raise TelemetryError(f"run dir {str(path)!r}: summary.json is unreadable ({err.reason}); "
                              "re-run to record it again") from None
     if not isinstance(doc, dict) or doc.get("kind") != RUN_KIND or doc.get("v") != SUMMARY_VERSION:
         raise TelemetryError(f"run dir {str(path)!r}: summary.json is not a v{SUMMARY_VERSION} "
                              f"{RUN_KIND} summary; point at a directory this emulator wrote")
     try:
-        requests = pq.read_table(path / "requests.parquet").to_pandas()
-        timeseries = pq.read_table(path / "timeseries.parquet").to_pandas()
-    except (pa.ArrowException, OSError) as err:
-        raise TelemetryError(f"run dir {str(path)!r}: a parquet file is unreadable ({err}); "
-                             "re-run to record it again") from None
+        requests = folder.read_parquet("requests.parquet").to_pandas()
+        timeseries = folder.read_parquet("timeseries.parquet").to_pandas()
+    except RunFileError as err:
+        raise TelemetryError(f"run dir {str(path)!r}: a parquet file is unreadable ({err.where.rpartition('/')[2]} "
+                             f"{err.reason}); re-run to record it again") from None
     if tuple(requests.columns) == REQUEST_FIELDS[:-len(_ADDED_FIELDS)]:
         for name in _ADDED_FIELDS:
             requests[name] = None

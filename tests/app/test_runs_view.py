@@ -47,7 +47,7 @@ def test_lists_runs_newest_first_and_flags_foreign_dirs(runs_dir: Path) -> None:
 
 
 def test_a_run_dir_itself_is_a_listing_of_one(runs_dir: Path) -> None:
-    assert find_run_dirs(runs_dir / "fast-live") == [runs_dir / "fast-live"]
+    assert [f.path for f in find_run_dirs(runs_dir / "fast-live")] == [runs_dir / "fast-live"]
     assert [run.name for run in list_runs(runs_dir / "fast-live").runs] == ["fast-live"]
 
 
