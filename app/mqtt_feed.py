@@ -45,6 +45,7 @@ class MqttFeed:
         self.reason = "not started"
         self.num_received = 0
         self.num_malformed = 0
+        self.num_retained_ignored = 0  # retained messages: left on a topic before, not news of a run
         self._client: aiomqtt.Client | None = None
         self._loop = asyncio.new_event_loop()
         self._task: asyncio.Task[None] | None = None
@@ -110,7 +111,10 @@ class MqttFeed:
                     self._first_attempt.set()
                     delay_s = BACKOFF_S[0]
                     async for message in client.messages:
-                        self._on_message(str(message.topic), message.payload)
+                        if message.retain:  # runs never retain; this was left by someone, earlier
+                            self.num_retained_ignored += bool(message.payload)
+                        elif message.payload:  # empty: a run clearing its topics at its start
+                            self._on_message(str(message.topic), message.payload)
             except (aiomqtt.MqttError, OSError) as err:
                 self._lost(str(err) or type(err).__name__)
             else:

@@ -96,11 +96,14 @@ class RequestEvent(_Message):
 
 
 class ErrorEvent(_Message):
-    """A message the run refused (bad control payload, ...); shares the events topic."""
+    """A message the run refused (bad control payload, ...); shares the events topic. At most one is
+    sent a second (emulator/telemetry/error_echo.py): `num_suppressed` counts the refusals since the
+    previous one that were not shown."""
 
     event: Literal["error"] = "error"
     topic: str
     error: str
+    num_suppressed: int = Field(default=0, ge=0)
 
 
 class NoteEvent(_Message):

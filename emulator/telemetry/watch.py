@@ -69,6 +69,8 @@ class TopicWatch:
 
     async def _read(self, client: aiomqtt.Client) -> None:
         async for message in client.messages:
+            if not message.payload:  # a retained message being cleared (a run does so at its start)
+                continue
             received = Received(time.time(), str(message.topic), json.loads(message.payload))
             with self._cond:
                 self.messages.append(received)

@@ -30,7 +30,10 @@ HOSTILE = [
 def test_hostile_messages_leave_metrics_and_later_knobs_working(broker_url: str,
                                                                  mqtt_run_id: str) -> None:
     async def scenario() -> tuple[ControlCommand, list[ErrorEvent], int, str]:
-        async with TelemetryBus(broker_url, mqtt_run_id) as bus, client_for(broker_url) as ui:
+        # every refusal answered at once, to read each answer (the once-a-second default is
+        # test_bus_hygiene.py's)
+        async with TelemetryBus(broker_url, mqtt_run_id, echo_period_s=0.0) as bus, \
+                client_for(broker_url) as ui:
             await ui.subscribe(topic(mqtt_run_id, "events"))
             await ui.subscribe(topic(mqtt_run_id, "metrics"))
             for knob, payload in HOSTILE:
@@ -60,7 +63,7 @@ def test_hostile_messages_leave_metrics_and_later_knobs_working(broker_url: str,
     assert all("\n" not in e.error and len(e.error) < 400 for e in errors)
     assert "byte limit" in errors[0].error and "deeper than" in errors[1].error
     assert 'v: missing; add "v": 1' in errors[4].error
-    assert note == f"mqtt: connected to {broker_url}"
+    assert note == f"mqtt: connected to {broker_url}; {len(HOSTILE)} control messages refused"
 
 
 def test_a_handler_bug_is_logged_once_and_answered_with_an_error_event(
