@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import threading
 
-from emulator.net.ledger import Ledger, known_run_ids, live_runs, run_dir, sweep
+from emulator.errors import TopologyError
+from emulator.net.ledger import LEDGER_FILE, Ledger, find_run_dir, known_run_ids, liveness, sweep_report
 from emulator.net.names import PREFIX
 from emulator.net.netns import list_netns
 from emulator.net.spec import parse_link_spec
+from emulator.net.state_files import read_json
 from emulator.net.topology import Topology
 
 SHAPE_FLAGS = ("bandwidth_mbit", "delay_ms", "jitter_ms", "loss_pct", "loss_correlation_pct", "queue_packets")
@@ -44,15 +47,16 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _down(run_id: str | None, force: bool) -> int:
-    live = live_runs(run_id)
-    for rid, pid in live.items():
+    """Whether a run is live is judged from its own resources (emulator/net/ledger.py `liveness`),
+    whatever state folder this is called from."""
+    report = sweep_report(run_id, force=force)
+    for rid, why in sorted(report.live.items()):
         if force:
-            print(f"warning: run {rid} is live (pid {pid}); --force removes it, and the run fails",
+            print(f"warning: run {rid} is live ({why.describe()}); --force removed it, and the run fails",
                   file=sys.stderr)
         else:
-            print(f"run {rid} is live (pid {pid}): left alone; stop it, or use --force", file=sys.stderr)
-    removed = sweep(run_id, force=force)
-    print(json.dumps({"removed": removed, "kept": [] if force else sorted(live)}))
+            print(f"run {rid} is live ({why.describe()}): left alone; stop it, or use --force", file=sys.stderr)
+    print(json.dumps({"removed": report.removed, "kept": [] if force else sorted(report.live)}))
     return 0
 
 
@@ -76,12 +80,31 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def status() -> dict:
-    runs = []
-    for run_id in known_run_ids():
-        status_file = run_dir(run_id) / "status.json"
-        runs.append({
-            "run_id": run_id,
-            "status": json.loads(status_file.read_text()) if status_file.exists() else None,
-            "ledger": Ledger.open(run_id).entries,
-        })
+    """Every run known here; a run whose files cannot be read is listed as unreadable, with one
+    warning line on stderr, and the rest are listed as usual."""
+    runs = [_run_status(run_id) for run_id in known_run_ids()]
+    for run in runs:
+        if "unreadable" in run:
+            print(f"warning: run {run['run_id']}: unreadable: {run['unreadable']}", file=sys.stderr)
     return {"runs": runs, "namespaces": list_netns(f"{PREFIX}-")}
+
+
+def _run_status(run_id: str) -> dict:
+    why = liveness(run_id)
+    run: dict = {"run_id": run_id, "live": why.describe() if why else None, "status": None, "ledger": []}
+    problems = []
+    try:
+        folder = find_run_dir(run_id)
+    except TopologyError as err:
+        return {**run, "unreadable": str(err)}
+    for name in ("status.json", LEDGER_FILE):
+        if folder is None or not os.path.lexists(folder / name):
+            continue
+        try:
+            run["status" if name == "status.json" else "ledger"] = (
+                read_json(folder / name) if name == "status.json" else Ledger.open(run_id).entries)
+        except TopologyError as err:
+            problems.append(str(err))
+    if run["status"] is not None and not isinstance(run["status"], dict):
+        run["status"], problems = None, [*problems, "status.json: not a JSON object"]
+    return {**run, "unreadable": "; ".join(problems)} if problems else run

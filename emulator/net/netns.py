@@ -99,3 +99,27 @@ def tune_tcp(name: str, max_bytes: int) -> None:
 
 def netns_path(name: str) -> str:
     return os.path.join(NETNS_DIR, name)
+
+
+def pids_in(name: str) -> list[int]:
+    """Processes with any thread inside namespace `name` (what `ip netns pids` lists, threads too);
+    [] when it does not exist. Processes this user may not inspect are not seen."""
+    try:
+        target = os.stat(netns_path(name))
+    except OSError:
+        return []
+    key, found = (target.st_dev, target.st_ino), []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                info = os.stat(f"/proc/{pid}/task/{tid}/ns/net")
+            except OSError:
+                continue
+            if (info.st_dev, info.st_ino) == key:
+                found.append(int(pid))
+                break
+    return sorted(found)

@@ -2,13 +2,13 @@
 
 `Topology` creates the namespaces (remote, local, and any extra datacenters), lets the chosen
 backend build the remote<->local link, and hands out sockets and addresses inside each datacenter.
-Everything it creates goes into the run's ledger first, so `down()` (or `net down` after a crash)
-removes it all.
+It first claims the run id (one live run per id on the machine, emulator/net/run_lock.py); then
+everything it creates goes into the run's ledger first, so `down()` (or its reaper, or `net down`
+after a crash) removes it all, and a refused claim leaves nothing to remove.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import socket
 from pathlib import Path
@@ -16,11 +16,12 @@ from pathlib import Path
 from emulator.errors import TopologyError
 from emulator.net import netns
 from emulator.net.backend import LinkBackend, LinkCounters, LinkEnds
-from emulator.net.ledger import Ledger, run_dir
+from emulator.net.ledger import Ledger
 from emulator.net.names import ifname, netns_name, new_run_id
 from emulator.net.reaper import Reaper
 from emulator.net.select import BackendChoice, choose_backend
 from emulator.net.spec import LinkSpec
+from emulator.net.state_files import write_json
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,7 @@ class Topology:
         self.backend: LinkBackend | None = None
         self._ends: LinkEnds | None = None
         self._reaper: Reaper | None = None
+        self.ledger: Ledger | None = None  # this run's own, from up() to down(): it holds the run id
 
     def __enter__(self) -> Topology:
         return self.up()
@@ -83,14 +85,16 @@ class Topology:
         return self.choice is not None and self.choice.name != "proxy"
 
     def up(self) -> Topology:
-        """Create namespaces and the link; a second call is a no-op."""
+        """Claim the run id, then create namespaces and the link; a second call is a no-op.
+
+        A run id a live run holds is refused (RunIdInUse) before anything is created or removed."""
         if self.is_up:
             return self
-        self.choice = choose_backend(self.requested)
-        log.info("%s", self.choice.describe())
-        ledger = Ledger.open(self.run_id)
-        self._reaper = Reaper(self.run_id)  # sweeps the run if this process dies before down()
+        ledger = self.ledger = Ledger.claim(self.run_id)
         try:
+            self._reaper = Reaper(ledger)  # sweeps the run if this process dies before down()
+            self.choice = choose_backend(self.requested)
+            log.info("%s", self.choice.describe())
             if self.uses_netns:
                 for dc in self.dcs:
                     name = netns_name(self.run_id, dc)
@@ -98,15 +102,14 @@ class Topology:
                     netns.create_netns(name)
                     netns.tune_tcp(name, TCP_BUFFER_MAX_BYTES)
             self._ends = self._make_ends()
-            backend = make_backend(self.choice.name, self._ends, run_dir(self.run_id))
+            backend = make_backend(self.choice.name, self._ends, ledger.folder)
             backend.apply(self.spec)
             self.backend = backend
             if pid := getattr(backend, "pid", None):  # a relay process: `net down` finds it after a crash
                 ledger.record("pid", pid=pid)
-            (run_dir(self.run_id) / "status.json").write_text(json.dumps(self.status(), indent=1))
+            write_json(ledger.folder / "status.json", self.status())
         except BaseException:
-            ledger.teardown()
-            self._release_reaper()
+            self.down()
             raise
         return self
 
@@ -123,12 +126,20 @@ class Topology:
         )
 
     def down(self) -> list[str]:
-        """Remove the link, then everything in the ledger; safe to call twice or after a failure."""
+        """Remove the link, then everything in this run's own ledger, then give the run id back; says
+        what it removed. Safe to call twice, after a failure, or after a refused `up` (nothing)."""
         if self.backend is not None:
             self.backend.close()
             self.backend = None
-        removed = Ledger.open(self.run_id).teardown()
-        self._release_reaper()
+        if self.ledger is None:
+            return []
+        ledger, self.ledger = self.ledger, None
+        try:
+            removed = ledger.teardown()
+            self._release_reaper()
+        finally:
+            ledger.release()
+        log.info("run %s: link down; removed %s", self.run_id, ", ".join(removed) or "nothing left")
         return removed
 
     def _release_reaper(self) -> None:

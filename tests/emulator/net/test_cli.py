@@ -1,6 +1,7 @@
 """`python -m emulator net up|down|status` as a user runs it, in separate processes."""
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -66,13 +67,54 @@ def test_down_leaves_a_live_run_alone_unless_forced(run_id):
         assert json.loads(up.stdout.readline())["run_id"] == run_id
         down = emulator("net", "down")
         assert down.returncode == 0 and run_id in json.loads(down.stdout)["kept"]
-        assert f"run {run_id} is live (pid {up.pid}): left alone; stop it, or use --force" in down.stderr
+        assert f"run {run_id} is live (pid {up.pid} holds its lock): left alone; stop it, or use --force" \
+            in down.stderr.splitlines()
         assert f"prf-{run_id}-remote" in list_netns(f"prf-{run_id}") and up.poll() is None
 
         forced = emulator("net", "down", "--run-id", run_id, "--force")
         assert forced.returncode == 0 and f"netns prf-{run_id}-remote" in json.loads(forced.stdout)["removed"]
-        assert f"warning: run {run_id} is live (pid {up.pid})" in forced.stderr
+        assert f"warning: run {run_id} is live (pid {up.pid} holds its lock); --force removed it, and the run fails" \
+            in forced.stderr.splitlines()
         assert not list_netns(f"prf-{run_id}")
     finally:
         up.terminate()
         up.wait(timeout=20)
+
+
+def test_status_lists_every_run_and_names_each_unreadable_file_in_one_line(tmp_path):
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    outside = tmp_path / "secret.txt"
+    outside.write_text('{"secret": "not the state folder\'s"}')
+    files = {
+        "a00001": json.dumps({"backend": "tun", "reason": "netem unavailable"}),  # the one readable run
+        "a00002": '{"backend": "tun", ',  # cut short
+        "a00003": " " * (2 << 20) + "{}",  # 2 MiB
+        "a00004": "[" * 100_000 + "]" * 100_000,  # nested past any decoder's recursion
+        "a00005": None,  # a symlink out of the folder
+        "a00006": "FIFO",  # would block a plain read forever
+    }
+    for run_id, text in files.items():
+        (state / run_id).mkdir(mode=0o700)
+        path = state / run_id / "status.json"
+        if text is None:
+            path.symlink_to(outside)
+        elif text == "FIFO":
+            os.mkfifo(path)
+        else:
+            path.write_text(text)
+    (state / "a00007").symlink_to(tmp_path)  # a run folder that is a link
+    (state / "a00008").mkdir(mode=0o700)
+    (state / "a00008" / "ledger.json").write_text('[{"kind": "pid", "pid": "1; rm"}]')  # not a ledger
+    out = emulator("net", "status", env={**os.environ, "PRFAAS_STATE_DIR": str(state)})
+    assert out.returncode == 0, out.stderr
+    runs = {r["run_id"]: r for r in json.loads(out.stdout)["runs"]}
+    assert runs["a00001"]["status"] == {"backend": "tun", "reason": "netem unavailable"}
+    assert "unreadable" not in runs["a00001"]
+    bad = {f"a0000{i}" for i in range(2, 9)}
+    assert set(runs) >= bad and "secret" not in out.stdout
+    for run_id in bad:
+        assert runs[run_id]["status"] is None and runs[run_id]["unreadable"], runs[run_id]
+    lines = out.stderr.splitlines()
+    assert len(lines) == len(bad) and all(line.startswith("warning: run a0000") for line in lines), lines
+    assert sorted(line.split()[2].rstrip(":") for line in lines) == sorted(bad)

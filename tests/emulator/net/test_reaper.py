@@ -3,6 +3,8 @@ leaves nothing of the reaper behind."""
 
 from __future__ import annotations
 
+import json
+import os
 import signal
 import subprocess
 import sys
@@ -11,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from emulator.net.ledger import state_root
+from emulator.net.ledger import process_start_time, state_root, sweep
 from emulator.net.names import new_run_id
 from emulator.net.netns import list_netns
 from emulator.net.spec import parse_link_spec
@@ -72,3 +74,27 @@ def test_an_orderly_teardown_lets_the_reaper_go_unused() -> None:
     topology.down()
     assert not _reapers(run_id)  # down() waits for it
     assert not (state_root() / run_id).exists()
+
+
+@needs_root
+@pytest.mark.root
+def test_a_killed_run_in_a_state_folder_made_world_writable_is_still_swept(tmp_path: Path) -> None:
+    """The reaper holds its own copy of the ledger: an untrusted folder is not read, and not needed."""
+    run_id, state = new_run_id(), tmp_path / "state"
+    env = {**os.environ, "PRFAAS_STATE_DIR": str(state)}
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, run_id, "tun"], cwd=ROOT, stdout=subprocess.PIPE, env=env)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"up\n"
+        relay = next(int(e["pid"]) for e in json.loads((state / run_id / "ledger.json").read_text())
+                     if e["kind"] == "pid")
+        state.chmod(0o777)
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(10)
+        deadline = time.monotonic() + 20
+        while list_netns(f"prf-{run_id}-") or _reapers(run_id) or process_start_time(relay) is not None:
+            assert time.monotonic() < deadline, f"run {run_id} was not swept: {list_netns(f'prf-{run_id}-')}"
+            time.sleep(0.2)
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+        sweep(run_id, force=True)
