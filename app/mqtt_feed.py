@@ -21,7 +21,8 @@ import aiomqtt
 import streamlit as st
 
 from app.live_view import FeedBuffer
-from emulator.errors import TelemetryError
+from emulator.errors import RunIdError, TelemetryError
+from emulator.net.names import check_run_id
 from emulator.paths import Env, broker_url
 from emulator.telemetry.broker import EmbeddedBroker, parse_broker_url
 from emulator.telemetry.schemas import KINDS, TOPIC_ROOT, parse_message
@@ -136,8 +137,9 @@ class MqttFeed:
         try:
             if root != TOPIC_ROOT or not run_id:
                 raise TelemetryError(f"mqtt: unexpected topic {topic!r}")
+            check_run_id(run_id, "topic run id")  # the Live page lists it and publishes knobs to it
             message = parse_message(kind, bytes(raw))
-        except TelemetryError as err:
+        except (TelemetryError, RunIdError) as err:
             self.num_malformed += 1
             log.debug("mqtt feed: dropped a message on %s: %s", topic, err)
             return

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from emulator import paths
 from emulator.errors import ScenarioError
-from emulator.net.names import new_run_id
+from emulator.net.names import check_run_id, new_run_id
 from emulator.paths import REPO_ROOT, SCENARIOS_DIR
 from emulator.scenario import load_scenario
 
@@ -115,10 +115,11 @@ class SweepHandle(_ChildProcess):
 
 def start_run(scenario: Path, engine: str | None = None, broker_url: str | None = None,
               overrides: tuple[str, ...] = (), out_dir: Path | None = None, run_id: str | None = None) -> RunHandle:
-    """Validate `scenario` (ScenarioError names the problem), then run it in the background."""
+    """Validate the run id (RunIdError: 6 lowercase hex digits, never a path) and `scenario`
+    (ScenarioError names the problem), then run it in the background."""
+    run_id = new_run_id() if run_id is None else check_run_id(run_id, "run_id")
     sc = load_scenario(scenario)
     engine = engine or sc.engine
-    run_id = run_id or new_run_id()
     out_dir = out_dir or paths.runs_dir() / f"{sc.name}-{time.strftime('%Y%m%d-%H%M%S')}-{run_id}"
     out_dir.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "emulator", "-v", "run", str(scenario), "--engine", engine,

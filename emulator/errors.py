@@ -44,5 +44,14 @@ class RunFileError(TelemetryError):
         self.where, self.reason = where, reason
 
 
+class RecordError(TelemetryError):
+    """A run's record cannot be written (disk full, permission denied, read-only): names the file and
+    the cause. What was written before stays whole; summary.json, written last, is never half there."""
+
+
+class RunIdError(PrfaasError, ValueError):
+    """A run id is not one: 6 lowercase hex digits (emulator/net/names.py checks it, wherever it enters)."""
+
+
 class WorkerError(PrfaasError):
     """A live worker's command line, control message or request is invalid."""

@@ -3,6 +3,10 @@
 Writes DIR/requests.parquet, timeseries.parquet, summary.json and report.html; prints a short
 summary and each `expect:` bound, held or failed; exits 1 when one fails. A progress bar shows on a
 terminal; elsewhere (a log, CI) a progress line every 5 s of wall time.
+
+Ctrl-C (SIGINT) or SIGTERM stops the run: what is open fails `interrupted` and the record is written
+whole before anything else; further signals are absorbed (stop_signals.py; the live engine's own
+handlers hurry its teardown, after the record). A record the disk refuses is one line (exit 2).
 """
 
 from __future__ import annotations
@@ -15,7 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from emulator.cli.progress import LOG_EVERY_S, ProgressReporter, progress_every
+from emulator.cli.stop_signals import StopSignals
+from emulator.net.names import check_run_id
 from emulator.scenario import apply_overrides, load_scenario
+from emulator.telemetry.atomic_write import make_dir
 from emulator.telemetry.figures import EGRESS_KEY, egress_bit_per_s, format_rate
 from emulator.telemetry.labels import format_number, label
 from emulator.telemetry.records import check_expectations
@@ -45,9 +52,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    run_id = None if args.run_id is None else check_run_id(args.run_id, "--run-id")
     scenario = apply_overrides(load_scenario(args.scenario), args.overrides)
     engine = args.engine or scenario.engine
     out = args.out or Path("runs") / f"{scenario.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    make_dir(out)  # a folder that cannot be made is one line now, not a lost run later
     bar = ProgressReporter("requests ended", sys.stderr.isatty(), log_every_s=args.progress_every)
 
     def progress(done: int, total: int, elapsed_s: float) -> None:
@@ -57,15 +66,18 @@ def run(args: argparse.Namespace) -> int:
         if engine == "live":
             from emulator.live.session import run_live
 
+            # the live engine holds the signals while it runs (emulator/live/session.py)
             doc = asyncio.run(run_live(scenario, out, args.broker, progress, embedded_broker=not args.no_broker,
-                                       link_backend=args.link_backend, run_id=args.run_id))
+                                       link_backend=args.link_backend, run_id=run_id))
         else:
             from emulator.virtual.engine import run_virtual
 
-            doc = run_virtual(scenario, out, progress=progress)
+            with StopSignals() as signals:
+                doc = run_virtual(scenario, out, progress=progress, stop=signals.stop_requested)
     finally:
         bar.close()
-    print_summary(doc, out)
+    with StopSignals():  # the record is written: a signal now is absorbed, not a traceback mid-table
+        print_summary(doc, out)
     return 1 if doc["expect_failures"] else 0
 
 
@@ -75,6 +87,8 @@ def print_summary(doc: dict[str, Any], out: Path) -> None:
     print(f"{meta.get('scenario')} ({meta.get('engine')}): {out}")
     if statement := workload_statement(meta):
         print(f"  workload: {statement}")
+    if "interrupted" in (ended := str(meta.get("end_reason") or "")):
+        print(f"  ended: {ended}")
     for key in SUMMARY_KEYS:
         print(f"  {label(key):<{LABEL_WIDTH}} {format_number(summary.get(key))}")
     print(f"  {label(EGRESS_KEY):<{LABEL_WIDTH}} {format_rate(egress_bit_per_s(summary))}")

@@ -14,20 +14,20 @@ import json
 import logging
 import os
 import signal
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from emulator.control.types import Cluster, FailReason
-from emulator.errors import PrfaasError
+from emulator.errors import PrfaasError, RecordError
 from emulator.live.capacity import check_live_capacity, machine_figures
 from emulator.live.gateway import Gateway, GatewaySettings
 from emulator.live.launcher import WorkerProcesses, plan_workers, speed_notes
 from emulator.live.loops import RunLoops
 from emulator.live.nodes import NodeState, NodeTable
 from emulator.live.placement import Placement, place_workers
+from emulator.live.stop_signals import stop_on_signals
 from emulator.live.teardown import BUDGET_S, Step, Teardown, in_thread, settle
 from emulator.net.backend import TO_LOCAL
 from emulator.net.ledger import Ledger
@@ -36,6 +36,7 @@ from emulator.net.topology import LOCAL, Topology
 from emulator.plane import ControlPlane, make_control_plane
 from emulator.run.board import NodeBoard
 from emulator.scenario import Scenario
+from emulator.telemetry.atomic_write import make_dir, write_atomic
 from emulator.telemetry.broker import EmbeddedBroker
 from emulator.telemetry.bus import TelemetryBus
 from emulator.telemetry.recorder import RunRecorder
@@ -64,10 +65,7 @@ async def run_live(scenario: Scenario, out_dir: Path, broker_url: str | None = N
         raise PrfaasError("model.preset: the live engine runs a model_stub preset; set model.preset")
     check_live_capacity(scenario, *machine_figures())  # before anything is spawned
     placement = await asyncio.to_thread(place_workers, scenario.clusters)  # before any namespace exists
-    try:
-        run_id = check_run_id(run_id) if run_id else new_run_id()
-    except ValueError as err:
-        raise PrfaasError(f"--{err}") from None
+    run_id = check_run_id(run_id, "run_id") if run_id is not None else new_run_id()  # RunIdError: one line
     workload = build_workload(scenario, arrival_horizon_s(scenario, headroom=LIVE_RATE_HEADROOM))
     plane = make_control_plane(scenario)
     topology = Topology(scenario.link, backend=link_backend, run_id=run_id)
@@ -76,7 +74,7 @@ async def run_live(scenario: Scenario, out_dir: Path, broker_url: str | None = N
     session: LiveSession | None = None
     teardown = Teardown()
     error: BaseException | None = None
-    with _stop_on_signals(teardown.hurry) as stop:  # a signal ends the run and its record, never a step
+    with stop_on_signals(teardown.hurry) as stop:  # a signal ends the run and its record, never a step
         try:
             await asyncio.to_thread(topology.up)
             if broker_url is None and embedded_broker:
@@ -92,7 +90,9 @@ async def run_live(scenario: Scenario, out_dir: Path, broker_url: str | None = N
         doc = await session.write_record(complete=True) if session is not None and session.loops else None
     if error is not None:
         raise error
-    assert doc is not None, "a run without an error has run its loops"
+    if not doc:  # neither write went through (disk full, read-only, ...): the one line that says why
+        raise (session.record_error if session is not None else None) or RecordError(
+            f"record: {str(out_dir)!r} not written; the log above says why")
     return doc
 
 
@@ -128,43 +128,6 @@ def _kill_pid(pid: int | None, what: str) -> list[str]:
     return []
 
 
-@contextlib.contextmanager
-def _stop_on_signals(hurry: asyncio.Event):
-    """The first SIGINT or SIGTERM sets the event the run loops watch; a second one sets `hurry`,
-    which cuts the teardown's remaining budgets. The handlers stay until the record is complete,
-    so no signal can interrupt the teardown itself.
-
-    Plain `signal.signal` handlers, not the loop's `add_signal_handler`: pyroute2 forks helper
-    processes (namespaces, netem changes) that inherit asyncio's signal wake-up fd, so a helper's
-    SIGTERM would read as ours. In the main thread only; elsewhere the caller owns signals.
-    """
-    stop, loop = asyncio.Event(), asyncio.get_running_loop()
-    pid = os.getpid()
-
-    def on_signal(signum: int) -> None:
-        if not stop.is_set():
-            log.info("%s: stopping the run (teardown in order; a second signal hurries it)",
-                     signal.Signals(signum).name)
-            stop.set()
-        elif not hurry.is_set():
-            log.warning("%s again: hurrying the teardown; parts that do not answer at once are killed",
-                        signal.Signals(signum).name)
-            hurry.set()
-
-    def handle(signum: int, frame: object) -> None:
-        if os.getpid() == pid:  # a forked helper runs this too, on its own copy
-            loop.call_soon_threadsafe(on_signal, signum)
-
-    previous = {}
-    if threading.current_thread() is threading.main_thread():
-        previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield stop
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
 class LiveSession:
     def __init__(self, scenario: Scenario, run_id: str, topology: Topology, plane: ControlPlane, bus: TelemetryBus,
                  out_dir: Path, placement: Placement, teardown: Teardown | None = None) -> None:
@@ -186,6 +149,7 @@ class LiveSession:
         self.end_reason = ""
         self.coverage: WorkloadCoverage | None = None  # set by run()
         self.doc: dict[str, Any] = {}
+        self.record_error: RecordError | None = None  # why the last write failed, if it did
         status = topology.status()
         self.notes = [f"link backend: {status['backend']} ({status['reason']})", *speed_notes(scenario),
                       *self.placement.notes]
@@ -358,12 +322,17 @@ class LiveSession:
                    for r in sorted(self.gateway.core.records, key=lambda r: r.arrival_s) if r.id in tokens]
         meta = self._meta(complete)
 
+        expect = {k.value if hasattr(k, "value") else k: v.model_dump(exclude_none=True)
+                  for k, v in self.scenario.expect.items()}
+
         def write() -> dict[str, Any]:
-            self.out_dir.mkdir(parents=True, exist_ok=True)
-            (self.out_dir / "outputs.jsonl").write_text("".join(outputs))
-            return recorder.finish(meta, expect={k.value if hasattr(k, "value") else k: v.model_dump(exclude_none=True)
-                                                 for k, v in self.scenario.expect.items()},
-                                   duration_s=self.loops.duration_s if self.loops is not None else None)
+            try:  # every file whole or not at all (atomic_write.py)
+                make_dir(self.out_dir)
+                write_atomic(self.out_dir / "outputs.jsonl", lambda path: Path(path).write_text("".join(outputs)))
+                return recorder.finish(meta, expect, self.loops.duration_s if self.loops is not None else None)
+            except RecordError as err:
+                self.record_error = err
+                raise
 
         doc = await self.teardown.step(Step.RECORD, in_thread(write))
         self.doc = doc or self.doc

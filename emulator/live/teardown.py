@@ -49,6 +49,9 @@ BUDGET_S: dict[Step, float] = {
     Step.LOOPS: 1.0, Step.FAIL_OPEN: 2.0, Step.RECORD: 30.0, Step.STATUS: 1.0, Step.WORKERS: 4.0, Step.CONNECTIONS: 1.0,
     Step.LINK_COUNTERS: 1.0, Step.TELEMETRY: 1.5, Step.BROKER: 2.0, Step.LINK: 3.0, Step.STRAYS: 1.0,
 }
+# Steps a hurry never cuts: the record is written whole first, whatever the signals (issue 25: a
+# report takes over HURRY_BUDGET_S, and both writes were cut, the record lost); the hurry starts after.
+UNHURRIED = frozenset({Step.RECORD})
 
 
 class Outcome(StrEnum):
@@ -109,7 +112,7 @@ async def in_thread(fn: Callable[[], T]) -> T:
 
 class Teardown:
     """Runs the steps and keeps their records. `hurry` (set by a second stop signal) cuts every
-    remaining budget to HURRY_BUDGET_S."""
+    remaining budget to HURRY_BUDGET_S, but for the UNHURRIED steps (the record's writes)."""
 
     def __init__(self) -> None:
         self.records: list[StepRecord] = []
@@ -133,7 +136,7 @@ class Teardown:
                    budget_s: float | None = None) -> T | None:
         """Run `work` within the step's budget; None when it timed out or failed (both recorded)."""
         budget = BUDGET_S.get(step, 5.0) if budget_s is None else budget_s
-        if self.hurry.is_set():
+        if self.hurry.is_set() and step not in UNHURRIED:
             budget = min(budget, HURRY_BUDGET_S)
         started, self._killed = time.monotonic(), []
         try:
@@ -144,7 +147,7 @@ class Teardown:
     async def _run(self, step: Step, work: Awaitable[T], kill: Callable[[], list[str]] | None, budget: float,
                    started: float) -> T | None:
         task = asyncio.ensure_future(work)
-        hurry = asyncio.ensure_future(self.hurry.wait())
+        hurry = asyncio.ensure_future(self.hurry.wait() if step not in UNHURRIED else asyncio.Event().wait())
         try:
             await asyncio.wait({task, hurry}, timeout=budget, return_when=asyncio.FIRST_COMPLETED)
             if not task.done() and hurry.done():  # a second signal: what is left gets a short budget

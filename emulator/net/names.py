@@ -5,17 +5,26 @@ from __future__ import annotations
 import re
 import secrets
 
+from emulator.errors import RunIdError
+
 PREFIX = "prf"
-_RUN_ID = re.compile(r"^[0-9a-f]{6}$")
+_RUN_ID = re.compile(r"[0-9a-f]{6}")  # fullmatch: `$` would let a trailing newline through
+_SHOWN_CHARS = 40  # of a refused value, in the one-line error
 
 
 def new_run_id() -> str:
     return secrets.token_hex(3)
 
 
-def check_run_id(run_id: str) -> str:
-    if not _RUN_ID.match(run_id):
-        raise ValueError(f"run_id: {run_id!r} must be 6 lowercase hex digits (e.g. {new_run_id()})")
+def check_run_id(run_id: str, field: str = "run_id") -> str:
+    """`run_id` if it is one: 6 lowercase hex digits, so a name that fits the kernel's 15-character
+    interface names (`prf-<run>-<role>`) and can never be a path ('/', '..'). The one check, wherever
+    a run id enters (CLI, run API, dashboard, ledger); RunIdError names `field` and the fix."""
+    if not isinstance(run_id, str) or not _RUN_ID.fullmatch(run_id):
+        shown = repr(run_id[:_SHOWN_CHARS + 1] if isinstance(run_id, str | bytes) else run_id)
+        shown = shown if len(shown) <= _SHOWN_CHARS else shown[:_SHOWN_CHARS] + "..."
+        raise RunIdError(f"{field}: {shown} is not a run id; use 6 lowercase hex digits such as "
+                         f"{new_run_id()}, or leave it out for a fresh one")
     return run_id
 
 

@@ -1,7 +1,8 @@
 """Writes a run's directory (requests.parquet, timeseries.parquet, summary.json, report.html) and
 reads it back for the dashboard and `compare`.
 
-Every file is written to a temporary name and renamed, so a reader never sees half a run. The
+Every file is written whole or not at all (atomic_write.py), summary.json last: a reader never
+sees half a run, and a full disk raises one line naming the file (RecordError). The
 numbers come from `records.py`, the timeseries row from `timeseries.py`, the charts from `report.py`.
 A run recorded by an earlier version reads back with today's timeseries columns (`upgrade_timeseries`).
 """
@@ -12,9 +13,7 @@ import dataclasses
 import json
 import logging
 import math
-import os
-import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ import pyarrow.parquet as pq
 
 from emulator.control.types import Cluster, NodeId, Role
 from emulator.errors import RunFileError, TelemetryError
+from emulator.telemetry.atomic_write import make_dir, write_atomic
 from emulator.telemetry.records import REQUEST_FIELDS, RequestRecord, check_expectations, summarize
 from emulator.telemetry.report import write_report
 from emulator.telemetry.run_files import RunFolder
@@ -124,7 +124,7 @@ class RunRecorder:
         for tools and tests), `expect` and `expect_failures` (one line each).
         """
         meta = meta.as_json() if isinstance(meta, RunMeta) else dict(meta)
-        self.out_dir.mkdir(parents=True, exist_ok=True)
+        make_dir(self.out_dir)
         rows, records = [], []
         for record in self._records:
             row, checked = self._checked(record)
@@ -139,15 +139,15 @@ class RunRecorder:
                "expect_failures": check_expectations(summary, expect), "record_notes": self._notes}
         requests = pa.Table.from_pylist(rows, schema=REQUEST_SCHEMA)
         timeseries = self._timeseries_table()
-        _write_atomic(self.out_dir / "requests.parquet", lambda p: pq.write_table(requests, p))
-        _write_atomic(self.out_dir / "timeseries.parquet", lambda p: pq.write_table(timeseries, p))
+        write_atomic(self.out_dir / "requests.parquet", lambda p: pq.write_table(requests, p))
+        write_atomic(self.out_dir / "timeseries.parquet", lambda p: pq.write_table(timeseries, p))
         try:  # the report is a view of the record: its failure is noted, never fatal
-            _write_atomic(self.out_dir / "report.html",
+            write_atomic(self.out_dir / "report.html",
                           lambda p: write_report(p, requests.to_pandas(), timeseries.to_pandas(), doc))
         except Exception as err:
             self._note(f"report.html not written: {type(err).__name__}: {_short(err)}")
         text = json.dumps(doc, indent=2, allow_nan=False, default=str) + "\n"
-        _write_atomic(self.out_dir / "summary.json", lambda p: Path(p).write_text(text))
+        write_atomic(self.out_dir / "summary.json", lambda p: Path(p).write_text(text))  # last: the run is whole
         log.info("run recorded in %s: %d requests, %d samples", self.out_dir,
                  len(self._records), len(self._samples))
         return doc
@@ -233,19 +233,6 @@ def _short(value: object) -> str:
         return f"an integer of {len(str(abs(value))) if abs(value).bit_length() < 10_000 else 'over 3000'} digits"
     text = " ".join(str(value).split())
     return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _write_atomic(path: Path, write: Callable[[str], object]) -> None:
-    """Write through `write(tmp_path)` into the same directory, then rename over `path`."""
-    # A fresh name rather than mkstemp: the writer creates the file, so it gets the umask's
-    # permissions (mkstemp's 0600 would hide results from other users).
-    tmp = str(path.parent / f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def load_run(run_dir: str | Path | RunFolder) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:

@@ -26,7 +26,7 @@ from emulator.virtual.core import Simulator
 from emulator.virtual.costs import CostModel
 from emulator.virtual.gateway import Gateway
 from emulator.virtual.link import FluidLink
-from emulator.virtual.loops import Arrivals, Progress, RunLoops, link_states
+from emulator.virtual.loops import Arrivals, Progress, RunLoops, RunStopped, StopCheck, link_states
 from emulator.workload.build import arrival_horizon_s, build_workload, num_due
 from emulator.workload.coverage import WorkloadCoverage
 
@@ -38,6 +38,7 @@ APPROXIMATIONS = (
     "decode: constant step time up to BS_max, joins not aligned to step boundaries",
     "local prefill -> decode KV over RDMA at a fixed rate, no sharing",
 )
+INTERRUPTED_END = "run interrupted by a signal: requests still open failed `interrupted`"
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,13 +56,16 @@ class Simulation:
     num_events: int
     end_s: float
     wall_s: float
+    interrupted: bool = False  # a StopCheck ended it (a signal), and what was open failed `interrupted`
 
 
 def simulate(scenario: Scenario, *, until: float | None = None, progress: Progress | None = None,
-             requests: list[RequestSpec] | None = None, plane: ControlPlane | None = None) -> Simulation:
+             requests: list[RequestSpec] | None = None, plane: ControlPlane | None = None,
+             stop: StopCheck | None = None) -> Simulation:
     """Run `scenario` until every request has ended (or until simulated time `until`, leaving the
-    rest open). `requests` and `plane` default to the scenario's own (build_workload,
-    make_control_plane); passing them in saves rebuilding them for repeated runs."""
+    rest open, or until `stop()` says so at a sample, failing the rest `interrupted`). `requests`
+    and `plane` default to the scenario's own (build_workload, make_control_plane); passing them in
+    saves rebuilding them for repeated runs."""
     wall_start = time.perf_counter()
     workload = None
     if plane is None and requests is None and scenario.workload.trace is not None \
@@ -89,16 +93,23 @@ def simulate(scenario: Scenario, *, until: float | None = None, progress: Progre
     arrival = scenario.workload.arrival
     arrivals = Arrivals(sim, gateway, requests, arrival.rate_per_s if arrival is not None else None,
                         scenario.duration_s)
-    loops = RunLoops(sim, gateway, scenario, arrivals, progress)
+    loops = RunLoops(sim, gateway, scenario, arrivals, progress, stop)
     arrivals.start()
     loops.start()
+    interrupted = False
     with cycle_collector_paused():
-        sim.run(until)
+        try:
+            sim.run(until)
+        except RunStopped as stopped:
+            interrupted = True
+            log.warning("run interrupted (%s): %d requests still open fail `interrupted`", stopped,
+                        len(gateway.core.open))
+            gateway.fail_open(FailReason.INTERRUPTED, "run interrupted by a signal before this request ended")
     if until is None and gateway.core.open:
         log.warning("%d requests still open when the events ran out; failing them", len(gateway.core.open))
         gateway.fail_open()
     return Simulation(gateway.core.records, loops.samples, plane, costs, gateway, loops, len(requests), coverage,
-                      sim.num_events, sim.now, time.perf_counter() - wall_start)
+                      sim.num_events, sim.now, time.perf_counter() - wall_start, interrupted)
 
 
 @contextmanager
@@ -128,9 +139,11 @@ def needs_index(scenario: Scenario, requests: list[RequestSpec]) -> bool:
     return len(set(firsts)) != len(firsts)
 
 
-def run_virtual(scenario: Scenario, out_dir: str | Path, progress: Progress | None = None) -> dict[str, Any]:
-    """Simulate `scenario` and record it as a live run is; returns the summary.json document."""
-    return record_run(scenario, simulate(scenario, progress=progress), out_dir)
+def run_virtual(scenario: Scenario, out_dir: str | Path, progress: Progress | None = None,
+                stop: StopCheck | None = None) -> dict[str, Any]:
+    """Simulate `scenario` and record it as a live run is; returns the summary.json document.
+    `stop` (asked once a simulated second) ends the simulation early; the record is written all the same."""
+    return record_run(scenario, simulate(scenario, progress=progress, stop=stop), out_dir)
 
 
 def record_run(scenario: Scenario, result: Simulation, out_dir: str | Path) -> dict[str, Any]:
@@ -154,6 +167,7 @@ def run_meta(scenario: Scenario, result: Simulation) -> RunMeta:
     """summary.json's `meta`: what ran, with which settings, and what the engine assumed."""
     ended = ("run ended" if not any(r.fail_reason == FailReason.UNFINISHED for r in result.records)
              else "run ended: requests still open when the simulation stopped")
+    ended = INTERRUPTED_END if result.interrupted else ended
     return make_run_meta(
         scenario, result.plane, engine=EngineKind.VIRTUAL, link_backend="simulated",
         link_backend_reason="the virtual engine's fluid link model", decisions=result.loops.decisions,

@@ -149,10 +149,10 @@ class Gateway:
             if isinstance(node, PrefillNode) and node.is_up:
                 node.drop(journey)
 
-    def fail_open(self) -> None:
-        """End every request still open: the simulation stopped before they did."""
-        for journey in self.core.fail_open(FailReason.UNFINISHED, "still open when the simulation stopped",
-                                           self.sim.now):
+    def fail_open(self, reason: FailReason = FailReason.UNFINISHED,
+                  detail: str = "still open when the simulation stopped") -> None:
+        """End every request still open: the simulation stopped (or was stopped) before they did."""
+        for journey in self.core.fail_open(reason, detail, self.sim.now):
             self._let_go(journey)
 
     # ---- instances coming, going and flipping ----

@@ -30,6 +30,12 @@ from emulator.workload.build import num_due
 log = logging.getLogger(__name__)
 SAMPLE_PERIOD_S = 1.0
 Progress = Callable[[int, int, float], None]  # (requests ended, total, simulated seconds)
+StopCheck = Callable[[], bool]  # whether the operator asked the run to stop (a signal): see RunStopped
+
+
+class RunStopped(Exception):
+    """Raised by the sampler when `StopCheck` says so: it leaves the event loop between two events,
+    every entity consistent, and `simulate` fails what is open `interrupted`."""
 
 
 def link_states(spec: Any, connections: int) -> tuple[LinkState, LinkState]:
@@ -91,9 +97,10 @@ class RunLoops:
     """The timeline and the sampler of one run; `samples` become timeseries.parquet rows."""
 
     def __init__(self, sim: Simulator, gateway: Gateway, scenario: Scenario, arrivals: Arrivals,
-                 progress: Progress | None = None) -> None:
+                 progress: Progress | None = None, stop: StopCheck | None = None) -> None:
         self.sim, self.gateway, self.scenario, self.arrivals = sim, gateway, scenario, arrivals
         self.progress = progress
+        self.stop = stop  # asked once per sample (1 simulated second): a stop lands within one
         self.expected = num_due(arrivals.requests, scenario)  # the progress total, at its pace
         self.link_spec = scenario.link
         self.samples: list[dict[str, float | None]] = []  # TimeseriesRow's columns, one dict a second
@@ -142,6 +149,8 @@ class RunLoops:
             self._tick(now, sent / dt, utilization or 0.0, state.loss, remote, local, decode)
         if self.progress is not None:
             self.progress(completed + failed, self.expected, now)
+        if self.stop is not None and self.stop():
+            raise RunStopped(f"stopped at t={now:g} s")
         if in_flight or not self.arrivals.is_done:
             self.sim.schedule(now + SAMPLE_PERIOD_S, self._on_sample)
 

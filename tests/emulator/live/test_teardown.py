@@ -5,8 +5,9 @@ had to be killed is named."""
 from __future__ import annotations
 
 import asyncio
+import time
 
-from emulator.live.teardown import Outcome, Step, Teardown, in_thread, settle
+from emulator.live.teardown import HURRY_BUDGET_S, Outcome, Step, Teardown, in_thread, settle
 
 
 async def _swallows_once(ran: list[str]) -> None:
@@ -72,3 +73,20 @@ def test_a_failing_step_is_recorded_and_returns_none() -> None:
     teardown, result = asyncio.run(main())
     assert result is None and teardown.records[0].outcome is Outcome.FAILED
     assert "relay gone" in teardown.records[0].note
+
+
+def test_a_hurry_never_cuts_the_record_write() -> None:
+    """Issue 25: the record (a report takes seconds) was cut to the hurry's 0.5 s, twice, and lost.
+    A hurry set before the write, and one set during it, both leave the write to finish."""
+    async def main() -> tuple[Teardown, list[object]]:
+        teardown = Teardown()
+        teardown.hurry.set()
+        first = await teardown.step(Step.RECORD, in_thread(lambda: time.sleep(HURRY_BUDGET_S * 3) or "first"))
+        teardown.hurry.clear()
+        asyncio.get_running_loop().call_later(0.1, teardown.hurry.set)
+        second = await teardown.step(Step.RECORD, in_thread(lambda: time.sleep(HURRY_BUDGET_S * 3) or "second"))
+        return teardown, [first, second]
+
+    teardown, docs = asyncio.run(main())
+    assert docs == ["first", "second"]
+    assert [r.outcome for r in teardown.records] == [Outcome.OK, Outcome.OK]
