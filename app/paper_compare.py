@@ -7,7 +7,6 @@ so every page shows them alike. Rendering is `app.paper_view`'s.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -26,9 +25,11 @@ from app.paper_figures import (
     phi_row,
 )
 from emulator.control.throughput_model import Plan
+from emulator.errors import TelemetryError
 from emulator.paths import REPO_ROOT
 from emulator.scenario import Scenario
 from emulator.telemetry.labels import format_number
+from emulator.telemetry.run_files import RunFolder
 
 COLUMNS = ("Figure", "Paper", "Project", "Difference", "Paper source")
 NONE = "-"
@@ -170,11 +171,13 @@ def profile_phi_table(scenario: Scenario) -> pd.DataFrame:
 
 
 def load_preset_bench(path: Path = PRESET_BENCH) -> dict[str, Any] | None:
-    """The committed `python -m model_stub bench` result, or None when it is missing or unreadable."""
+    """The committed `python -m model_stub bench` result, or None when it is missing or unreadable
+    (read through run_files: no link followed, size and depth capped)."""
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+        doc = RunFolder(path.parent).read_json(path.name)
+    except TelemetryError:
         return None
+    return doc if isinstance(doc, dict) else None
 
 
 def preset_phi_table(bench: Mapping[str, Any]) -> pd.DataFrame:

@@ -8,7 +8,6 @@ its overrides are validated here first, so a bad value is refused on the page, n
 from __future__ import annotations
 
 import atexit
-import json
 import re
 import threading
 import time
@@ -26,6 +25,7 @@ from emulator.net.names import new_run_id
 from emulator.paths import Env, runs_dir
 from emulator.scenario import apply_overrides, load_scenario
 from emulator.telemetry.recorder import load_run
+from emulator.telemetry.run_files import RunFolder
 
 RUNS_DIR_ENV = Env.RUNS_DIR.value  # where started runs are recorded (default: the repository's runs/)
 ENGINES = ("live", "virtual")
@@ -81,11 +81,13 @@ class StartedRun:
         return recorded_frame(requests, timeseries)
 
     def summary(self) -> dict[str, Any] | None:
-        """summary.json once the run has written it."""
+        """summary.json once the run has written it (read by run_files: no link, capped, bounded depth);
+        None before, or when it cannot be read so."""
         try:
-            return json.loads((self.handle.out_dir / "summary.json").read_text())
-        except (OSError, ValueError):
+            doc = RunFolder(self.handle.out_dir).read_json("summary.json")
+        except TelemetryError:
             return None
+        return doc if isinstance(doc, dict) else None
 
 
 class RunRegistry:

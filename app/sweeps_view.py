@@ -1,20 +1,54 @@
-"""The Sweeps page's own helpers: a point's label, the points as display text, and Figure 5's
-optimum beside the paper's. The figures are emulator.sweep.figures' and .findings', shared with
-report.html."""
+"""The Sweeps page's own helpers: the sweep folders under a directory, a point's label, the points as
+display text, and Figure 5's optimum beside the paper's. The figures are emulator.sweep.figures' and
+.findings', shared with report.html."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import pandas as pd
 
 from app.paper_figures import CASE_STUDY
 from app.runs_view import as_text
+from emulator.errors import RunFileError
 from emulator.sweep.figures import level_text
 from emulator.sweep.findings import Figure5
+from emulator.sweep.store import DOC
 from emulator.telemetry.labels import label
+from emulator.telemetry.run_files import RunFolder, list_folders
 
 HIDDEN_COLUMNS = ("node_id",)  # which Ray node ran a point: the sweep's log, not its results
+SWEEP_FILE_SUFFIXES = (".yaml", ".yml")
+
+
+def find_sweep_dirs(directory: Path) -> list[RunFolder]:
+    """The folders directly in `directory` that hold sweep.json, newest first; a link to a folder is
+    never entered (the sweep is read through run_files, so nothing elsewhere is reached)."""
+    try:
+        names = list_folders(directory)[0]
+    except RunFileError:
+        return []
+    found = []
+    for name in names:
+        folder = RunFolder(directory, name)
+        try:
+            info = folder.info(DOC)
+        except RunFileError:
+            continue
+        if info is not None:
+            found.append((info.st_mtime, name, folder))
+    return [folder for _, _, folder in sorted(found, key=lambda item: item[:2], reverse=True)]
+
+
+def sweep_file_of(doc: dict, root: Path) -> Path | None:
+    """The sweep file a sweep.json names (relative to `root`), or None unless it is a YAML file: the
+    page reads no other kind of file a folder names."""
+    name = doc.get("sweep_file")
+    if not isinstance(name, str) or "\0" in name:
+        return None
+    path = root / name
+    return path if path.suffix in SWEEP_FILE_SUFFIXES else None
 
 
 def point_label(rows: pd.DataFrame, point_id: str, axes: Sequence[str]) -> str:

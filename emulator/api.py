@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from emulator import paths
-from emulator.errors import ScenarioError
+from emulator.errors import RunFileError, ScenarioError
 from emulator.net.names import check_run_id, new_run_id
 from emulator.paths import REPO_ROOT, SCENARIOS_DIR
 from emulator.scenario import load_scenario
+from emulator.telemetry.run_files import RunFolder
 
 SWEEPS_DIR = SCENARIOS_DIR / "sweeps"
 PROGRESS_EVERY_S = 0.5  # a dashboard run logs its progress this often: the Live page reads it back
@@ -68,10 +69,14 @@ class _ChildProcess:
         return self.process.poll()
 
     def log_tail(self, lines: int = 20) -> str:
+        """The log's last `lines` lines, read from its tail only and never through a link (run_files);
+        the one-line reason instead when it cannot be read so; "" before it exists."""
+        folder = RunFolder(self.log_path.parent)
         try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
+            text = folder.read_tail(self.log_path.name)
+        except RunFileError as err:
+            return str(err) if os.path.lexists(self.log_path) else ""  # lexists: the link itself
+        return "\n".join(text.splitlines()[-lines:])
 
     def stop(self, grace_s: float = 15.0, hurry_s: float = 5.0) -> int:
         """Ctrl-C, as a terminal would: a run fails what is open and writes its record, a sweep keeps

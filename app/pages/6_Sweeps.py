@@ -10,6 +10,7 @@ files from `emulator.sweep`.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -28,6 +29,7 @@ from emulator.sweep import figures, findings
 from emulator.sweep.points import point_scenario
 from emulator.sweep.spec import Sweep, load_sweep
 from emulator.sweep.store import read_results
+from emulator.telemetry.run_files import RunFolder
 
 REFRESH_S = 2.0
 CASE_STUDY_FILE = "paper-case-study.yaml"  # a sweep over it is set beside the paper's figures
@@ -65,9 +67,9 @@ def _start_section() -> None:
         st.session_state["sweeps_dir"] = str(handle.out_dir)
 
 
-def _results(out_dir: Path) -> tuple[pd.DataFrame, dict] | None:
+def _results(folder: RunFolder) -> tuple[pd.DataFrame, dict] | None:
     try:
-        return read_results(out_dir)
+        return read_results(folder)  # through run_files: no link followed, sizes and depth capped
     except PrfaasError as err:
         st.info(str(err))
         return None
@@ -128,11 +130,18 @@ def _figures(rows: pd.DataFrame, sweep: Sweep | None, axes: list[str], metrics: 
 
 
 def _sweep_of(doc: dict) -> Sweep | None:
-    """The sweep file a directory was run from, as it reads now; None (and why) when it cannot be read."""
+    """The sweep file a directory was run from, as it reads now; None (and why) when it cannot be read.
+    The folder names the file, so only a YAML file is read, and the loader's words (which may quote
+    the file) are not shown: the command line says what is wrong with it."""
+    path = sweeps_view.sweep_file_of(doc, REPO_ROOT)
+    if path is None:
+        st.caption("sweep.json names no sweep file (.yaml): no findings, and points cannot be saved as scenarios.")
+        return None
     try:
-        return load_sweep(REPO_ROOT / doc["sweep_file"])
-    except (PrfaasError, KeyError, OSError) as err:
-        st.caption(f"The sweep file cannot be read ({err}): no findings, and points cannot be saved as scenarios.")
+        return load_sweep(path)
+    except (PrfaasError, OSError):
+        st.caption(f"The sweep file `{path.name[:80]}` cannot be read as a sweep (`python -m emulator sweep` "
+                   "on it says why): no findings, and points cannot be saved as scenarios.")
         return None
 
 
@@ -177,8 +186,9 @@ def _replay(sweep_name: str, point_id: str, text: str) -> None:
     st.session_state["sweeps_replayed"] = ("ok", f"Started run **{run.run_id}** from point {point_id}.")
 
 
-def _panel(out_dir: Path) -> None:
-    found = _results(out_dir)
+def _panel(folder: RunFolder) -> None:
+    out_dir = folder.path
+    found = _results(folder)
     if found is None:
         return
     rows, doc = found
@@ -209,11 +219,11 @@ text = st.text_input("Sweep directory", key="sweeps_dir",
                      help="the --out directory of a sweep (it holds sweep.parquet and sweep.json), or a "
                           "folder of them")
 directory = Path(text).expanduser()
-if directory.is_dir() and not (directory / "sweep.json").exists():
-    found_dirs = sorted((p.parent for p in directory.glob("*/sweep.json")), key=lambda p: p.stat().st_mtime,
-                        reverse=True)
+chosen = RunFolder(directory)
+if directory.is_dir() and not os.path.lexists(directory / "sweep.json"):  # a folder of sweeps
+    found_dirs = {folder.name: folder for folder in sweeps_view.find_sweep_dirs(directory)}
     if found_dirs:
-        directory = Path(st.selectbox("Sweep", found_dirs, format_func=lambda p: p.name, key="sweeps_pick"))
-handle = _started().get(str(directory))
+        chosen = found_dirs[st.selectbox("Sweep", list(found_dirs), key="sweeps_pick")]
+handle = _started().get(str(chosen.path))
 every = REFRESH_S if handle is not None and handle.is_running else None
-st.fragment(run_every=every, key="sweeps_panel")(_panel)(directory)
+st.fragment(run_every=every, key="sweeps_panel")(_panel)(chosen)

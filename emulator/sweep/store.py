@@ -19,9 +19,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from emulator.errors import ScenarioError
+from emulator.errors import RunFileError, ScenarioError
 from emulator.sweep.points import Point
 from emulator.sweep.spec import Sweep
+from emulator.telemetry.run_files import RunFolder
 
 SWEEP_KIND = "prfaas-sweep"
 SWEEP_VERSION = 1
@@ -101,40 +102,44 @@ class SweepStore:
         return doc
 
     def _read_existing(self) -> list[dict[str, Any]]:
-        """The rows already in DIR, when DIR holds this sweep; refuses a DIR of another sweep."""
-        parquet, doc_path = self.out_dir / PARQUET, self.out_dir / DOC
-        if not parquet.exists():
+        """The rows already in DIR, when DIR holds this sweep; refuses a DIR of another sweep. Read
+        through run_files (no link followed, sizes and depth capped)."""
+        folder = RunFolder(self.out_dir)
+        if not os.path.lexists(self.out_dir / PARQUET):  # a new sweep (lexists: a link counts, and is refused)
             return []
         try:
-            doc = json.loads(doc_path.read_text()) if doc_path.exists() else {}
-            table = pq.read_table(parquet)
-        except (OSError, ValueError, pa.ArrowException) as err:
-            raise ScenarioError(f"--out {self.out_dir}: its sweep files are unreadable ({type(err).__name__}); "
+            doc = folder.read_json(DOC) if folder.info(DOC) is not None else {}
+            table = folder.read_parquet(PARQUET)
+        except RunFileError as err:
+            raise ScenarioError(f"--out {self.out_dir}: its sweep files are unreadable ({err.reason}); "
                                 "use a new --out or delete the directory") from None
+        if not isinstance(doc, dict):
+            doc = {}
         if doc.get("fingerprint") != self.fingerprint or set(table.column_names) != set(self.schema.names):
             raise ScenarioError(f"--out {self.out_dir}: holds another sweep (base, set, metrics or axes "
                                 "differ); use a new --out or delete the directory")
         return table.select(self.schema.names).cast(self.schema).to_pylist()
 
 
-MAX_DOC_BYTES = 16 << 20  # sweep.json holds the sweep file (<= 1 MiB) and counts: far below this
-
-
-def read_results(out_dir: str | Path) -> tuple[pd.DataFrame, dict[str, Any]]:
+def read_results(out_dir: str | Path | RunFolder) -> tuple[pd.DataFrame, dict[str, Any]]:
     """(rows, sweep.json) of a sweep's directory, for readers such as the dashboard; ScenarioError
-    in one line when DIR holds no sweep (yet) or its files are unreadable."""
-    out_dir = Path(out_dir)
-    parquet, doc_path = out_dir / PARQUET, out_dir / DOC
-    if not doc_path.is_file() or not parquet.is_file():
+    in one line when DIR holds no sweep (yet) or its files are unreadable. Read through run_files:
+    no link followed, sweep.json capped (MAX_RUN_JSON_BYTES, depth MAX_RUN_JSON_DEPTH), parquet too."""
+    folder = out_dir if isinstance(out_dir, RunFolder) else RunFolder(Path(out_dir))
+    out_dir = folder.path
+    try:
+        present = folder.info(DOC) is not None and folder.info(PARQUET) is not None
+    except RunFileError:
+        present = False
+    if not present:
         raise ScenarioError(f"{out_dir}: no {DOC} and {PARQUET} yet; point at a sweep's --out directory "
                             "(a sweep writes them once its first points finish)")
     try:
-        if doc_path.stat().st_size > MAX_DOC_BYTES:
-            raise ValueError(f"larger than {MAX_DOC_BYTES} bytes")
-        doc = json.loads(doc_path.read_text())
-        rows = pq.read_table(parquet).to_pandas()
-    except (OSError, ValueError, pa.ArrowException) as err:
-        raise ScenarioError(f"{out_dir}: its sweep files are unreadable ({type(err).__name__}); "
+        doc = folder.read_json(DOC)
+        rows = folder.read_parquet(PARQUET).to_pandas()
+    except RunFileError as err:
+        name = err.where.rpartition("/")[2]
+        raise ScenarioError(f"{out_dir}: its sweep files are unreadable ({name} {err.reason}); "
                             "run the sweep again into a new --out") from None
     if not isinstance(doc, dict) or doc.get("kind") != SWEEP_KIND:
         raise ScenarioError(f"{out_dir}: {DOC} is not a sweep's; point at a sweep's --out directory")

@@ -19,10 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
-
-import pyarrow as pa
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING, Any
 
 from emulator.errors import RunFileError, TelemetryError
 from emulator.limits import (
@@ -36,6 +33,10 @@ from emulator.limits import (
     MAX_RUN_JSON_DEPTH,
 )
 from emulator.telemetry.bounded_json import loads_bounded
+
+if TYPE_CHECKING:  # pyarrow is imported when a parquet file is read: the API's log reads stay light
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
@@ -116,6 +117,9 @@ class RunFolder:
     def read_parquet(self, name: str) -> pa.Table:
         """The table, read through the open file once its footer's rows, columns and uncompressed
         size are within the caps."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
         if _kind(self, name) is not FileKind.PARQUET:
             raise self._error(name, "is not a .parquet file")
         with self._open(name, MAX_PARQUET_BYTES) as (fd, _), open(os.dup(fd), "rb") as handle:
