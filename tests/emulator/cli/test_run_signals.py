@@ -81,7 +81,7 @@ def test_a_storm_of_sigints_ends_with_the_whole_record(tmp_path: Path, duration_
     assert proc.returncode in (0, 1), text[-3000:]  # 1: an expect bound failed on a cut-short run
     doc, rows = assert_whole_record(out)
     if doc["meta"]["end_reason"].startswith("run interrupted"):
-        assert rows and all(r["fail_reason"] in (None, "interrupted") for r in rows)
+        assert all(r["fail_reason"] in (None, "interrupted") for r in rows)  # no rows: stopped at t = 0
         assert "by a signal" in doc["meta"]["end_reason"] and "  ended: run interrupted by a signal" in text
 
 
