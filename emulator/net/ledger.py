@@ -122,7 +122,11 @@ class Ledger:
 
     @classmethod
     def open(cls, run_id: str) -> Ledger:
-        """What the state folder holds for `run_id` (StateFileError when the file is unreadable)."""
+        """The run's own ledger when this process holds `run_id` (one object per run: what a part of
+        the run records, its reaper and its teardown see), else what the state folder holds
+        (StateFileError when the file is unreadable)."""
+        if (claimed := _CLAIMED.get(run_id)) is not None:
+            return claimed
         folder = find_run_dir(run_id)
         path = folder / LEDGER_FILE if folder is not None else None
         return cls(run_id, check_entries(run_id, read_json(path)) if path and os.path.lexists(path) else [])
@@ -142,6 +146,7 @@ class Ledger:
         except BaseException:
             lock.release()
             raise
+        _CLAIMED[run_id] = ledger
         return ledger
 
     @property
@@ -205,7 +210,12 @@ class Ledger:
     def release(self) -> None:
         """Give the run id back (a claimed ledger, once its teardown is done); idempotent."""
         if self.lock is not None:
+            if _CLAIMED.get(self.run_id) is self:
+                del _CLAIMED[self.run_id]
             self.lock.release()
+
+
+_CLAIMED: dict[str, Ledger] = {}  # run id -> the ledger this process claimed it with, until released
 
 
 def _undo(entry: dict) -> bool:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from emulator.net.ledger import process_start_time
+from emulator.net.ledger import Ledger, process_start_time
 from emulator.net.netns import list_netns
 from emulator.net.spec import parse_link_spec
 from emulator.net.topology import Topology
@@ -158,8 +158,8 @@ def test_a_pid_recorded_after_the_folder_turned_untrusted_is_still_torn_down(run
     child = subprocess.Popen(["sleep", "60"])
     try:
         state.chmod(0o777)
-        topology.ledger.record("pid", pid=child.pid, name="restarted worker")  # kept, not written there
-        assert "restarted worker" not in (state / run_id / "ledger.json").read_text()
+        Ledger.open(run_id).record("pid", pid=child.pid, name="restarted worker")  # as the live engine's parts do
+        assert "restarted worker" not in (state / run_id / "ledger.json").read_text()  # kept in memory only
         removed = topology.down()
         assert "pid restarted worker" in removed and child.wait(timeout=10) is not None
         assert list_netns(f"prf-{run_id}-") == []
