@@ -30,6 +30,7 @@ from emulator.net.spec import parse_link_spec  # noqa: E402
 from emulator.net.topology import LOCAL, REMOTE, Topology  # noqa: E402
 from emulator.transport.receiver import KVReceiver  # noqa: E402
 from emulator.transport.sender import KVSender  # noqa: E402
+from emulator.wire.auth import KvHelloProof, new_secret  # noqa: E402
 from emulator.worker.kv_decoder import ModelKVDecoder  # noqa: E402
 from model_stub import HybridModel, get_preset  # noqa: E402
 from model_stub.cache import HybridCache, LayerCache, expected_shapes  # noqa: E402
@@ -48,7 +49,10 @@ def synthetic_frames(megabytes: float) -> tuple[str, list[bytes]]:
     return config.name, list(encode_cache(HybridCache(config, layers, tokens)))
 
 
-def _receiver_process(netns: str | None, addr: str, preset: str, conn) -> None:
+SECRET = new_secret()  # both sides prove it, as a run's workers do (one HELLO per connection)
+
+
+def _receiver_process(netns: str | None, addr: str, preset: str, secret: str, conn) -> None:
     """The decode side, in its own process as a decode worker would be: listen, rebuild, report.
 
     Sends the listening port, then (request id, monotonic time) as each cache is whole; exits when
@@ -60,7 +64,8 @@ def _receiver_process(netns: str | None, addr: str, preset: str, conn) -> None:
         listener = netns_socket(netns)
         listener.bind((addr, 0))
         listener.listen()
-        receiver = KVReceiver(ModelKVDecoder(get_preset(preset)), lambda rid, cache: conn.send((rid, time.monotonic())))
+        receiver = KVReceiver(ModelKVDecoder(get_preset(preset)), lambda rid, cache: conn.send((rid, time.monotonic())),
+                              proof=KvHelloProof(secret))
         await receiver.start(listener)
         conn.send(listener.getsockname()[1])
         await asyncio.get_running_loop().run_in_executor(None, conn.recv)
@@ -76,7 +81,8 @@ class ReceiverProcess:
     def __init__(self, topo: Topology, preset: str) -> None:
         ctx = multiprocessing.get_context("spawn")
         self._conn, child = ctx.Pipe()
-        self._proc = ctx.Process(target=_receiver_process, args=(topo.netns(LOCAL), topo.address(LOCAL), preset, child))
+        args = (topo.netns(LOCAL), topo.address(LOCAL), preset, SECRET, child)
+        self._proc = ctx.Process(target=_receiver_process, args=args)
         self._proc.start()
         if not self._conn.poll(60):
             raise RuntimeError("receiver process did not start")
@@ -98,7 +104,8 @@ class ReceiverProcess:
 async def _with_link(topo: Topology, preset: str, connections: int, body):
     """A receiver process in `local`, a sender in `remote`; runs `body(sender, receiver)`."""
     receiver = ReceiverProcess(topo, preset)
-    sender = KVSender(lambda: topo.socket(REMOTE), topo.target(LOCAL, receiver.port), num_connections=connections)
+    sender = KVSender(lambda: topo.socket(REMOTE), topo.target(LOCAL, receiver.port), proof=KvHelloProof(SECRET),
+                      sender_id="remote-prefill-0", num_connections=connections)
     try:
         await sender.start()
         return await body(sender, receiver)

@@ -77,6 +77,10 @@ LIVE_MEMORY_SHARE = 0.75
 # most KV_PEER_SHARE of it; bytes are counted as they arrive, never as a header claims them.
 MAX_KV_CONNECTIONS = 512
 MAX_KV_CONNECTIONS_PER_PEER = 256
+# Connections that have not yet proven their HELLO with the run's secret (issue 25) have their own
+# pool: they never count against the limits above, and when it is full the oldest of them is closed
+# to make room, so idle or unproven sockets, however many, cannot keep a sender from its challenge.
+MAX_KV_PENDING_HANDSHAKES = 128
 MAX_KV_PARTIAL_BYTES = 1 << 30
 KV_PEER_SHARE = 0.5
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from emulator.control.types import Cluster, NodeId, Role
 from emulator.live.placement import DevicePlacement, Placement, device_env, plan_devices
 from emulator.net.ledger import Ledger
+from emulator.net.peer_uid import peer_uid
 from emulator.net.topology import LOCAL, REMOTE, Topology
 from emulator.paths import REPO_ROOT
 from emulator.scenario import Scenario
@@ -81,7 +82,8 @@ class WorkerProcesses:
         self.log_dir, self.ledger = log_dir, ledger
         self.plans: dict[str, WorkerPlan] = {}
         self.procs: dict[str, subprocess.Popen] = {}
-        self.gate = WorkerGate()  # this run's secret: only workers started here can say hello
+        # this run's secret: only workers started here can say hello; handshake slots per user
+        self.gate = WorkerGate(peer_uid=peer_uid)
 
     def settings(self, plan: WorkerPlan) -> WorkerSettings:
         """What the scenario asks of this worker (its placement's device, its cluster's speed and
@@ -91,6 +93,7 @@ class WorkerProcesses:
         dc = REMOTE if plan.cluster is Cluster.REMOTE else LOCAL
         capacity = sc.prefix_cache.capacity_mib.remote if dc == REMOTE else sc.prefix_cache.capacity_mib.local
         return WorkerSettings(
+            gateway_port=self.gateway_port,  # in the 0600 file, never in argv (issue 25)
             netns=self.topology.netns(dc) or "", kv_addr=self.topology.address(dc), preset=sc.model.preset,
             size=sc.model.preset_size, seed=sc.seed, device=self.placement.of(plan.cluster, plan.index).device,
             threads=1, speed_factor=min(cluster.speed_factor, 1.0), max_batch=clusters.local.decode_max_batch,
@@ -98,10 +101,11 @@ class WorkerProcesses:
             connections=sc.transport.connections, congestion=sc.transport.congestion)
 
     def command(self, plan: WorkerPlan) -> list[str]:
-        """The worker's command line: its identity and the settings file written next to its log."""
+        """The worker's command line: its identity and the settings file written next to its log
+        (readable by this user only; it names the gateway's port, which argv, shown by `ps` to every
+        user, never does)."""
         path = self.settings(plan).write(self.log_dir / f"{plan.spawn_name}.settings.json")
-        return [sys.executable, "-m", "emulator.worker", "--node", plan.spawn_name,
-                "--gateway", f"127.0.0.1:{self.gateway_port}", "--settings", str(path)]
+        return [sys.executable, "-m", "emulator.worker", "--node", plan.spawn_name, "--settings", str(path)]
 
     def start(self, plan: WorkerPlan) -> subprocess.Popen:
         self.plans[plan.spawn_name] = plan

@@ -254,15 +254,12 @@ class LiveSession:
 
     async def _admit(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> NodeState | None:
         """The node this connection proves to be, now connected; None (logged once) when refused:
-        no free handshake slot, no valid proof, an id this run did not start, or a node whose
-        connection is still open (a restarted worker comes after its old connection closed)."""
-        gate = self.workers.gate if self.workers is not None else None
-        if gate is None or not gate.try_begin():
+        closed to make room for a newer one, no valid proof, an id this run did not start, or a node
+        whose connection is still open (a restarted worker comes after its old connection closed)."""
+        if self.workers is None:
             return None
-        try:
-            admission = await gate.handshake(reader, writer)
-        finally:
-            gate.end()
+        gate = self.workers.gate
+        admission = await gate.admit(reader, writer)  # a handshake slot in the peer's class, then the proof
         hello, node = admission.hello, None
         if hello is not None:
             node = self.nodes.get(hello.node)

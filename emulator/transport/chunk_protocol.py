@@ -1,5 +1,5 @@
 """Reading chunk frames off a socket with few copies: header, then payload, straight into two
-reusable per-connection buffers (asyncio.BufferedProtocol).
+reusable per-connection buffers (asyncio.BufferedProtocol), after the handshake that proves the peer.
 
 A stream reader copies every byte twice before the receiver sees it; at 1 Gbit/s on two cores
 those copies cost goodput. The payload buffer is handed to `on_chunk` and reused for the next
@@ -8,7 +8,11 @@ chunk, so `on_chunk` must finish with it before returning.
 The payload buffer grows (doubling, from INITIAL_PAYLOAD_BYTES) as payload bytes arrive, never to
 what a header claims, so a header alone costs nothing; once grown it is reused, so steady state
 copies nothing extra. The protocol also keeps the times its owner needs to close connections that
-never say HELLO or stall halfway through a frame (`stale_reason`).
+never prove a HELLO, send no data after it, or stall halfway through a frame (`stale_reason`).
+
+The handshake (issue 25): the protocol writes its CHALLENGE (a nonce) on connect; the first frame it
+accepts is a HELLO, which goes to `on_hello` (the owner checks the proof and calls `prove`, or
+closes); only a proven connection's frames, DATA only, reach `on_chunk`.
 """
 
 from __future__ import annotations
@@ -18,22 +22,28 @@ import logging
 import time
 from collections.abc import Callable
 
-from emulator.transport.frames import HEADER_BYTES, ChunkHeader, FrameError, FrameType, decode_header
+from emulator.transport.frames import HEADER_BYTES, ChunkHeader, FrameError, FrameType, challenge, decode_header
 
 log = logging.getLogger(__name__)
 
 INITIAL_PAYLOAD_BYTES = 64 << 10
 
 OnChunk = Callable[[ChunkHeader, memoryview, "ChunkProtocol"], None]
+OnHello = Callable[["ChunkProtocol", ChunkHeader, memoryview], None]
 
 
 class ChunkProtocol(asyncio.BufferedProtocol):
-    def __init__(self, on_chunk: OnChunk, on_close: Callable[[ChunkProtocol], None]) -> None:
-        self.on_chunk, self.on_close = on_chunk, on_close
+    def __init__(self, on_chunk: OnChunk, on_hello: OnHello, on_close: Callable[[ChunkProtocol], None],
+                 nonce: bytes) -> None:
+        self.on_chunk, self.on_hello, self.on_close = on_chunk, on_hello, on_close
+        self.nonce = nonce  # this connection's challenge: its HELLO must prove it
         self.transport: asyncio.Transport | None = None
-        self.peer = ""  # the remote host: limits and budget shares are per peer
-        self.greeted = False  # a valid header (HELLO or DATA) has arrived
+        self.peer = ""  # the remote host: connection limits and budget shares are per peer
+        self.sender = ""  # the node id its HELLO proved ('' until then)
+        self.has_data = False  # a DATA frame has arrived
         self.connected_s = self.progress_s = time.monotonic()
+        self.proven_s = 0.0
+        self._aborted = False  # closed by its owner before the transport existed
         self._header_buf = bytearray(HEADER_BYTES)
         self._payload_buf = bytearray()
         self._header: ChunkHeader | None = None
@@ -41,10 +51,28 @@ class ChunkProtocol(asyncio.BufferedProtocol):
         self._filled = 0
         self._frame_started_s = 0.0  # when the current, incomplete header began to arrive
 
+    @property
+    def is_proven(self) -> bool:
+        return bool(self.sender)
+
+    def prove(self, sender: str, now: float) -> None:
+        """The owner found this connection's HELLO proven for `sender`: DATA may follow."""
+        self.sender, self.proven_s = sender, now
+
+    def abort(self) -> None:
+        """Close now, or as soon as the transport exists."""
+        if self.transport is not None:
+            self.transport.close()
+        self._aborted = True
+
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        if self._aborted:
+            transport.close()
+            return
         peername = transport.get_extra_info("peername")
         self.peer = str(peername[0]) if peername else ""
+        transport.write(challenge(self.nonce))  # type: ignore[attr-defined]
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self._view[self._filled :]
@@ -65,25 +93,33 @@ class ChunkProtocol(asyncio.BufferedProtocol):
             header, self._header = self._header, None
             payload = self._view
             self._view, self._filled = memoryview(self._header_buf), 0
-            self.on_chunk(header, payload, self)
+            if header.type is FrameType.HELLO:
+                self.on_hello(self, header, payload)
+            else:
+                self.has_data = True
+                self.on_chunk(header, payload, self)
 
     def _start_payload(self) -> None:
+        """The header is whole: check it (sizes before any allocation) and aim at its payload."""
+        expected = FrameType.DATA if self.is_proven else FrameType.HELLO
         try:
-            header = decode_header(bytes(self._header_buf))  # sizes are checked before any allocation
-            if header.type not in (FrameType.DATA, FrameType.HELLO):
-                raise FrameError(f"chunk.type: a receiver accepts HELLO and DATA only, got {header.type.name}")
+            header = decode_header(bytes(self._header_buf))
+            if header.type is not expected:
+                rule = ("a proven connection sends DATA only" if self.is_proven
+                        else "the first frame must be a HELLO answering the CHALLENGE")
+                raise FrameError(f"chunk.type: {rule}, got {header.type.name}")
         except FrameError as err:
             log.warning("closing a KV connection from %s: %s", self.peer, err)
             self._view, self._filled = memoryview(self._header_buf), 0
             self.transport.close()
             return
-        self.greeted = True
         self._filled = 0
-        if header.type is FrameType.HELLO:
+        self._header = header
+        if header.type is FrameType.HELLO:  # under 100 bytes: never the shared payload buffer
+            self._view = memoryview(bytearray(header.length))
             return
         if not self._payload_buf:
             self._payload_buf = bytearray(INITIAL_PAYLOAD_BYTES)
-        self._header = header
         self._view = memoryview(self._payload_buf)[: header.length]
 
     def _grow_payload(self) -> None:
@@ -95,11 +131,15 @@ class ChunkProtocol(asyncio.BufferedProtocol):
         self._view = memoryview(grown)[: self._header.length]
 
     def stale_reason(self, now: float, handshake_timeout_s: float, stall_timeout_s: float) -> str | None:
-        """Why this connection should be closed now, or None: no header within the handshake time
-        of connecting, half a header for that long, or a payload with no byte for the stall time.
-        A greeted connection between frames may stay idle (senders keep theirs open)."""
-        if not self.greeted and now - self.connected_s > handshake_timeout_s:
-            return f"sent no frame header within {handshake_timeout_s:g} s"
+        """Why this connection should be closed now, or None: no proven HELLO within the handshake
+        time of connecting (the proof deadline), no DATA within the stall time of its HELLO, half a
+        header for the handshake time, or a payload with no byte for the stall time. A connection
+        that has carried data may stay idle between frames (senders keep theirs open)."""
+        if not self.is_proven and now - self.connected_s > handshake_timeout_s:
+            return f"sent no proven HELLO within {handshake_timeout_s:g} s"
+        if (self.is_proven and not self.has_data and self._header is None and not self._filled
+                and now - self.proven_s > stall_timeout_s):
+            return f"sent no data within {stall_timeout_s:g} s of its HELLO"
         if self._header is None and self._filled and now - self._frame_started_s > handshake_timeout_s:
             return f"sent half a frame header for {handshake_timeout_s:g} s"
         if self._header is not None and now - self.progress_s > stall_timeout_s:

@@ -8,10 +8,11 @@ layer. Every chunk header is fixed-size, little-endian and self-checking:
     layer_index u16 | num_layers u16 | chunk_index u32 | num_chunks u32 | layer_bytes u64 |
     offset u64 | length u32 | payload_crc32 u32 | header_crc32 u32
 
-Replies (ACK, NACK, DONE, FAIL) use the same header; FAIL carries a short UTF-8 reason. A sender
-opens each connection with a HELLO header (no payload), so a receiver can close connections that
-send nothing without closing a sender's idle ones. Sizes are checked against caps before anything
-is allocated. No pickle anywhere.
+Replies (ACK, NACK, DONE, FAIL) use the same header; FAIL carries a short UTF-8 reason. A receiver
+opens each connection with a CHALLENGE (a fresh nonce); the sender answers with a HELLO whose
+payload is its proof (PROOF_BYTES, keyed by the run's secret: see `HelloProof`) and its node id,
+before any DATA. Only the HELLO costs anything: DATA carries no per-chunk MAC. Sizes are checked
+against caps before anything is allocated. No pickle anywhere.
 """
 
 from __future__ import annotations
@@ -20,16 +21,20 @@ import struct
 import zlib
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import Protocol
 
 from emulator.errors import TransportError
 
 MAGIC = b"PKVC"
-VERSION = 1
+VERSION = 2  # 2: CHALLENGE, and a HELLO that proves the sender (issue 25)
 CHUNK_BYTES = 1 << 20  # stripes a layer over connections; 256 KiB-1 MiB measure the same at 1 Gbit/s here
 MAX_CHUNK_BYTES = 4 << 20
 MAX_LAYER_BYTES = 1 << 31
 MAX_LAYERS = 1024
 MAX_REASON_BYTES = 1024
+NONCE_BYTES = 32  # a CHALLENGE's payload
+PROOF_BYTES = 32  # an HMAC-SHA256, the first part of a HELLO's payload; the sender's id follows
+MAX_SENDER_BYTES = 64  # a node id ("remote-prefill-12") in UTF-8
 
 _BODY = struct.Struct("<4sBBBBQHHIIQQII")
 _CRC = struct.Struct("<I")
@@ -42,7 +47,19 @@ class FrameType(IntEnum):
     NACK = 3  # receiver -> sender: the chunk's payload was corrupt; send it again
     DONE = 4  # receiver -> sender: every layer arrived and the cache was rebuilt
     FAIL = 5  # receiver -> sender: the request cannot be completed (reason in the payload)
-    HELLO = 6  # sender -> receiver: the first header on a new connection (it may then stay idle)
+    HELLO = 6  # sender -> receiver: the answer to CHALLENGE (proof, then the sender's id)
+    CHALLENGE = 7  # receiver -> sender: the first frame on a new connection (a fresh nonce)
+
+
+class HelloProof(Protocol):
+    """The run's secret as the KV port uses it (emulator/wire/auth.py's KvHelloProof): a receiver
+    draws a nonce per connection, a sender proves it, the receiver checks in constant time."""
+
+    def new_nonce(self) -> bytes: ...
+
+    def prove(self, nonce: bytes, sender: str) -> bytes: ...
+
+    def check(self, nonce: bytes, sender: str, proof: bytes) -> bool: ...
 
 
 class FrameError(TransportError, ValueError):
@@ -115,6 +132,15 @@ def _check_sizes(h: ChunkHeader) -> None:
         if h.length > MAX_REASON_BYTES:
             raise FrameError(f"chunk.length: a FAIL reason of {h.length} bytes exceeds {MAX_REASON_BYTES}")
         return
+    if h.type is FrameType.CHALLENGE:
+        if h.length != NONCE_BYTES:
+            raise FrameError(f"chunk.length: a CHALLENGE carries a {NONCE_BYTES}-byte nonce, got {h.length}")
+        return
+    if h.type is FrameType.HELLO:
+        if not PROOF_BYTES < h.length <= PROOF_BYTES + MAX_SENDER_BYTES:
+            raise FrameError(f"chunk.length: a HELLO carries a {PROOF_BYTES}-byte proof and a sender id of 1 to "
+                             f"{MAX_SENDER_BYTES} bytes, got {h.length} bytes; senders answer the receiver's CHALLENGE")
+        return
     if h.type is not FrameType.DATA:
         if h.length:
             raise FrameError(f"chunk.length: a {h.type.name} frame carries no payload, got {h.length}")
@@ -164,9 +190,26 @@ def split_layer(
     return chunks
 
 
-def hello() -> bytes:
-    """The header a sender writes first on every connection."""
-    return encode_header(ChunkHeader(FrameType.HELLO, 0))
+def challenge(nonce: bytes) -> bytes:
+    """The frame a receiver writes first on every connection."""
+    return _with_payload(FrameType.CHALLENGE, nonce)
+
+
+def hello(proof: bytes, sender: str) -> bytes:
+    """A sender's answer to the CHALLENGE: its proof, then its id."""
+    return _with_payload(FrameType.HELLO, proof + sender.encode())
+
+
+def read_hello(payload: bytes | memoryview) -> tuple[bytes, str]:
+    """A HELLO's (proof, sender id); FrameError when the id is not UTF-8."""
+    try:
+        return bytes(payload[:PROOF_BYTES]), bytes(payload[PROOF_BYTES:]).decode()
+    except UnicodeDecodeError:
+        raise FrameError("chunk.payload: a HELLO's sender id is not UTF-8") from None
+
+
+def _with_payload(type_: FrameType, payload: bytes) -> bytes:
+    return encode_header(ChunkHeader(type_, 0, length=len(payload), payload_crc32=zlib.crc32(payload))) + payload
 
 
 def reply(type_: FrameType, key: tuple[int, int, int], reason: str = "") -> bytes:

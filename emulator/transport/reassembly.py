@@ -5,8 +5,10 @@ and the budget counts those bytes plus their bookkeeping, so a header claiming 1
 few bytes that came with it. One peer may hold at most its share of the budget, so it cannot
 starve the others. A claim is also capped by what the receiver's model can produce (`layer_caps`).
 Requests that stop making progress are expired and reported, never kept; finished ones are
-remembered (bounded) with their outcome, so a late resend is answered. Time is passed in, so the
-policy is testable without sockets.
+remembered (bounded) with their outcome, so a late resend is answered. Each request belongs to the
+proven sender whose chunk started it (`owner`); a failure is remembered for that sender only, so
+another cannot poison an id by failing it first (issue 25). Time is passed in, so the policy is
+testable without sockets.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class Outcome(Enum):
 class Finished:
     outcome: Outcome
     reason: str = ""
+    owner: str = ""  # the sender it failed for (a FAILED outcome answers only that sender's chunks)
 
 
 @dataclass(slots=True)
@@ -78,7 +81,8 @@ class RequestAssembly:
     request_id: int
     num_layers: int
     updated_s: float
-    peer: str
+    peer: str  # whose budget share it is charged to
+    owner: str = ""  # the proven sender that started it
     layers: dict[int, LayerAssembly] = field(default_factory=dict)
     charged: int = 0  # bytes counted against the budget for this request
 
@@ -123,10 +127,12 @@ class Reassembler:
         """The outcome of a request this receiver finished (None: unknown or still partial)."""
         return self._finished.get(request_id)
 
-    def add(self, h: ChunkHeader, payload: bytes | memoryview, now: float, peer: str = "") -> RequestAssembly | None:
+    def add(self, h: ChunkHeader, payload: bytes | memoryview, now: float, peer: str = "",
+            owner: str = "") -> RequestAssembly | None:
         """Place a checked chunk; duplicates (resends) are harmless; a finished request's chunks are
         ignored. Raises FrameError on a chunk that contradicts earlier ones, Refused on a claim this
-        model cannot make, BudgetExceeded when the chunk does not fit."""
+        model cannot make, BudgetExceeded when the chunk does not fit. A new request is charged to
+        `peer`'s budget share and belongs to `owner`."""
         if h.request_id in self._finished:
             return None
         self._check_claim(h)
@@ -143,18 +149,18 @@ class Reassembler:
             if layer.received_bytes + h.length > layer.layer_bytes:
                 raise Refused(f"chunk.length: layer {h.layer_index} of request {h.request_id} got more than "
                               f"its {layer.layer_bytes} bytes")
-        owner = request.peer if request is not None else peer
+        payer = request.peer if request is not None else peer
         charge = h.length + CHUNK_OVERHEAD_BYTES + (LAYER_OVERHEAD_BYTES if layer is None else 0)
-        self._check_budget(h, owner, charge)
+        self._check_budget(h, payer, charge)
         if request is None:
-            request = self.partial[h.request_id] = RequestAssembly(h.request_id, h.num_layers, now, owner)
+            request = self.partial[h.request_id] = RequestAssembly(h.request_id, h.num_layers, now, payer, owner)
         if layer is None:
             layer = request.layers[h.layer_index] = LayerAssembly(h.layer_bytes, h.num_chunks)
         layer.parts[h.chunk_index] = (h.offset, bytes(payload))
         layer.received_bytes += h.length
         request.charged += charge
         self._in_use += charge
-        self._peer_in_use[owner] = self._peer_in_use.get(owner, 0) + charge
+        self._peer_in_use[payer] = self._peer_in_use.get(payer, 0) + charge
         request.updated_s = now
         if layer.is_complete:
             layer.check_tiling(h.layer_index)
@@ -190,6 +196,12 @@ class Reassembler:
         if len(self._finished) > self._remember_finished:
             del self._finished[next(iter(self._finished))]
 
+    def forget(self, request_id: int) -> None:
+        """Drop a request's chunks and its remembered outcome, as if it had never been seen (another
+        sender takes it over: a retry of a request whose first attempt failed or whose sender left)."""
+        self._release(self.partial.pop(request_id, None))
+        self._finished.pop(request_id, None)
+
     def _release(self, request: RequestAssembly | None) -> None:
         if request is None:
             return
@@ -202,7 +214,11 @@ class Reassembler:
 
     def expire(self, now: float) -> list[int]:
         """Free requests with no chunk for `abandon_after_s`; returns their ids for reporting."""
-        stale = [rid for rid, r in self.partial.items() if now - r.updated_s > self.abandon_after_s]
-        for rid in stale:
-            self._release(self.partial.pop(rid))
+        return [r.request_id for r in self.expire_requests(now)]
+
+    def expire_requests(self, now: float) -> list[RequestAssembly]:
+        """`expire`, returning the requests themselves (their owners are told)."""
+        stale = [r for r in self.partial.values() if now - r.updated_s > self.abandon_after_s]
+        for request in stale:
+            self._release(self.partial.pop(request.request_id))
         return stale

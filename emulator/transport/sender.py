@@ -4,6 +4,11 @@ Chunks wait in one shared queue; each connection takes the next one when its soc
 slow connection never holds the others back. A bounded window caps chunks in flight. A chunk stays
 "unacked" until the receiver ACKs it; a NACK or a lost connection puts it back in the queue for any
 live connection. `finish` resolves to delivered (DONE) or failed (FAIL, deadline, no connection).
+
+Each connection first answers the receiver's CHALLENGE with a HELLO proving the run's secret
+(issue 25); it takes chunks only after that. A receiver closes a proven connection that carries no
+data for its stall time, so a connection lost while holding nothing is reopened when chunks come,
+not at once; reconnects are limited in a row (an ACK resets the count), not per lifetime.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import logging
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from emulator.transport.congestion import CongestionMonitor
@@ -24,6 +29,7 @@ from emulator.transport.frames import (
     Chunk,
     FrameError,
     FrameType,
+    HelloProof,
     check_payload,
     decode_header,
     hello,
@@ -38,6 +44,7 @@ SOCKET_BUFFER_BYTES = 8 << 20
 # 20 ms, 4 connections: 0.93 -> 0.96 of iperf3). Sent-but-unacked bytes do not count against it.
 NOTSENT_LOWAT_BYTES = 256 << 10
 TCP_NOTSENT_LOWAT = getattr(socket, "TCP_NOTSENT_LOWAT", 25)  # Linux >= 3.12
+CHALLENGE_TIMEOUT_S = 10.0  # the receiver's CHALLENGE must come within this of connecting
 
 
 class TransferFailure(StrEnum):
@@ -57,11 +64,25 @@ class TransferResult:
     failure: TransferFailure | None = None  # set when failed
 
 
+@dataclass(slots=True, eq=False)
+class _Link:
+    """One connection's state: what it owes ACKs for, and whether it has proven and been acked."""
+
+    sock: socket.socket
+    writer: asyncio.StreamWriter
+    owned: dict[tuple[int, int, int], Chunk] = field(default_factory=dict)
+    proven: asyncio.Event = field(default_factory=asyncio.Event)  # its HELLO is sent: it may take chunks
+    acked: bool = False
+
+
 class KVSender:
     def __init__(
         self,
         make_socket: Callable[[], socket.socket],
         target: tuple[str, int],
+        *,
+        proof: HelloProof,
+        sender_id: str,
         num_connections: int = 4,
         congestion: str = "cubic",
         window_chunks: int = 64,
@@ -69,11 +90,14 @@ class KVSender:
         max_reconnects: int = 5,
         monitor: CongestionMonitor | None = None,
     ) -> None:
+        """`proof` holds the run's secret and `sender_id` is this worker's node id: each connection
+        proves both to the receiver before it sends a chunk."""
         if congestion not in CONGESTION_CONTROLS:
             raise ValueError(f"congestion: {congestion!r} is not one of {', '.join(CONGESTION_CONTROLS)}")
         if num_connections < 1 or window_chunks < 1:
             raise ValueError("num_connections and window_chunks must be >= 1")
         self.make_socket, self.target = make_socket, target
+        self.proof, self.sender_id = proof, sender_id
         self.num_connections, self.congestion = num_connections, congestion
         self.chunk_bytes, self.max_reconnects = chunk_bytes, max_reconnects
         self.monitor = monitor  # sees every connection (TCP_INFO) and counts egress per destination
@@ -90,8 +114,10 @@ class KVSender:
         self._started_at: dict[int, float] = {}
         self._tasks: list[asyncio.Task] = []
         self._writers: list[asyncio.StreamWriter] = []
-        self._reconnects = 0
+        self._reconnects = 0  # failed connects and connections lost before any ACK, in a row
+        self._topping_up: asyncio.Task | None = None
         self._closing = False
+        self.is_broken = False  # reconnects exhausted: its user should make a new sender
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -108,14 +134,22 @@ class KVSender:
         sock.setblocking(False)
         await asyncio.wait_for(self._loop.sock_connect(sock, self.target), timeout=10)
         reader, writer = await asyncio.open_connection(sock=sock)
-        writer.write(hello())  # the receiver closes connections that say nothing; this one may idle
         self._writers.append(writer)
         self.sockets.append(sock)
         if self.monitor is not None:
             self.monitor.add(sock)
-        owned: dict[tuple[int, int, int], Chunk] = {}
-        tasks = [asyncio.create_task(self._write_loop(writer, owned)), asyncio.create_task(self._read_loop(reader))]
-        self._tasks += [*tasks, asyncio.create_task(self._watch(sock, writer, owned, tasks))]
+        link = _Link(sock, writer)
+        tasks = [asyncio.create_task(self._write_loop(link)), asyncio.create_task(self._read_loop(reader, link))]
+        self._tasks += [*tasks, asyncio.create_task(self._watch(link, tasks))]
+
+    async def _answer_challenge(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Read the receiver's CHALLENGE and send the HELLO that proves it (FrameError if it is not one)."""
+        header = decode_header(await asyncio.wait_for(reader.readexactly(HEADER_BYTES), CHALLENGE_TIMEOUT_S))
+        if header.type is not FrameType.CHALLENGE:
+            raise FrameError(f"chunk.type: the receiver sent {header.type.name} before its CHALLENGE")
+        nonce = await asyncio.wait_for(reader.readexactly(header.length), CHALLENGE_TIMEOUT_S)
+        check_payload(header, nonce)
+        writer.write(hello(self.proof.prove(nonce, self.sender_id), self.sender_id))
 
     def send_layer(self, request_id: int, layer_index: int, num_layers: int, layer_frame: bytes) -> None:
         """Queue one layer's frame; returns at once and may be called from any thread."""
@@ -127,6 +161,9 @@ class KVSender:
         self._started_at.setdefault(request_id, time.monotonic())
         for chunk in chunks:
             self._queue.put_nowait(chunk)
+        if len(self.sockets) < self.num_connections and not self._closing and (
+                self._topping_up is None or self._topping_up.done()):
+            self._topping_up = asyncio.create_task(self._replace_connection(self.num_connections))
 
     def _result_future(self, request_id: int) -> asyncio.Future[TransferResult]:
         if request_id not in self._results:
@@ -156,7 +193,9 @@ class KVSender:
             del self._unacked[key]
             self._window.release()
 
-    async def _write_loop(self, writer: asyncio.StreamWriter, owned: dict) -> None:
+    async def _write_loop(self, link: _Link) -> None:
+        await link.proven.wait()  # no chunk waits on a connection that has not said its HELLO
+        writer, owned = link.writer, link.owned
         while True:
             chunk = await self._queue.get()
             try:  # a permit is taken only with a chunk in hand, so a cancelled loop leaks none
@@ -175,13 +214,16 @@ class KVSender:
                 self.monitor.record_sent(self.destination, HEADER_BYTES + chunk.header.length)
             await writer.drain()
 
-    async def _read_loop(self, reader: asyncio.StreamReader) -> None:
+    async def _read_loop(self, reader: asyncio.StreamReader, link: _Link) -> None:
+        await self._answer_challenge(reader, link.writer)
+        link.proven.set()
         while True:
             header = decode_header(await reader.readexactly(HEADER_BYTES))
             payload = await reader.readexactly(header.length)
             check_payload(header, payload)
             chunk = self._unacked.pop(header.key, None)
             if header.type is FrameType.ACK and chunk is not None:
+                self._reconnects, link.acked = 0, True  # it works: the next loss starts a new count
                 self._window.release()
             elif header.type is FrameType.NACK and chunk is not None:
                 self._window.release()
@@ -195,13 +237,15 @@ class KVSender:
                 self._fail(header.request_id, TransferFailure.REFUSED,
                            f"receiver: {payload.decode(errors='replace')}")
 
-    async def _watch(self, sock: socket.socket, writer: asyncio.StreamWriter, owned: dict, tasks: list) -> None:
-        """When a connection dies, put its unacked chunks back and open a replacement."""
+    async def _watch(self, link: _Link, tasks: list) -> None:
+        """When a connection dies, put its unacked chunks back and, if there is work, open a
+        replacement (a connection the receiver closed while idle is reopened by `_enqueue`)."""
+        sock, writer, owned = link.sock, link.writer, link.owned
         done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         for task in tasks:
             task.cancel()
         error = next((t.exception() for t in done if not t.cancelled() and t.exception()), None)
-        if isinstance(error, (FrameError, asyncio.IncompleteReadError, ConnectionError, OSError)):
+        if owned and isinstance(error, (FrameError, asyncio.IncompleteReadError, TimeoutError, OSError)):
             log.warning("KV connection lost (%s); resending its unacked chunks", error)
         with contextlib.suppress(OSError):
             writer.close()
@@ -214,20 +258,28 @@ class KVSender:
                 self._window.release()
                 self.resent_chunks += 1
                 self._queue.put_nowait(chunk)
+        had_work = bool(owned) or not self._queue.empty()
         owned.clear()
-        if not self._closing:
-            await self._replace_connection()
-
-    async def _replace_connection(self) -> None:
-        while self._reconnects < self.max_reconnects:
+        if had_work and not link.acked:  # it was given work and never got an ACK: a failure
             self._reconnects += 1
+        if not self._closing and had_work:
+            await self._replace_connection(len(self.sockets) + 1)
+
+    async def _replace_connection(self, until: int) -> None:
+        """Connect until `until` connections are open; give up after `max_reconnects` failures in a
+        row (failed connects, connections lost before an ACK), and then fail every open transfer if
+        no connection is left."""
+        while len(self.sockets) < until and not self._closing:
+            if self._reconnects >= self.max_reconnects:
+                self.is_broken = True
+                break
             try:
                 await self._connect()
-                return
             except (OSError, TimeoutError) as err:
-                log.warning("KV reconnect %d failed: %s", self._reconnects, err)
+                self._reconnects += 1
+                log.warning("KV reconnect failed (%d in a row): %s", self._reconnects, err)
                 await asyncio.sleep(0.1 * self._reconnects)
-        if not self.sockets:
+        if self.is_broken and not self.sockets:
             for request_id in list(self._results):
                 self._fail(request_id, TransferFailure.LINK_DOWN,
                            "link: every connection lost and reconnects exhausted")

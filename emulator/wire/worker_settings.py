@@ -1,11 +1,14 @@
 """A worker's settings: one schema the launcher fills from the scenario and the worker validates.
 
 They travel as a JSON file in the run's log dir (`--settings PATH`), not as flags: one place holds
-each default and bound, and `ps` shows only the node and the gateway.
+each default and bound, and `ps` shows only the node and the file's path. The file holds the
+gateway's worker port, so it is written readable by its owner only (0600; issue 25); the secret
+travels in the environment (emulator/wire/auth.py), never here.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -22,9 +25,12 @@ MAX_SETTINGS_BYTES = 64 * 1024  # the launcher writes under 1 KiB
 
 
 class WorkerSettings(BaseModel):
-    """Everything a worker needs besides its identity (--node) and its gateway (--gateway)."""
+    """Everything a worker needs besides its identity (--node) and the run's secret (environment)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    gateway_host: str = Field("127.0.0.1", min_length=1, max_length=253)  # the gateway's control listener
+    gateway_port: Annotated[int, Field(ge=1, le=65535)]
 
     netns: str = ""  # namespace for KV sockets ('' = the host's)
     kv_addr: str = Field("127.0.0.1", min_length=1)  # the decode receiver binds here
@@ -52,15 +58,21 @@ class WorkerSettings(BaseModel):
             raise ValueError(f"{value!r} is not a {info.field_name}; use one of {', '.join(choices)}")
         return value
 
+    @property
+    def gateway(self) -> tuple[str, int]:
+        return self.gateway_host, self.gateway_port
+
     def write(self, path: Path) -> Path:
-        path.write_text(self.model_dump_json(indent=1) + "\n")
+        """Write to `path` readable by its owner only (0600, also when it existed); no symlink followed."""
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as file:
+            os.fchmod(fd, 0o600)
+            file.write(self.model_dump_json(indent=1) + "\n")
         return path
 
 
-def read_settings(path: Path | None) -> WorkerSettings:
-    """The settings in `path` (the defaults when None); WorkerError names the first bad field."""
-    if path is None:
-        return WorkerSettings()
+def read_settings(path: Path) -> WorkerSettings:
+    """The settings in `path`; WorkerError names the first bad field."""
     try:
         with open(open_regular(path), "rb") as file:
             text = file.read(MAX_SETTINGS_BYTES + 1)

@@ -1,4 +1,4 @@
-"""`python -m emulator.worker --node NODE --gateway HOST:PORT [--settings FILE]`: one worker process."""
+"""`python -m emulator.worker --node NODE --settings FILE`: one worker process."""
 
 from emulator.worker.worker import exit_at_once, main
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from emulator.control.types import FailReason
+from emulator.transport.frames import HelloProof
 from emulator.transport.receiver import KVReceiver
 from emulator.wire.protocol import Completed, Decode, Failed, FirstToken, Message
 from emulator.worker.compute import ComputeThread
@@ -43,14 +44,15 @@ class Active:
 
 
 class DecodeEngine:
-    def __init__(self, model: HybridModel, compute: ComputeThread, emit: Emit, max_batch: int = 8,
-                 orphan_timeout_s: float = 30.0) -> None:
+    def __init__(self, model: HybridModel, compute: ComputeThread, emit: Emit, proof: HelloProof,
+                 max_batch: int = 8, orphan_timeout_s: float = 30.0) -> None:
+        """`proof`: the run's secret, which every KV connection must prove (issue 25)."""
         if max_batch < 1:
             raise ValueError(f"max_batch: {max_batch} must be at least 1")
         self.model, self.compute, self.emit = model, compute, emit
         self.max_batch = max_batch
         self.orphan_timeout_s = orphan_timeout_s
-        self.receiver = KVReceiver(ModelKVDecoder(model.config, device=model.device), self._on_cache)
+        self.receiver = KVReceiver(ModelKVDecoder(model.config, device=model.device), self._on_cache, proof=proof)
         self._caches: dict[int, tuple[HybridCache, float]] = {}  # arrived, no command yet
         self._commands: dict[int, Decode] = {}  # arrived, no cache yet
         self._waiting: deque[tuple[Decode, HybridCache]] = deque()

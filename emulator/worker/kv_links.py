@@ -13,6 +13,7 @@ import time
 from emulator.errors import WorkerError
 from emulator.net.netns import netns_socket
 from emulator.transport.congestion import CongestionMonitor
+from emulator.transport.frames import HelloProof
 from emulator.transport.sender import KVSender
 from emulator.transport.tcp_info import TcpInfoError, read_tcp_info
 from emulator.wire.protocol import LinkStats
@@ -22,9 +23,11 @@ Target = tuple[str, int]
 
 
 class KvLinks:
-    def __init__(self, netns: str | None, num_connections: int = 4,
+    def __init__(self, netns: str | None, proof: HelloProof, sender_id: str, num_connections: int = 4,
                  congestion: str = "cubic") -> None:
+        """`proof` and `sender_id` (the run's secret and this worker's node id) open every connection."""
         self.netns = netns
+        self.proof, self.sender_id = proof, sender_id
         self.num_connections = num_connections
         self.congestion = congestion
         self.monitor = CongestionMonitor()
@@ -34,19 +37,20 @@ class KvLinks:
         return netns_socket(self.netns)
 
     async def sender(self, target: Target) -> KVSender:
-        """The sender for `target`, connecting it on first use (or after it lost every connection).
+        """The sender for `target`, connecting it on first use (or after it gave up reconnecting; a
+        sender whose idle connections the receiver closed reopens them itself).
 
         Raises WorkerError naming the target when it cannot be reached.
         """
         sender = self._target_to_sender.get(target)
-        if sender is not None and sender.sockets:
+        if sender is not None and not sender.is_broken:
             return sender
         if sender is not None:
             log.warning("KV sender to %s:%d lost every connection; reconnecting", *target)
             await sender.close()
             del self._target_to_sender[target]
-        sender = KVSender(self._make_socket, target, num_connections=self.num_connections,
-                          congestion=self.congestion, monitor=self.monitor)
+        sender = KVSender(self._make_socket, target, proof=self.proof, sender_id=self.sender_id,
+                          num_connections=self.num_connections, congestion=self.congestion, monitor=self.monitor)
         try:
             await sender.start()
         except (OSError, TimeoutError) as err:

@@ -1,7 +1,8 @@
-"""A live worker process: `python -m emulator.worker --node remote-prefill-0 --gateway ...`.
+"""A live worker process: `python -m emulator.worker --node remote-prefill-0 --settings FILE`.
 
-It loads the model once, says hello to the gateway over TCP on the host (answering its challenge
-with the run's secret, which arrives in $PRFAAS_WORKER_SECRET, never argv), and serves its commands
+It loads the model once, says hello to the gateway over TCP on the host (at the address its settings
+file names, answering its challenge with the run's secret, which arrives in $PRFAAS_WORKER_SECRET:
+neither is in argv, which `ps` shows every user), and serves its commands
 on one asyncio loop; torch runs on one thread and only KV sockets live in the datacenter's
 namespace. It exits 0 on SIGTERM, `shutdown` or a lost gateway, 2 on bad arguments.
 """
@@ -27,7 +28,7 @@ from emulator.errors import PrfaasError, WorkerError
 from emulator.limits import HANDSHAKE_TIMEOUT_S
 from emulator.net.netns import netns_socket
 from emulator.wire import protocol as p
-from emulator.wire.auth import make_proof, take_secret
+from emulator.wire.auth import KvHelloProof, make_proof, take_secret
 from emulator.wire.worker_settings import WorkerSettings, read_settings
 from emulator.worker.compute import ComputeThread
 from emulator.worker.decode_engine import DecodeEngine
@@ -48,25 +49,21 @@ def make_parser() -> argparse.ArgumentParser:
                                      description="a PrfaaS Lab prefill/decode worker")
     add = parser.add_argument
     add("--node", required=True, help="remote-prefill-<i>, local-prefill-<i> or local-decode-<i>")
-    add("--gateway", required=True, help="HOST:PORT of the gateway's control listener")
-    add("--settings", type=Path, default=None,
-        help="a WorkerSettings JSON file (wire/worker_settings.py); the defaults when absent")
+    add("--settings", type=Path, required=True,
+        help="a WorkerSettings JSON file (wire/worker_settings.py), which names the gateway")
     return parser
 
 
-def check_args(args: argparse.Namespace) -> tuple[NodeId, tuple[str, int], WorkerSettings]:
-    """The node id, gateway address and settings; WorkerError names the first bad one."""
+def check_args(args: argparse.Namespace) -> tuple[NodeId, WorkerSettings]:
+    """The node id and settings; WorkerError names the first bad one."""
     try:
         node = NodeId.parse(args.node)
     except ValueError as err:
         raise WorkerError(f"--node: {err}") from None
-    host, _, port = args.gateway.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise WorkerError(f"--gateway: {args.gateway!r} is not HOST:PORT; e.g. 127.0.0.1:7000")
     settings = read_settings(args.settings)
     if settings.device == "cuda" and not torch.cuda.is_available():
         raise WorkerError("settings.device: cuda but no CUDA device is visible; use cpu or auto")
-    return node, (host, int(port)), settings
+    return node, settings
 
 
 def load_model(preset: str, size: str, seed: int, device: str, dtype: str) -> HybridModel:
@@ -91,11 +88,12 @@ class Worker:
         self._outbox: asyncio.Queue[p.Message | None] = asyncio.Queue()  # None: last one sent
         self._stop = asyncio.Event()
         self._role_tasks: set[asyncio.Task] = set()
-        self.links = KvLinks(self.netns, settings.connections, settings.congestion)
+        kv_proof = KvHelloProof(secret)  # the KV port proves its peers with the same secret
+        self.links = KvLinks(self.netns, kv_proof, str(node), settings.connections, settings.congestion)
         store = PrefixStore(int(settings.prefix_capacity_mib * (1 << 20)))
         self.prefill = PrefillEngine(model, compute, self.links, store, self.emit,
                                      settings.speed_factor)
-        self.decode = (DecodeEngine(model, compute, self.emit, settings.max_batch,
+        self.decode = (DecodeEngine(model, compute, self.emit, kv_proof, settings.max_batch,
                                     settings.orphan_timeout_s) if self.is_local else None)
 
     def emit(self, msg: p.Message) -> None:
@@ -136,10 +134,10 @@ class Worker:
         try:
             msg = await asyncio.wait_for(p.read_message(reader), HANDSHAKE_TIMEOUT_S)
         except TimeoutError:
-            raise WorkerError(f"--gateway: no challenge within {HANDSHAKE_TIMEOUT_S:g} s; is it "
+            raise WorkerError(f"settings.gateway_port: no challenge within {HANDSHAKE_TIMEOUT_S:g} s; is it "
                               "this run's gateway?") from None
         if not isinstance(msg, p.Challenge):
-            raise WorkerError(f"--gateway: sent {msg.op if msg else 'nothing'} before a challenge; "
+            raise WorkerError(f"settings.gateway_port: sent {msg.op if msg else 'nothing'} before a challenge; "
                               "is it this run's gateway?")
         return msg.nonce
 
@@ -238,12 +236,12 @@ class Worker:
             await writer.wait_closed()
 
 
-async def run(settings: WorkerSettings, node: NodeId, gateway: tuple[str, int], secret: str) -> None:
+async def run(settings: WorkerSettings, node: NodeId, secret: str) -> None:
     compute = ComputeThread(settings.threads)
     try:
         model = await compute.call(load_model, settings.preset, settings.size, settings.seed,
                                    settings.device, settings.dtype)
-        await Worker(settings, node, compute, model, secret).serve(gateway)
+        await Worker(settings, node, compute, model, secret).serve(settings.gateway)
     finally:
         compute.shutdown()
 
@@ -251,11 +249,11 @@ async def run(settings: WorkerSettings, node: NodeId, gateway: tuple[str, int], 
 def main(argv: list[str] | None = None) -> int:
     args = make_parser().parse_args(argv)
     try:
-        node, gateway, settings = check_args(args)
+        node, settings = check_args(args)
         logging.basicConfig(level=logging.INFO if settings.verbose else logging.WARNING,
                             format=f"%(asctime)s {args.node} %(levelname)s %(name)s: %(message)s")
         secret = take_secret()  # out of os.environ before any child process could inherit it
-        asyncio.run(run(settings, node, gateway, secret))
+        asyncio.run(run(settings, node, secret))
     except (PrfaasError, OSError) as err:
         print(f"error: {args.node}: {err}", file=sys.stderr)
         return 2

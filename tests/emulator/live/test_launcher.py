@@ -24,8 +24,13 @@ def _flags(command: list[str]) -> dict[str, str]:
 
 def _settings(command: list[str]) -> WorkerSettings:
     flags = _flags(command)
-    assert set(flags) == {"--node", "--gateway", "--settings"}, flags
-    return read_settings(Path(flags["--settings"]))
+    assert set(flags) == {"--node", "--settings"}, flags  # the gateway's port is in the file (issue 25)
+    assert not any("40000" in arg for arg in command), command
+    path = Path(flags["--settings"])
+    assert path.stat().st_mode & 0o777 == 0o600  # only the run's user reads where its gateway listens
+    settings = read_settings(path)
+    assert settings.gateway == ("127.0.0.1", 40000)
+    return settings
 
 
 def test_workers_open_the_scenarios_tcp_connections_with_its_congestion_control(tmp_path: Path) -> None:

@@ -10,6 +10,8 @@ import sys
 from emulator.transport.receiver import KVReceiver
 from emulator.transport.sender import KVSender, TransferFailure
 
+from .kv_peer import PROOF, SENDER
+
 LAYERS = [b"first layer " * 300, b"second", b"third layer" * 1000]
 
 
@@ -32,9 +34,9 @@ async def send(frames: list[bytes], caps: tuple[int, ...] = BytesDecoder.layer_c
     arrived: dict[int, list[bytes]] = {}
     decoder = BytesDecoder()
     decoder.layer_caps = caps
-    receiver = KVReceiver(decoder, arrived.__setitem__)
+    receiver = KVReceiver(decoder, arrived.__setitem__, proof=PROOF)
     await receiver.start(listener)
-    sender = KVSender(socket.socket, listener.getsockname(), num_connections=2)
+    sender = KVSender(socket.socket, listener.getsockname(), proof=PROOF, sender_id=SENDER, num_connections=2)
     await sender.start()
     for i, frame in enumerate(frames):
         sender.send_layer(7, i, len(frames), frame)

@@ -124,3 +124,25 @@ def test_an_ack_claiming_a_payload_is_rejected():
 def test_split_layer_rejects_absurd_chunk_sizes():
     with pytest.raises(ValueError, match="chunk_bytes"):
         split_layer(1, 0, 1, b"abc", chunk_bytes=0)
+
+
+@pytest.mark.parametrize("type_, length", [
+    (FrameType.HELLO, 0),  # the proof-less HELLO of frame version 1
+    (FrameType.HELLO, frames.PROOF_BYTES),  # a proof and no sender id
+    (FrameType.HELLO, frames.PROOF_BYTES + frames.MAX_SENDER_BYTES + 1),
+    (FrameType.CHALLENGE, frames.NONCE_BYTES - 1),
+    (FrameType.CHALLENGE, 1 << 20),
+])
+def test_a_hello_or_challenge_of_the_wrong_size_is_rejected(type_, length):
+    with pytest.raises(FrameError, match="chunk.length"):
+        decode_header(repack(ChunkHeader(type_, 0), length=length))
+
+
+def test_a_hello_names_its_sender_in_utf8():
+    proof = bytes(range(frames.PROOF_BYTES))
+    wire = frames.hello(proof, "local-prefill-3")
+    h = decode_header(wire[:HEADER_BYTES])
+    check_payload(h, wire[HEADER_BYTES:])
+    assert frames.read_hello(wire[HEADER_BYTES:]) == (proof, "local-prefill-3")
+    with pytest.raises(FrameError, match="not UTF-8"):
+        frames.read_hello(proof + b"\xff\xfe")

@@ -83,20 +83,26 @@ class WireEnd:
         return ("127.0.0.9", 40000) if name == "peername" else default
 
 
-def feed(data: bytes, step: int) -> tuple[WireEnd, Reassembler]:
-    """Push `data` through a ChunkProtocol in `step`-byte reads into a Reassembler, as the receiver does."""
+def feed(data: bytes, step: int, proven: bool = True, chunks: list | None = None) -> tuple[WireEnd, Reassembler]:
+    """Push `data` through a ChunkProtocol in `step`-byte reads into a Reassembler, as the receiver
+    does; `proven`: as if its HELLO had proven the run's secret (a HELLO in `data` proves nothing
+    here). Each chunk that reaches the reassembler is appended to `chunks`."""
     reassembler = Reassembler(max_bytes=1 << 30, abandon_after_s=30)
     end = WireEnd()
 
     def on_chunk(header: ChunkHeader, payload: memoryview, _: ChunkProtocol) -> None:
+        if chunks is not None:
+            chunks.append(header)
         try:
             frames.check_payload(header, payload)
             reassembler.add(header, payload, now=0.0, peer="127.0.0.9")
         except PrfaasError:
             pass
 
-    protocol = ChunkProtocol(on_chunk, lambda p: None)
+    protocol = ChunkProtocol(on_chunk, lambda p, h, payload: None, lambda p: None, bytes(32))
     protocol.connection_made(end)
+    if proven:
+        protocol.prove("remote-prefill-0", 0.0)
     i = 0
     while i < len(data) and not end.closed:
         buf = protocol.get_buffer(-1)
@@ -141,6 +147,15 @@ def test_a_hostile_stream_allocates_only_what_it_sent(data, step):
         tracemalloc.stop()
     assert peak <= len(data) + ALLOC_BUDGET_BYTES, f"{peak} bytes allocated for {len(data)} received"
     assert reassembler.bytes_in_use <= len(data) + ALLOC_BUDGET_BYTES
+
+
+@FUZZ
+@given(streams(), st.sampled_from([1, 7, HEADER_BYTES, 4096, 1 << 20]))
+def test_an_unproven_stream_never_reaches_reassembly(data, step):
+    """Issue 25: whatever an unproven peer sends, no chunk of it is placed and nothing is held."""
+    chunks: list[ChunkHeader] = []
+    _, reassembler = feed(data, step, proven=False, chunks=chunks)
+    assert chunks == [] and reassembler.bytes_in_use == 0 and not reassembler.partial
 
 
 @FUZZ

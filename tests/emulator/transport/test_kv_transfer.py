@@ -18,8 +18,10 @@ from model_stub import HybridModel, get_preset
 from model_stub.serialize import encode_layer
 
 from ..net.conftest import needs_root
+from .kv_peer import PROOF, SENDER
 
 PROMPT = list(range(40, 240)) * 2  # 400 tokens
+HELLO_BYTES = HEADER_BYTES + 32 + len(SENDER)  # a HELLO frame: header, proof, sender id
 
 
 @pytest.fixture(scope="module")
@@ -37,9 +39,9 @@ def loopback_listener() -> socket.socket:
 async def transfer(model, make_socket, listener, target, request_id=1, during=None, **sender_kw):
     """Prefill, stream each layer as it completes, and decode from what arrived."""
     arrived = {}
-    receiver = KVReceiver(ModelKVDecoder(model.config), lambda rid, cache: arrived.__setitem__(rid, cache))
+    receiver = KVReceiver(ModelKVDecoder(model.config), lambda rid, cache: arrived.__setitem__(rid, cache), proof=PROOF)
     await receiver.start(listener)
-    sender = KVSender(make_socket, target, **sender_kw)
+    sender = KVSender(make_socket, target, proof=PROOF, sender_id=SENDER, **sender_kw)
     await sender.start()
     num_layers = model.config.num_layers
     loop = asyncio.get_running_loop()
@@ -91,7 +93,7 @@ def test_a_killed_connection_mid_transfer_still_delivers(model):
 
 def test_a_flipped_byte_is_caught_and_repaired_by_resend(model):
     """A relay between sender and receiver flips one payload byte of the first chunk it carries
-    (after the connection's HELLO header)."""
+    (after the connection's HELLO, which carries the proof and the sender's id)."""
     listener = loopback_listener()
 
     async def main():
@@ -102,8 +104,8 @@ def test_a_flipped_byte_is_caught_and_repaired_by_resend(model):
             while chunk := await reader.read(65536):
                 if corrupt and not flipped.is_set():
                     data += chunk
-                    if len(data) > 2 * HEADER_BYTES + 8:  # past the HELLO and the first chunk's header
-                        data[2 * HEADER_BYTES + 3] ^= 0xFF
+                    if len(data) > HELLO_BYTES + HEADER_BYTES + 8:  # past the HELLO and the first chunk's header
+                        data[HELLO_BYTES + HEADER_BYTES + 3] ^= 0xFF
                         flipped.set()
                         chunk, data = bytes(data), bytearray()
                     else:
@@ -134,7 +136,10 @@ def test_a_malformed_header_is_rejected_and_the_receiver_keeps_serving(model):
     def send_garbage() -> bytes:
         with socket.create_connection(listener.getsockname(), timeout=5) as bad:
             bad.sendall(b"PKVC" + b"\xff" * (HEADER_BYTES - 4))  # absurd sizes, wrong header crc
-            return bad.recv(1)
+            received = b""
+            while data := bad.recv(1 << 16):  # the CHALLENGE, then EOF
+                received += data
+            return received[HEADER_BYTES + 32:]
 
     async def garbage_first(sender):
         closed = await asyncio.get_running_loop().run_in_executor(None, send_garbage)
@@ -151,7 +156,7 @@ def test_a_transfer_that_cannot_finish_fails_with_the_reason(model):
 
     async def main():
         silent = loopback_listener()  # accepts (kernel backlog) but never reads or replies
-        sender = KVSender(socket.socket, silent.getsockname(), num_connections=1)
+        sender = KVSender(socket.socket, silent.getsockname(), proof=PROOF, sender_id=SENDER, num_connections=1)
         await sender.start()
         sender.send_layer(5, 0, 1, b"x" * 1000)
         result = await sender.finish(5, deadline_s=0.5)
@@ -192,9 +197,9 @@ def test_early_layers_arrive_while_later_layers_still_compute():
 
     async def main():
         listener = loopback_listener()
-        receiver = KVReceiver(ModelKVDecoder(model.config), lambda rid, cache: None)
+        receiver = KVReceiver(ModelKVDecoder(model.config), lambda rid, cache: None, proof=PROOF)
         await receiver.start(listener)
-        sender = KVSender(socket.socket, listener.getsockname())
+        sender = KVSender(socket.socket, listener.getsockname(), proof=PROOF, sender_id=SENDER)
         await sender.start()
         n = model.config.num_layers
 

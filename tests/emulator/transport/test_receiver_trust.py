@@ -1,5 +1,7 @@
 """The KV receiver does not trust its peers: what a header claims is not what gets allocated, a
-finished request id still gets an answer, and connections are limited and timed out (issue 13)."""
+finished request id still gets an answer, and connections are limited and timed out (issue 13).
+Even a peer that proves the run's secret (issue 25; test_kv_auth.py covers those that do not) is
+held to these bounds."""
 
 from __future__ import annotations
 
@@ -12,14 +14,14 @@ import time
 
 import pytest
 
-from emulator.transport.frames import HEADER_BYTES, ChunkHeader, FrameType, decode_header, encode_header, split_layer
+from emulator.transport.frames import HEADER_BYTES, ChunkHeader, FrameType, encode_header, split_layer
 from emulator.transport.receiver import KVReceiver
 from emulator.transport.sender import KVSender
 from emulator.worker.kv_decoder import ModelKVDecoder
 from model_stub import HybridModel, get_preset
 from model_stub.serialize import encode_cache
 
-WAIT_S = 10.0  # a liveness bound (the answer must come at all), not a timing assertion
+from .kv_peer import PROOF, SENDER, WAIT_S, closed_by_peer, proven, read_frame
 
 
 @pytest.fixture(scope="module")
@@ -46,25 +48,8 @@ def data_chunk(request_id: int, layer: int, num_layers: int, layer_bytes: int, p
     return encode_header(header) + payload
 
 
-async def connect(target: tuple[str, int], source: str = "127.0.0.1"):
-    return await asyncio.open_connection(*target, local_addr=(source, 0))
-
-
-async def read_frame(reader: asyncio.StreamReader) -> tuple[ChunkHeader, bytes]:
-    header = decode_header(await asyncio.wait_for(reader.readexactly(HEADER_BYTES), WAIT_S))
-    return header, await asyncio.wait_for(reader.readexactly(header.length), WAIT_S)
-
-
-async def closed_by_peer(reader: asyncio.StreamReader) -> bool:
-    """True when the receiver closed the connection (EOF or reset) within the liveness bound."""
-    try:
-        return await asyncio.wait_for(reader.read(1), WAIT_S) == b""
-    except ConnectionResetError:
-        return True
-
-
 async def deliver(frames: list[bytes], target: tuple[str, int], request_id: int, **sender_kw):
-    sender = KVSender(socket.socket, target, **sender_kw)
+    sender = KVSender(socket.socket, target, proof=PROOF, sender_id=SENDER, **sender_kw)
     await sender.start()
     try:
         for i, frame in enumerate(frames):
@@ -84,9 +69,9 @@ def test_a_header_claiming_a_gigabyte_allocates_only_what_arrived(shipped):
     async def main():
         sock = listener()
         arrived = {}
-        receiver = KVReceiver(ModelKVDecoder(config), arrived.__setitem__)
+        receiver = KVReceiver(ModelKVDecoder(config), arrived.__setitem__, proof=PROOF)
         await receiver.start(sock)
-        reader, writer = await connect(sock.getsockname())
+        reader, writer = await proven(sock.getsockname(), sender="local-prefill-0")
         writer.write(data_chunk(99, growing, n, 2**30, b"7 bytes"))  # beyond any layer of this model
         refused, reason = await read_frame(reader)
         writer.write(data_chunk(98, growing, n, 150 << 20, b"7 bytes"))  # plausible size, 7 bytes sent
@@ -115,9 +100,9 @@ def test_one_peer_cannot_starve_another_of_the_budget(shipped):
     async def main():
         sock = listener("0.0.0.0")
         port = sock.getsockname()[1]
-        receiver = KVReceiver(ModelKVDecoder(config), lambda rid, cache: None, max_partial_bytes=budget)
+        receiver = KVReceiver(ModelKVDecoder(config), lambda rid, cache: None, proof=PROOF, max_partial_bytes=budget)
         await receiver.start(sock)
-        reader, writer = await connect(("127.0.0.2", port), source="127.0.0.2")
+        reader, writer = await proven(("127.0.0.2", port), source="127.0.0.2", sender="local-prefill-0")
         replies = []
         for rid in range(100, 100 + budget // 4096 + 2):  # a never-ending stream of first chunks
             writer.write(data_chunk(rid, growing, n, 1 << 20, bytes(4096)))
@@ -141,10 +126,10 @@ def test_a_repeated_request_id_gets_done_or_fail_not_silence(shipped):
 
     async def main():
         sock = listener()
-        receiver = KVReceiver(ModelKVDecoder(config), lambda rid, cache: None)
+        receiver = KVReceiver(ModelKVDecoder(config), lambda rid, cache: None, proof=PROOF)
         await receiver.start(sock)
         first = await deliver(frames, sock.getsockname(), request_id=1)
-        reader, writer = await connect(sock.getsockname())
+        reader, writer = await proven(sock.getsockname())
         writer.write(split_layer(1, 0, len(frames), frames[0], 4096)[0].encode())  # a late resend
         answers = [(await read_frame(reader))[0].type]
         if answers[0] is FrameType.ACK:
@@ -164,20 +149,20 @@ def test_a_repeated_request_id_gets_done_or_fail_not_silence(shipped):
     assert again.type is FrameType.FAIL and again.request_id == 7 and "already failed" in reason
 
 
-def test_connections_beyond_the_limits_are_refused_and_the_receiver_keeps_serving(shipped):
+def test_proven_connections_beyond_the_limits_are_refused_and_the_receiver_keeps_serving(shipped):
     config, frames = shipped
 
     async def main():
         sock = listener("0.0.0.0")
         port = sock.getsockname()[1]
-        receiver = KVReceiver(ModelKVDecoder(config), lambda rid, cache: None, max_connections=4,
+        receiver = KVReceiver(ModelKVDecoder(config), lambda rid, cache: None, proof=PROOF, max_connections=4,
                               max_connections_per_peer=2)
         await receiver.start(sock)
-        held = [await connect(("127.0.0.2", port), source="127.0.0.2") for _ in range(2)]
-        over_peer = await connect(("127.0.0.2", port), source="127.0.0.2")
+        held = [await proven(("127.0.0.2", port), source="127.0.0.2") for _ in range(2)]
+        over_peer = await proven(("127.0.0.2", port), source="127.0.0.2")
         peer_refused = await closed_by_peer(over_peer[0])
-        held += [await connect(("127.0.0.3", port), source="127.0.0.3") for _ in range(2)]
-        over_total = await connect(("127.0.0.4", port), source="127.0.0.4")
+        held += [await proven(("127.0.0.3", port), source="127.0.0.3") for _ in range(2)]
+        over_total = await proven(("127.0.0.4", port), source="127.0.0.4")
         total_refused = await closed_by_peer(over_total[0])
         open_now = receiver.num_connections
         for _, writer in held[2:]:
@@ -195,21 +180,22 @@ def test_connections_beyond_the_limits_are_refused_and_the_receiver_keeps_servin
 
 def test_silent_and_half_sent_connections_are_closed_but_an_idle_sender_is_not(shipped):
     """A connection that never sends a header, or stops halfway through one or through a payload,
-    is closed; a real sender that connected and then waited longer than that still delivers."""
+    is closed; a real sender that connected and then waited longer than that still delivers (the
+    receiver closed its connections, which had carried no data; it opens new ones for the request)."""
     config, frames = shipped
 
     async def main():
         sock = listener()
         target = sock.getsockname()
-        receiver = KVReceiver(ModelKVDecoder(config), lambda rid, cache: None, handshake_timeout_s=0.3,
+        receiver = KVReceiver(ModelKVDecoder(config), lambda rid, cache: None, proof=PROOF, handshake_timeout_s=0.3,
                               stall_timeout_s=0.3)
         await receiver.start(sock)
-        sender = KVSender(socket.socket, target, num_connections=2)
+        sender = KVSender(socket.socket, target, proof=PROOF, sender_id=SENDER, num_connections=2)
         await sender.start()
-        silent = await connect(target)
-        half_header = await connect(target)
+        silent = await asyncio.open_connection(*target)
+        half_header = await proven(target)
         half_header[1].write(data_chunk(5, 0, len(frames), 100, bytes(100))[:20])
-        half_payload = await connect(target)
+        half_payload = await proven(target)
         half_payload[1].write(data_chunk(5, 0, len(frames), 100, bytes(100))[: HEADER_BYTES + 10])
         closed = [await closed_by_peer(c[0]) for c in (silent, half_header, half_payload)]
         await asyncio.sleep(0.6)  # the sender stays idle past both timeouts
@@ -229,6 +215,7 @@ EMFILE_RECEIVER = textwrap.dedent("""
     import asyncio, logging, os, resource, socket, sys
     from emulator.worker.kv_decoder import ModelKVDecoder
     from emulator.transport.receiver import KVReceiver
+    from emulator.wire.auth import KvHelloProof, new_secret
     from model_stub import get_preset
 
     async def main():
@@ -236,7 +223,8 @@ EMFILE_RECEIVER = textwrap.dedent("""
         sock = socket.socket()
         sock.bind(("127.0.0.1", 0))
         sock.listen(128)
-        receiver = KVReceiver(ModelKVDecoder(get_preset("kimi-linear-mini", "tiny")), lambda rid, cache: None)
+        receiver = KVReceiver(ModelKVDecoder(get_preset("kimi-linear-mini", "tiny")), lambda rid, cache: None,
+                              proof=KvHelloProof(new_secret()))
         await receiver.start(sock)
         fillers = []
         try:
@@ -274,7 +262,7 @@ def test_accept_out_of_descriptors_backs_off_logs_once_and_recovers(tmp_path):
         proc.stdin.write("\n")
         proc.stdin.flush()
         assert proc.stdout.readline().strip() == "freed"
-        closed = [c.recv(1) == b"" for c in clients]  # accepted once descriptors were free again
+        closed = [_read_to_eof(c) for c in clients]  # accepted (challenged) once descriptors were free again
         proc.stdin.write("\n")
         proc.stdin.flush()
         proc.wait(timeout=WAIT_S)
@@ -288,3 +276,13 @@ def test_accept_out_of_descriptors_backs_off_logs_once_and_recovers(tmp_path):
     assert closed == [True] * 5
     assert "Traceback" not in log and len(log) < 4096, log[:2000]
     assert sum("descriptors" in line for line in log.splitlines()) == 1, log
+
+
+def _read_to_eof(sock: socket.socket) -> bool:
+    """True when the receiver closed `sock` (after its CHALLENGE) within the socket's timeout."""
+    try:
+        while sock.recv(4096):
+            pass
+    except TimeoutError:
+        return False
+    return True

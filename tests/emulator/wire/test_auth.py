@@ -23,6 +23,7 @@ from emulator.net.spec import parse_link_spec
 from emulator.net.topology import Topology
 from emulator.paths import REPO_ROOT
 from emulator.wire import auth, protocol as p
+from emulator.wire.worker_settings import WorkerSettings
 
 from ..live.test_engine import scenario
 
@@ -72,13 +73,20 @@ def test_the_worker_takes_the_secret_out_of_its_environment():
     assert bad not in str(err.value)
 
 
-def test_the_gate_never_shows_its_secret_and_bounds_pending_handshakes(caplog):
+def test_the_gate_never_shows_its_secret():
     gate = auth.WorkerGate(max_pending=2)
     assert gate.secret not in repr(gate) and gate.env() == {auth.SECRET_ENV: gate.secret}
-    assert gate.try_begin() and gate.try_begin() and not gate.try_begin()
-    gate.end()
-    assert gate.try_begin()
-    assert "2 handshakes already pending" in caplog.text
+    assert "KvHelloProof()" == repr(auth.KvHelloProof(gate.secret))
+
+
+def test_a_worker_port_proof_is_no_kv_port_proof():
+    """The same secret, nonce and node prove nothing on the other port: the labels differ."""
+    secret, nonce = auth.new_secret(), auth.new_nonce()
+    worker_proof = auth.make_proof(secret, nonce, NODE)
+    assert worker_proof != auth.make_proof(secret, nonce, NODE, auth.KV_LABEL)
+    assert not auth.KvHelloProof(secret).check(bytes.fromhex(nonce), NODE, bytes.fromhex(worker_proof))
+    assert auth.KvHelloProof(secret).check(bytes.fromhex(nonce), NODE,
+                                           bytes.fromhex(auth.make_proof(secret, nonce, NODE, auth.KV_LABEL)))
 
 
 def test_a_flood_of_refusals_logs_a_bounded_number_of_lines(caplog):
@@ -160,8 +168,13 @@ def test_claimed_node_is_printable_and_clipped():
 # ---- the worker's side, as a process ----
 
 
+def settings_file(tmp_path: Path, port: int) -> str:
+    """A worker's settings naming the gateway's port (the default settings: the tiny model on cpu)."""
+    return str(WorkerSettings(gateway_port=port).write(tmp_path / "settings.json"))
+
+
 def test_a_worker_refuses_a_gateway_that_sends_no_challenge(tmp_path):
-    """Whatever answers on the --gateway port must challenge first; the worker exits 2 in one line."""
+    """Whatever answers on the gateway's port must challenge first; the worker exits 2 in one line."""
     async def main() -> subprocess.CompletedProcess:
         async def serve(reader, writer):
             writer.write(p.encode(p.Shutdown()))
@@ -172,9 +185,8 @@ def test_a_worker_refuses_a_gateway_that_sends_no_challenge(tmp_path):
         env = {**os.environ, "OMP_NUM_THREADS": "1",
                auth.SECRET_ENV: auth.new_secret()}
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "emulator.worker", "--node", "remote-prefill-0", "--gateway",
-            f"127.0.0.1:{port}",  # the default settings: the tiny model on cpu
-            cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            sys.executable, "-m", "emulator.worker", "--node", "remote-prefill-0", "--settings",
+            settings_file(tmp_path, port), cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         out, err = await asyncio.wait_for(proc.communicate(), 120)
         server.close()
         return subprocess.CompletedProcess([], proc.returncode, out, err)
@@ -182,19 +194,20 @@ def test_a_worker_refuses_a_gateway_that_sends_no_challenge(tmp_path):
     done = asyncio.run(main())
     err = done.stderr.decode()
     assert done.returncode == 2 and err.count("\n") == 1, err
-    assert "--gateway: sent shutdown before a challenge" in err
+    assert "settings.gateway_port: sent shutdown before a challenge" in err
 
 
 def test_a_worker_without_the_secret_exits_2_naming_the_variable(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != auth.SECRET_ENV}
     done = subprocess.run([sys.executable, "-m", "emulator.worker", "--node", "local-decode-0",
-                           "--gateway", "127.0.0.1:1"], cwd=REPO_ROOT, env=env, capture_output=True,
+                           "--settings", settings_file(tmp_path, 1)], cwd=REPO_ROOT, env=env, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 2 and f"{auth.SECRET_ENV}: missing" in done.stderr
 
 
 def test_the_launcher_hands_each_worker_the_secret_in_its_environment_not_argv(tmp_path):
-    """A worker the launcher starts proves itself with the run's secret, which its argv lacks."""
+    """A worker the launcher starts proves itself with the run's secret, which its argv lacks, and
+    finds the gateway through its settings file (its owner's only), not argv either."""
     sc = scenario()
     run_id = new_run_id()
     topology = Topology(parse_link_spec({"bandwidth_mbit": 100}), backend="proxy", run_id=run_id).up()
@@ -209,13 +222,14 @@ def test_the_launcher_hands_each_worker_the_secret_in_its_environment_not_argv(t
             await p.write_message(writer, p.Shutdown())
 
         server = await asyncio.start_server(serve, "127.0.0.1", 0, limit=p.STREAM_LIMIT)
-        workers = WorkerProcesses(sc, topology, server.sockets[0].getsockname()[1], tmp_path,
-                                  Ledger.open(run_id))
+        port = server.sockets[0].getsockname()[1]
+        workers = WorkerProcesses(sc, topology, port, tmp_path, Ledger.open(run_id))
         proc = workers.start(WorkerPlan(Cluster.REMOTE, 0, Role.PREFILL))
         try:
             nonce, msg = await asyncio.wait_for(got, 120)
             argv = Path(f"/proc/{proc.pid}/cmdline").read_bytes()
             assert auth.check_proof(workers.gate.secret, nonce, "remote-prefill-0", msg.proof)
+            assert str(port).encode() not in argv and b"--gateway" not in argv
             return workers.gate.secret, msg, argv
         finally:
             workers.stop_all()
@@ -227,3 +241,18 @@ def test_the_launcher_hands_each_worker_the_secret_in_its_environment_not_argv(t
         topology.down()
     assert msg.node == "remote-prefill-0" and secret.encode() not in argv
     assert secret not in (tmp_path / "remote-prefill-0.log").read_text()
+    settings = tmp_path / "remote-prefill-0.settings.json"
+    assert settings.stat().st_mode & 0o777 == 0o600 and secret not in settings.read_text()
+
+
+def test_the_settings_file_is_rewritten_its_owners_only(tmp_path):
+    """Written 0600 even over a file that was world-readable, and never through a symlink."""
+    path = tmp_path / "s.json"
+    path.write_text("{}")
+    path.chmod(0o644)
+    WorkerSettings(gateway_port=4000).write(path)
+    assert path.stat().st_mode & 0o777 == 0o600
+    (tmp_path / "link.json").symlink_to(tmp_path / "elsewhere.json")
+    with pytest.raises(OSError):
+        WorkerSettings(gateway_port=4000).write(tmp_path / "link.json")
+    assert not (tmp_path / "elsewhere.json").exists()

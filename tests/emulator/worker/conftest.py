@@ -119,10 +119,10 @@ def spawn(tmp_path):
 
     def start(node: str, port: int, netns: str = "", kv_addr: str = "127.0.0.1", **settings):
         log_path = tmp_path / f"{node}.log"
-        path = WorkerSettings(netns=netns, kv_addr=kv_addr, preset=PRESET, size=SIZE, seed=SEED, device="cpu",
-                              threads=1, connections=2, **settings).write(tmp_path / f"{node}.settings.json")
-        command = [sys.executable, "-m", "emulator.worker", "--node", node,
-                   "--gateway", f"127.0.0.1:{port}", "--settings", str(path)]
+        path = WorkerSettings(gateway_port=port, netns=netns, kv_addr=kv_addr, preset=PRESET, size=SIZE, seed=SEED,
+                              device="cpu", threads=1, connections=2, **settings).write(
+            tmp_path / f"{node}.settings.json")
+        command = [sys.executable, "-m", "emulator.worker", "--node", node, "--settings", str(path)]
         env = {**os.environ, "OMP_NUM_THREADS": "1",
                auth.SECRET_ENV: SECRET}
         with open(log_path, "wb") as log_file:

@@ -318,22 +318,27 @@ def test_workers_exit_cleanly_and_fail_what_they_hold(spawn):
 
 
 def test_bad_arguments_exit_2_with_one_line(capsys, tmp_path):
-    assert main(["--node", "remote-decode-0", "--gateway", "127.0.0.1:1"]) == 2
+    good = tmp_path / "good.json"
+    good.write_text('{"gateway_port": 1}')
+    assert main(["--node", "remote-decode-0", "--settings", str(good)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--node" in err and "remote-prefill-<i>" in err
-    assert main(["--node", "local-decode-0", "--gateway", "nowhere"]) == 2
-    assert "--gateway: 'nowhere' is not HOST:PORT" in capsys.readouterr().err
-    for settings, words in (('{"speed_factor": 2}', "settings.speed_factor: Input should be less than or equal to 1"),
-                            ('{"conections": 2}', "settings.conections: Extra inputs are not permitted"),
-                            ('{"preset": "gpt"}', "settings.preset: 'gpt' is not a preset"),
-                            ('{"size": "huge"}', "settings.size: 'huge' is not a size"),
-                            ('{"dtype": "float16"}', "settings.dtype: Input should be 'auto', 'float32' or 'bfloat16'"),
+    for settings, words in (('{"speed_factor": 2, "gateway_port": 1}',
+                             "settings.speed_factor: Input should be less than or equal to 1"),
+                            ('{}', "settings.gateway_port: Field required"),
+                            ('{"gateway_port": 70000}', "settings.gateway_port: Input should be less than or equal"),
+                            ('{"conections": 2, "gateway_port": 1}',
+                             "settings.conections: Extra inputs are not permitted"),
+                            ('{"preset": "gpt", "gateway_port": 1}', "settings.preset: 'gpt' is not a preset"),
+                            ('{"size": "huge", "gateway_port": 1}', "settings.size: 'huge' is not a size"),
+                            ('{"dtype": "float16", "gateway_port": 1}',
+                             "settings.dtype: Input should be 'auto', 'float32' or 'bfloat16'"),
                             ("{", "settings.settings: Invalid JSON"),
                             (" " * 70_000 + "{}", "is over 65536 bytes")):
         path = tmp_path / "settings.json"
         path.write_text(settings)
-        assert main(["--node", "local-decode-0", "--gateway", "127.0.0.1:1", "--settings", str(path)]) == 2
+        assert main(["--node", "local-decode-0", "--settings", str(path)]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and words in err, err
-    assert main(["--node", "local-decode-0", "--gateway", "127.0.0.1:1", "--settings", "/nonexistent"]) == 2
+    assert main(["--node", "local-decode-0", "--settings", "/nonexistent"]) == 2
     assert "--settings: /nonexistent cannot be read" in capsys.readouterr().err
