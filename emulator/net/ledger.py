@@ -312,12 +312,14 @@ def sweep(run_id: str | None = None, force: bool = False) -> list[str]:
 
 def remove_run(run_id: str, ledger: Ledger | None = None) -> list[str]:
     """`ledger` torn down (default: this state folder's; one that is unreadable is reported and its
-    processes left, since nothing in it can be trusted), then the run's namespaces by name."""
+    processes left, since nothing in it can be trusted, but its folder goes), then the run's
+    namespaces by name."""
     removed = []
     try:
         removed += (ledger or Ledger.open(run_id)).teardown()
     except TopologyError as err:
         log.warning("run %s: ledger not used (%s); removing its namespaces by name", run_id, err)
+        Ledger(run_id, []).teardown()  # its folder, when it is a private one
     for name in netns.list_netns(f"{PREFIX}-{run_id}-"):
         if netns.remove_netns(name):
             removed.append(f"netns {name}")

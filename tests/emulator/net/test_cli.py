@@ -118,3 +118,16 @@ def test_status_lists_every_run_and_names_each_unreadable_file_in_one_line(tmp_p
     lines = out.stderr.splitlines()
     assert len(lines) == len(bad) and all(line.startswith("warning: run a0000") for line in lines), lines
     assert sorted(line.split()[2].rstrip(":") for line in lines) == sorted(bad)
+
+
+def test_down_removes_a_dead_run_whose_ledger_is_unreadable_and_says_why_in_one_line(tmp_path):
+    state = tmp_path / "state"
+    (state / "a00009").mkdir(mode=0o700, parents=True)
+    state.chmod(0o700)
+    (state / "a00009" / "ledger.json").write_text('[{"kind": "netns", "name": "not-ours"}]')
+    out = emulator("net", "down", "--run-id", "a00009", env={**os.environ, "PRFAAS_STATE_DIR": str(state)})
+    assert out.returncode == 0 and json.loads(out.stdout) == {"removed": [], "kept": []}
+    assert out.stderr.splitlines() == [
+        "run a00009: ledger not used (ledger.json: entry 0: a namespace not named prf-a00009-*); "
+        "removing its namespaces by name"]
+    assert not (state / "a00009").exists()
