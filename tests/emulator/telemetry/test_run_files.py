@@ -159,3 +159,10 @@ def test_list_folders_names_links_but_never_follows_them(tmp_path: Path, run: Pa
     (runs / "note.txt").write_text("not a folder")
     (runs / "dangling").symlink_to(tmp_path / "nowhere")
     assert list_folders(runs) == (["r1"], ["alias"])
+
+
+def test_a_parquet_footer_over_the_row_cap_is_refused_before_decoding(run: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    pq.write_table(pa.table({"a": [1, 2, 3]}), run / "requests.parquet")
+    monkeypatch.setattr("emulator.telemetry.run_files.MAX_PARQUET_ROWS", 2)  # 16 M rows are too many to write here
+    _refused(lambda: RunFolder(run).read_parquet("requests.parquet"), "requests.parquet", "states 3 rows")
