@@ -20,6 +20,10 @@ MAX_INTERVAL_S = 24 * 3600.0
 # engine's measured ~50k requests/s.
 MAX_REQUESTS = 2_000_000
 MAX_RATE_PER_S = 100_000.0
+# The slowest arrival rate (and replay speed) a knob takes: one request in about 11.6 days, so a run
+# of MAX_DURATION_S sees 2.6 on average (a bench uses it for "bursts only"). Below it a rate means
+# no request at all, and at 1e-310 the clock's arithmetic overflows to infinity (issue 25).
+MIN_RATE_PER_S = 1e-6
 
 # Clusters: instances per cluster (virtual) and requests per decode batch.
 MAX_INSTANCES = 4_096

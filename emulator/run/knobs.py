@@ -17,8 +17,15 @@ from typing import Any, TypeVar
 from emulator.control.control_state import ControlState
 from emulator.control.types import Affinity, RoutePolicy
 from emulator.errors import ScenarioError
-from emulator.limits import MAX_INSTANCES, MAX_RATE_PER_S, MAX_TOKENS
-from emulator.net.spec import MAX_BANDWIDTH_MBIT, MAX_DELAY_MS, LinkSpec, parse_link_spec
+from emulator.limits import MAX_INSTANCES, MAX_RATE_PER_S, MAX_TOKENS, MIN_RATE_PER_S
+from emulator.net.spec import (
+    MAX_BANDWIDTH_MBIT,
+    MAX_DELAY_MS,
+    MIN_BANDWIDTH_MBIT,
+    MIN_DELAY_MS,
+    LinkSpec,
+    parse_link_spec,
+)
 from emulator.telemetry.control_messages import ControlCommand, Knob, LinkChange, SchedulerChange
 
 AUTO = "auto"
@@ -29,7 +36,7 @@ T = TypeVar("T")
 class ValueKind(StrEnum):
     TOKENS = "tokens"  # a whole number of tokens in [low, high]
     COUNT = "count"  # a whole number of instances in [low, high]
-    RATE = "rate"  # a number in (low, high]
+    RATE = "rate"  # a number in [low, high]
     FLAG = "flag"
     POLICY = "policy"
     AFFINITY = "affinity"  # cost, longest-prefix or off
@@ -40,7 +47,14 @@ class ValueKind(StrEnum):
 @dataclass(frozen=True, slots=True)
 class KnobSpec:
     """One knob. `path` is None for a knob only a control message turns (pause, resume);
-    `control` is None for one no control message carries; `field` names its value in that message."""
+    `control` is None for one no control message carries; `field` names its value in that message.
+
+    Bounds are physical, not just a type's (issue 25): a value lies in [low, high] and, unless it is
+    exactly 0, is at least `min_nonzero` (a delay is none or at least 1 microsecond). Every source
+    enforces them: the scenario schema and `--set` (emulator.net.spec's LinkSpec, emulator.scenario),
+    the timeline and control messages (`check` below, telemetry.control_messages); the numbers live
+    in emulator.limits and emulator.net.spec, and tests/emulator/run/test_knob_bounds.py holds every
+    source to them across the whole float range."""
 
     path: str | None
     control: Knob | None
@@ -50,10 +64,11 @@ class KnobSpec:
     high: float
     allows_auto: bool
     help: str
+    min_nonzero: float = 0.0
 
 
-def _link(field: str, low: float, high: float, help: str) -> KnobSpec:
-    return KnobSpec(LINK_PREFIX + field, Knob.LINK, field, ValueKind.LINK, low, high, False, help)
+def _link(field: str, low: float, high: float, help: str, min_nonzero: float = 0.0) -> KnobSpec:
+    return KnobSpec(LINK_PREFIX + field, Knob.LINK, field, ValueKind.LINK, low, high, False, help, min_nonzero)
 
 
 REGISTRY: tuple[KnobSpec, ...] = (
@@ -69,12 +84,13 @@ REGISTRY: tuple[KnobSpec, ...] = (
              "the minutes-scale prefill/decode re-split"),
     KnobSpec("clusters.local.prefill_instances", None, None, ValueKind.COUNT, 0, MAX_INSTANCES, False,
              "local instances that prefill; the rest decode"),
-    KnobSpec("workload.arrival.rate_per_s", Knob.ARRIVAL_RATE, "rate_per_s", ValueKind.RATE, 0,
-             MAX_RATE_PER_S, False, "arrival rate of a generated workload"),
-    _link("bandwidth_mbit", 0, MAX_BANDWIDTH_MBIT, "cross-datacenter bandwidth, Mbit/s (null = unshaped)"),
-    _link("delay_ms", 0, MAX_DELAY_MS, "one-way added delay, ms"),
-    _link("loss_pct", 0, 100, "random packet loss, %"),
-    _link("jitter_ms", 0, MAX_DELAY_MS, "delay jitter, ms"),
+    KnobSpec("workload.arrival.rate_per_s", Knob.ARRIVAL_RATE, "rate_per_s", ValueKind.RATE, MIN_RATE_PER_S,
+             MAX_RATE_PER_S, False, "arrival rate of a generated workload", MIN_RATE_PER_S),
+    _link("bandwidth_mbit", MIN_BANDWIDTH_MBIT, MAX_BANDWIDTH_MBIT,
+          "cross-datacenter bandwidth, Mbit/s (null = unshaped; loss_pct 100 cuts the link)", MIN_BANDWIDTH_MBIT),
+    _link("delay_ms", 0, MAX_DELAY_MS, "one-way added delay, ms (0, or at least 0.001)", MIN_DELAY_MS),
+    _link("loss_pct", 0, 100, "random packet loss, % (100 cuts the link)"),
+    _link("jitter_ms", 0, MAX_DELAY_MS, "delay jitter, ms (0, or at least 0.001)", MIN_DELAY_MS),
     KnobSpec(None, Knob.PAUSE, None, ValueKind.NONE, 0, 0, False, "hold arrivals (live: the wall clock)"),
     KnobSpec(None, Knob.RESUME, None, ValueKind.NONE, 0, 0, False, "let arrivals flow again"),
 )
@@ -178,7 +194,7 @@ def check(spec: KnobSpec, where: str, value: object) -> Any:
     if kind is ValueKind.COUNT:
         return whole(where, value, int(spec.high))
     if kind is ValueKind.RATE:
-        return rate(where, value)
+        return rate(where, value, spec.low, spec.high)
     if kind is ValueKind.FLAG:
         return flag(where, value)
     if kind is ValueKind.POLICY:
@@ -240,10 +256,10 @@ def whole(where: str, value: object, high: int) -> int:
     return value
 
 
-def rate(where: str, value: object) -> float:
+def rate(where: str, value: object, low: float = MIN_RATE_PER_S, high: float = MAX_RATE_PER_S) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) \
-            or not 0 < value <= MAX_RATE_PER_S:  # NaN fails the comparison too
-        raise ScenarioError(f"{where}: {shown(value)} is not a rate in (0, {MAX_RATE_PER_S:g}] "
+            or not low <= value <= high:  # NaN fails the comparison too
+        raise ScenarioError(f"{where}: {shown(value)} is not a rate in [{low:g}, {high:g}] "
                             "per second; give one in that range")
     return float(value)
 

@@ -25,13 +25,14 @@ from emulator.limits import (
     MAX_SHARED_BLOCKS,
     MAX_TOKENS,
     MAX_TRACE_SCALE,
+    MIN_RATE_PER_S,
 )
 from emulator.scenario.parts import Moment, Requests, Section, Tokens
 from emulator.shared_data import DATA_DIRS_ENV, may_read, relocate, shared_dir
 from emulator.validation import FIELD_ERROR
 
 MOONCAKE_BLOCK_TOKENS = 512  # the block a Mooncake trace's hash_ids each stand for (FAST'25 traces)
-Rate = Annotated[float, Field(strict=True, gt=0, le=MAX_RATE_PER_S)]
+Rate = Annotated[float, Field(strict=True, ge=MIN_RATE_PER_S, le=MAX_RATE_PER_S)]  # the rate knob's bounds
 Period = Annotated[float, Field(strict=True, gt=0, le=MAX_DURATION_S)]
 Scale = Annotated[float, Field(strict=True, ge=1 / MAX_TRACE_SCALE, le=MAX_TRACE_SCALE)]
 
@@ -174,7 +175,7 @@ WORKLOAD_HINTS: dict[str, str] = {
     "arrival": _ARRIVAL_KINDS,
     "input_len": _LENGTH_KINDS,
     "output_len": _LENGTH_KINDS,
-    "rate_per_s": f"use a positive rate in requests per second, at most {MAX_RATE_PER_S:,.0f}",
+    "rate_per_s": f"use a rate from {MIN_RATE_PER_S:g} to {MAX_RATE_PER_S:g} requests per second",
     "cv": f"use a positive coefficient of variation (1 = Poisson), at most {MAX_CV:g}",
     "on_s": f"use a positive number of seconds, {_SECONDS}",
     "off_s": f"use seconds >= 0, {_SECONDS}",

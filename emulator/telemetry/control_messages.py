@@ -14,8 +14,19 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from emulator.errors import LinkSpecError, TelemetryError
-from emulator.limits import MAX_CONTROL_BYTES, MAX_NESTING, MAX_RATE_PER_S, MAX_TOKENS
-from emulator.net.spec import FIELD_HINTS, MAX_BANDWIDTH_MBIT, MAX_DELAY_MS, LinkSpec, parse_link_spec
+from emulator.limits import MAX_CONTROL_BYTES, MAX_NESTING, MAX_RATE_PER_S, MAX_TOKENS, MIN_RATE_PER_S
+from emulator.net.spec import (
+    FIELD_HINTS,
+    MAX_BANDWIDTH_MBIT,
+    MAX_DELAY_MS,
+    MIN_BANDWIDTH_MBIT,
+    MIN_DELAY_MS,
+    DelayMs,
+    JitterMs,
+    LinkSpec,
+    Percent,
+    parse_link_spec,
+)
 from emulator.telemetry.bounded_json import loads_bounded
 from emulator.telemetry.payload_errors import MAX_SHOWN_PROBLEMS, clip, one_line, refusal, shown
 from emulator.telemetry.schemas import SCHEMA_VERSION
@@ -73,10 +84,10 @@ class SchedulerControl(_Control):
 class LinkControl(_Control):
     """Only the fields present in the payload change; `bandwidth_mbit: null` means unshaped."""
 
-    bandwidth_mbit: float | None = Field(default=None, gt=0, le=MAX_BANDWIDTH_MBIT)
-    delay_ms: float = Field(default=0.0, ge=0, le=MAX_DELAY_MS)
-    jitter_ms: float = Field(default=0.0, ge=0, le=MAX_DELAY_MS)
-    loss_pct: float = Field(default=0.0, ge=0, le=100)
+    bandwidth_mbit: float | None = Field(default=None, ge=MIN_BANDWIDTH_MBIT, le=MAX_BANDWIDTH_MBIT)
+    delay_ms: DelayMs = 0.0  # the LinkSpec's own types: the same bounds (emulator.net.spec)
+    jitter_ms: JitterMs = 0.0
+    loss_pct: Percent = 0.0
 
     @model_validator(mode="after")
     def _something_to_change(self) -> LinkControl:
@@ -86,7 +97,7 @@ class LinkControl(_Control):
 
 
 class ArrivalRateControl(_Control):
-    rate_per_s: float = Field(gt=0, le=MAX_RATE_PER_S)
+    rate_per_s: float = Field(ge=MIN_RATE_PER_S, le=MAX_RATE_PER_S)
 
 
 class EmptyControl(_Control):
@@ -139,15 +150,15 @@ _HINTS = {
     Knob.POLICY: 'send {"v": 1, "policy": "prfaas" | "local-only" | "all-remote"}',
     Knob.AFFINITY: 'send {"v": 1, "mode": "cost" | "longest-prefix" | "off"}',
     Knob.SCHEDULER: 'send {"v": 1, "short_term": true | false, "long_term": true | false}',
-    Knob.LINK: f'send {{"v": 1}} with any of bandwidth_mbit (in (0, {MAX_BANDWIDTH_MBIT:g}] or '
-               f"null), delay_ms and jitter_ms (in [0, {MAX_DELAY_MS:g}]), loss_pct (in [0, 100])",
-    Knob.ARRIVAL_RATE: f'send {{"v": 1, "rate_per_s": R}} with 0 < R <= {MAX_RATE_PER_S:g}',
+    Knob.LINK: f'send {{"v": 1}} with any of bandwidth_mbit (in [{MIN_BANDWIDTH_MBIT:g}, {MAX_BANDWIDTH_MBIT:g}] '
+               f"or null), delay_ms and jitter_ms (0 or in [{MIN_DELAY_MS:g}, {MAX_DELAY_MS:g}]), loss_pct (in "
+               "[0, 100])",
+    Knob.ARRIVAL_RATE: f'send {{"v": 1, "rate_per_s": R}} with {MIN_RATE_PER_S:g} <= R <= {MAX_RATE_PER_S:g}',
     Knob.PAUSE: 'send {"v": 1}',
     Knob.RESUME: 'send {"v": 1}',
 }
 
-_LINK_HINTS = {**FIELD_HINTS, "jitter_ms": f"use 0 for no jitter, at most {MAX_DELAY_MS:g}",
-               "v": f"use {SCHEMA_VERSION}"}
+_LINK_HINTS = {**FIELD_HINTS, "v": f"use {SCHEMA_VERSION}"}
 
 
 def parse_control(knob: str, payload: bytes, link_base: LinkSpec | None = None) -> ControlCommand:

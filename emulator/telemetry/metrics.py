@@ -4,12 +4,32 @@ window and the request counts are the run core's: emulator.run).
 Pure and clock-free: every call is given the time. Percentiles interpolate linearly between order
 statistics, as numpy's default (`method="linear"`), so the dashboard, the recorder's summary and
 a notebook using numpy agree. Publishing and recording live in `bus.py` and `recorder.py`.
+A metric is never inf or NaN (issue 25): `check_finite` turns one into a one-line error where it
+is computed, naming it and its inputs, rather than a crash in a schema far away.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+
+from emulator.errors import TelemetryError
+
+MIN_RATE_INTERVAL_S = 1e-3  # a rate over a shorter interval is noise (and over 1e-310 s, infinite)
+
+
+def check_finite(name: str, value: float | None, where: str = "") -> float | None:
+    """`value` if it is a finite number or None; TelemetryError (one line naming the metric) if not."""
+    if value is not None and not math.isfinite(value):
+        raise TelemetryError(f"{where + ' ' if where else ''}{name}: {value} is not a finite number; "
+                             "a metric's inputs must be finite (report this run's scenario as a bug)")
+    return value
+
+
+def check_row(row: dict[str, float | None], t_s: float) -> None:
+    """Every value of a timeseries row finite (or None), else the error names the column and time."""
+    for name, value in row.items():
+        check_finite(name, value, f"t={t_s:.1f}s")
 
 
 def percentile(values: Iterable[float], p: float) -> float | None:
@@ -38,7 +58,8 @@ class EgressRateEstimator:
 
     `update` returns the rate between the previous sample and this one. A counter that went
     backwards (a restarted relay, a recreated qdisc) re-bases instead of reporting a negative
-    rate; a sample at the same instant keeps the last rate.
+    rate; a sample less than MIN_RATE_INTERVAL_S after the previous one keeps the last rate (the
+    next is counted from the previous), so the rate is finite whatever the clock hands in.
     """
 
     def __init__(self) -> None:
@@ -46,10 +67,11 @@ class EgressRateEstimator:
         self.rate_bit_per_s = 0.0
 
     def update(self, t_s: float, total_bytes: int) -> float:
+        check_finite("egress sample time", t_s)
         last, self._last = self._last, (t_s, total_bytes)
         if last is None or total_bytes < last[1]:
             self.rate_bit_per_s = 0.0
-        elif t_s > last[0]:
+        elif t_s - last[0] >= MIN_RATE_INTERVAL_S:
             self.rate_bit_per_s = (total_bytes - last[1]) * 8 / (t_s - last[0])
         else:
             self._last = last
@@ -57,5 +79,15 @@ class EgressRateEstimator:
 
 
 def utilization(egress_bit_per_s: float, capacity_bit_per_s: float | None) -> float | None:
-    """Egress as a fraction of the link's capacity, both in bit/s; None for an unshaped link."""
-    return egress_bit_per_s / capacity_bit_per_s if capacity_bit_per_s else None
+    """Egress as a fraction of the link's capacity, both in bit/s; None for an unshaped link. The
+    capacity is at least 1,000 bit/s (emulator.net.spec's MIN_BANDWIDTH_MBIT), so the fraction is
+    finite; if it were not, the error says so here."""
+    check_finite("egress_bit_per_s", egress_bit_per_s)
+    if not capacity_bit_per_s:
+        return None
+    fraction = egress_bit_per_s / capacity_bit_per_s
+    if not math.isfinite(fraction):
+        raise TelemetryError(f"link_utilization: {egress_bit_per_s:g} bit/s over a capacity of "
+                             f"{capacity_bit_per_s:g} bit/s is not finite ({fraction}); the link's "
+                             "bandwidth_mbit must be at least 0.001")
+    return fraction

@@ -41,18 +41,20 @@ class Simulator:
     def schedule_in(self, delay_s: float, callback: Callback, arg: Any = None) -> None:
         self.schedule(self.now + delay_s, callback, arg)
 
-    def run(self, until: float | None = None) -> int:
-        """Run events in order until none is left or the next one lies after `until`; returns the
-        number of events run. With `until`, the clock ends at `until` even if it was idle."""
+    def run(self, until: float | None = None, *, horizon_s: float = math.inf, max_events: int = -1) -> int:
+        """Run events in order until none is left, the next one lies after `until` or `horizon_s`,
+        or `max_events` have run (-1: no cap); returns the number of events run. The clock ends at
+        `until` when every event up to it ran, even if it was idle; a horizon or an event cap leaves
+        it at the last event run (the engine's budgets: emulator.virtual.budget)."""
         heap, pop = self._heap, heappop
-        limit = math.inf if until is None else until
+        limit = min(math.inf if until is None else until, horizon_s)
         count = 0
-        while heap and heap[0][0] <= limit:
+        while heap and heap[0][0] <= limit and count != max_events:
             t, _, callback, arg = pop(heap)
             self.now = t
             callback(arg)
             count += 1
-        if until is not None and until > self.now:
+        if until is not None and until > self.now and count != max_events and until <= horizon_s:
             self.now = until
         self.num_events += count
         return count

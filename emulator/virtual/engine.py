@@ -22,6 +22,7 @@ from emulator.telemetry.recorder import RunRecorder
 from emulator.telemetry.records import RequestRecord
 from emulator.telemetry.run_meta import EngineKind, RunMeta, make_run_meta
 from emulator.telemetry.timeseries import TimeseriesRow
+from emulator.virtual.budget import EndBudget, SimEnd
 from emulator.virtual.core import Simulator
 from emulator.virtual.costs import CostModel
 from emulator.virtual.gateway import Gateway
@@ -57,15 +58,19 @@ class Simulation:
     end_s: float
     wall_s: float
     interrupted: bool = False  # a StopCheck ended it (a signal), and what was open failed `interrupted`
+    end: SimEnd = SimEnd.ALL_ENDED  # why the event loop stopped (emulator.virtual.budget)
+    budget: EndBudget = EndBudget(0.0, 0)  # the time and event budgets it ran under
 
 
 def simulate(scenario: Scenario, *, until: float | None = None, progress: Progress | None = None,
              requests: list[RequestSpec] | None = None, plane: ControlPlane | None = None,
-             stop: StopCheck | None = None) -> Simulation:
+             stop: StopCheck | None = None, budget: EndBudget | None = None) -> Simulation:
     """Run `scenario` until every request has ended (or until simulated time `until`, leaving the
-    rest open, or until `stop()` says so at a sample, failing the rest `interrupted`). `requests`
-    and `plane` default to the scenario's own (build_workload, make_control_plane); passing them in
-    saves rebuilding them for repeated runs."""
+    rest open, or until `stop()` says so at a sample, failing the rest `interrupted`), and never past
+    its time and event budgets (`budget`, by default EndBudget.of the scenario: see
+    emulator.virtual.budget), which fail what is still open `unfinished`. `requests` and `plane`
+    default to the scenario's own (build_workload, make_control_plane); passing them in saves
+    rebuilding them for repeated runs."""
     wall_start = time.perf_counter()
     workload = None
     if plane is None and requests is None and scenario.workload.trace is not None \
@@ -81,6 +86,7 @@ def simulate(scenario: Scenario, *, until: float | None = None, progress: Progre
     else:
         coverage = WorkloadCoverage("given", num_due(requests, scenario))
     log.info("workload: %s", coverage.statement)
+    budget = budget or EndBudget.of(scenario.duration_s, len(requests))
     costs = CostModel.from_inputs(plane.inputs, plane.profile_source)
     sim = Simulator()
     to_local, to_remote = link_states(scenario.link, scenario.transport.connections)
@@ -96,20 +102,22 @@ def simulate(scenario: Scenario, *, until: float | None = None, progress: Progre
     loops = RunLoops(sim, gateway, scenario, arrivals, progress, stop)
     arrivals.start()
     loops.start()
-    interrupted = False
+    interrupted, num_run = False, 0
     with cycle_collector_paused():
         try:
-            sim.run(until)
+            num_run = sim.run(until, horizon_s=budget.end_s, max_events=budget.max_events)
         except RunStopped as stopped:
             interrupted = True
             log.warning("run interrupted (%s): %d requests still open fail `interrupted`", stopped,
                         len(gateway.core.open))
             gateway.fail_open(FailReason.INTERRUPTED, "run interrupted by a signal before this request ended")
-    if until is None and gateway.core.open:
-        log.warning("%d requests still open when the events ran out; failing them", len(gateway.core.open))
-        gateway.fail_open()
+    end = SimEnd.INTERRUPTED if interrupted else budget.end(
+        num_run=num_run, num_left=len(sim), next_s=sim.next_time(), until=until)
+    if end is not SimEnd.UNTIL and gateway.core.open:
+        log.warning("%s: %d requests still open; failing them", end.value, len(gateway.core.open))
+        gateway.fail_open(FailReason.UNFINISHED, budget.detail(end, sim.now))
     return Simulation(gateway.core.records, loops.samples, plane, costs, gateway, loops, len(requests), coverage,
-                      sim.num_events, sim.now, time.perf_counter() - wall_start, interrupted)
+                      sim.num_events, sim.now, time.perf_counter() - wall_start, interrupted, end, budget)
 
 
 @contextmanager
@@ -165,8 +173,7 @@ def run_duration_s(records: list[RequestRecord]) -> float:
 
 def run_meta(scenario: Scenario, result: Simulation) -> RunMeta:
     """summary.json's `meta`: what ran, with which settings, and what the engine assumed."""
-    ended = ("run ended" if not any(r.fail_reason == FailReason.UNFINISHED for r in result.records)
-             else "run ended: requests still open when the simulation stopped")
+    ended = result.budget.words(result.end, sum(r.fail_reason == FailReason.UNFINISHED for r in result.records))
     ended = INTERRUPTED_END if result.interrupted else ended
     return make_run_meta(
         scenario, result.plane, engine=EngineKind.VIRTUAL, link_backend="simulated",
@@ -176,7 +183,8 @@ def run_meta(scenario: Scenario, result: Simulation) -> RunMeta:
             "costs": result.costs.as_meta(),
             "prefix_index": "used" if result.gateway.core.use_index else "skipped: no block is shared",
             "sim": {"events": result.num_events, "end_s": result.end_s, "wall_s": round(result.wall_s, 4),
-                    "link_bytes_delivered": result.gateway.link.bytes_delivered},
+                    "link_bytes_delivered": result.gateway.link.bytes_delivered,
+                    **result.budget.as_meta(result.end)},
             "approximations": list(APPROXIMATIONS),
         })
 

@@ -1,7 +1,8 @@
 """The cross-datacenter link as a fluid: transfers share the bandwidth max-min fairly (recomputed at
 every start, finish, production end and link change), delivery adds the propagation delay, and a
 lossy link caps each transfer at the Mathis goodput of its TCP connections. No packets, queues or
-slow start: a transfer's rate jumps to its fair share at once.
+slow start: a transfer's rate jumps to its fair share at once. A cut link (100 % loss) carries
+nothing: its transfers wait at rate 0 until the link changes (or the run's end fails them).
 """
 
 from __future__ import annotations
@@ -21,9 +22,12 @@ _INF = math.inf
 
 
 def mathis_bytes_per_s(mss_bytes: float, rtt_s: float, loss: float) -> float:
-    """Steady-state goodput of one loss-limited TCP connection: MSS / RTT * C / sqrt(p)."""
+    """Steady-state goodput of one loss-limited TCP connection: MSS / RTT * C / sqrt(p); 0 on a cut
+    link (p = 1: no packet gets through, whatever the formula says)."""
     if loss <= 0:
         return math.inf
+    if loss >= 1:
+        return 0.0
     return mss_bytes / max(rtt_s, MIN_RTT_S) * MATHIS_C / math.sqrt(loss)
 
 
@@ -39,7 +43,7 @@ class LinkState:
 
     @property
     def per_transfer_cap(self) -> float:
-        """The loss-limited ceiling of one transfer (inf on a lossless link)."""
+        """The loss-limited ceiling of one transfer (inf on a lossless link, 0 on a cut one)."""
         return self.connections * mathis_bytes_per_s(MSS_BYTES, self.rtt_s, self.loss)
 
 

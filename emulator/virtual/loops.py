@@ -21,7 +21,7 @@ from emulator.run.timeline import NodeAction
 from emulator.run.workload_clock import WorkloadTime
 from emulator.scenario import Scenario
 from emulator.scenario.parts import TimelineEvent
-from emulator.telemetry.metrics import sorted_percentile
+from emulator.telemetry.metrics import check_row, sorted_percentile
 from emulator.virtual.core import Simulator
 from emulator.virtual.gateway import Gateway
 from emulator.virtual.link import LinkState
@@ -145,6 +145,7 @@ class RunLoops:
             "num_local_prefill": gateway.n_p, "num_decode_active": decode_active,
             "num_transfers_active": len(link.active),
         })
+        check_row(self.samples[-1], now)  # no inf or NaN leaves the sampler (issue 25)
         if core.fed is not None and dt > 0:
             self._tick(now, sent / dt, utilization or 0.0, state.loss, remote, local, decode)
         if self.progress is not None:

@@ -74,6 +74,10 @@ def setting(harness: Harness, path: str, value: object) -> str:
         ("clusters.local.prefill_instances", MAX_INSTANCES + 1),
         ("link.delay_ms", HUGE),
         ("link.bandwidth_mbit", "fast"),
+        ("link.bandwidth_mbit", 1e-310),  # issue 25: was taken, and the next snapshot was inf
+        ("link.bandwidth_mbit", 0),  # a cut is loss_pct 100
+        ("link.delay_ms", 5e-324),
+        ("workload.arrival.rate_per_s", 1e-310),
     ],
     ids=lambda v: v if isinstance(v, str) else repr(v)[:16],
 )

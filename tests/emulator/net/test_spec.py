@@ -29,7 +29,7 @@ def test_reverse_direction_defaults_to_the_same_shape_and_can_differ():
         ({"delay_ms": -5}, "link.delay_ms", "use 0 for no added delay"),
         ({"bandwidth_mbit": float("nan")}, "link.bandwidth_mbit", "null for an unshaped link"),
         ({"bandwidth_mbit": 0}, "link.bandwidth_mbit", "null for an unshaped link"),
-        ({"bandwidth_mbit": 1e9}, "link.bandwidth_mbit", "(0, 400000]"),
+        ({"bandwidth_mbit": 1e9}, "link.bandwidth_mbit", "[0.001, 400000]"),
         ({"loss_pct": 101}, "link.loss_pct", "[0, 100]"),
         ({"jitter_ms": float("inf")}, "link.jitter_ms", "use 0 for no jitter"),
         ({"queue_packets": 0}, "link.queue_packets", "whole number of packets"),

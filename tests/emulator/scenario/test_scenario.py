@@ -138,7 +138,7 @@ CASES = [
     case("unknown nested key", _set("router.threshhold_tokens", 5),
          "router.threshhold_tokens: unknown", "known: policy, threshold_tokens"),
     case("negative rate", _set("workload.arrival.rate_per_s", -2.0),
-         "workload.arrival.rate_per_s: -2.0", "use a positive rate"),
+         "workload.arrival.rate_per_s: -2.0", "use a rate from 1e-06 to 100000"),
     case("NaN duration", _set("duration_s", float("nan")), "duration_s: nan", "use a positive"),
     case("bool as a count", _set("clusters.remote.instances", True),
          "clusters.remote.instances: True", "use a whole number"),

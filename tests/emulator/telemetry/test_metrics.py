@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 import numpy as np
 import pytest
 
+from emulator.errors import TelemetryError
 from emulator.telemetry.metrics import (
     EgressRateEstimator,
+    check_finite,
+    check_row,
     percentile,
     utilization,
 )
@@ -42,3 +46,37 @@ def test_egress_rate_between_samples() -> None:
 def test_utilization_takes_bit_per_s() -> None:
     assert utilization(250e6, 1e9) == 0.25
     assert utilization(250e6, None) is None
+
+
+def test_egress_rate_over_a_subnormal_interval_stays_finite() -> None:
+    """Was: 8,000 bit / 1e-310 s = inf. An interval under 1 ms keeps the last rate, and the next
+    sample is counted over the whole interval."""
+    egress = EgressRateEstimator()
+    egress.update(0.0, 0)
+    assert egress.update(1e-310, 1_000) == 0.0
+    assert egress.update(5e-4, 2_000) == 0.0
+    assert egress.update(1.0, 125_000) == pytest.approx(1e6)  # counted from t = 0
+
+
+def test_utilization_is_finite_or_a_one_line_error_naming_it() -> None:
+    assert utilization(1e3, 1e3) == 1.0  # the slowest link a spec allows: 0.001 Mbit/s
+    with pytest.raises(TelemetryError, match=r"^link_utilization: 1e\+06 bit/s over a capacity of 1e-304 bit/s "
+                                             r"is not finite \(inf\)"):
+        utilization(1e6, 1e-304)  # was: inf, and a live run died on MetricsSnapshot far from here
+    with pytest.raises(TelemetryError, match="^egress_bit_per_s: nan is not a finite number"):
+        utilization(math.nan, 1e9)
+
+
+@pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan])
+def test_check_finite_names_the_metric_and_where(value: float) -> None:
+    assert check_finite("ttft_p50_s", 1.5, "t=3.0s") == 1.5
+    assert check_finite("ttft_p50_s", None, "t=3.0s") is None
+    with pytest.raises(TelemetryError, match=r"^t=3.0s ttft_p50_s: .* is not a finite number") as caught:
+        check_finite("ttft_p50_s", value, "t=3.0s")
+    assert "\n" not in str(caught.value)
+
+
+def test_check_row_names_the_column_and_the_time() -> None:
+    check_row({"t_s": 2.0, "egress_bit_per_s": None, "link_utilization": 0.5}, 2.0)
+    with pytest.raises(TelemetryError, match=r"^t=2.0s link_utilization: inf is not a finite number"):
+        check_row({"t_s": 2.0, "link_utilization": math.inf}, 2.0)

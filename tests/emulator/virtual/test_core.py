@@ -46,3 +46,24 @@ def test_an_event_in_the_past_or_at_nan_is_refused(t: float) -> None:
     sim = Simulator(start_s=1.0)
     with pytest.raises(ValueError, match="before now"):
         sim.schedule(t, print)
+
+
+def test_an_event_cap_stops_the_loop_and_leaves_the_clock_at_the_last_event() -> None:
+    """The engine's event budget: a callback that keeps scheduling at `now` cannot run forever."""
+    sim = Simulator()
+
+    def again(_: object) -> None:
+        sim.schedule(sim.now, again)
+
+    sim.schedule(1.0, again)
+    assert sim.run(until=5.0, max_events=100) == 100
+    assert (sim.now, sim.num_events, len(sim)) == (1.0, 100, 1)
+
+
+def test_a_horizon_leaves_later_events_and_the_clock_where_the_last_one_ran() -> None:
+    sim, log = Simulator(), []
+    for t in (1.0, 2.0, 3.0):
+        sim.schedule(t, log.append, t)
+    assert sim.run(until=10.0, horizon_s=2.5) == 2
+    assert (log, sim.now, sim.next_time()) == ([1.0, 2.0], 2.0, 3.0)
+    assert sim.run(horizon_s=2.5) == 0 and sim.now == 2.0
