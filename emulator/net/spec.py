@@ -48,9 +48,11 @@ DELAY_FIX = f"use 0 for no added delay, or from {MIN_DELAY_MS:g} to {MAX_DELAY_M
 JITTER_FIX = f"use 0 for no jitter, or from {MIN_DELAY_MS:g} to {MAX_DELAY_MS:g}"
 # The link's fields as types, so the scenario's LinkSpec and the control message's LinkControl
 # enforce the same bounds.
-BandwidthMbit = Annotated[float, Field(ge=MIN_BANDWIDTH_MBIT, le=MAX_BANDWIDTH_MBIT)]
-DelayMs = Annotated[float, Field(ge=0, le=MAX_DELAY_MS), _zero_or_at_least(MIN_DELAY_MS, "ms", DELAY_FIX)]
-JitterMs = Annotated[float, Field(ge=0, le=MAX_DELAY_MS), _zero_or_at_least(MIN_DELAY_MS, "ms", JITTER_FIX)]
+BandwidthMbit = Annotated[float, Field(ge=MIN_BANDWIDTH_MBIT, le=MAX_BANDWIDTH_MBIT, description=BANDWIDTH_FIX)]
+DelayMs = Annotated[float, Field(ge=0, le=MAX_DELAY_MS, description=DELAY_FIX),
+                    _zero_or_at_least(MIN_DELAY_MS, "ms", DELAY_FIX)]
+JitterMs = Annotated[float, Field(ge=0, le=MAX_DELAY_MS, description=JITTER_FIX),
+                     _zero_or_at_least(MIN_DELAY_MS, "ms", JITTER_FIX)]
 Percent = Annotated[float, Field(ge=0, le=100)]
 
 
