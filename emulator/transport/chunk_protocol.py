@@ -18,13 +18,10 @@ closes); only a proven connection's frames, DATA only, reach `on_chunk`.
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import Callable
 
 from emulator.transport.frames import HEADER_BYTES, ChunkHeader, FrameError, FrameType, challenge, decode_header
-
-log = logging.getLogger(__name__)
 
 INITIAL_PAYLOAD_BYTES = 64 << 10
 
@@ -43,6 +40,7 @@ class ChunkProtocol(asyncio.BufferedProtocol):
         self.has_data = False  # a DATA frame has arrived
         self.connected_s = self.progress_s = time.monotonic()
         self.proven_s = 0.0
+        self.rejected = ""  # why it was closed for a frame that cannot be trusted ('' if it was not)
         self._aborted = False  # closed by its owner before the transport existed
         self._header_buf = bytearray(HEADER_BYTES)
         self._payload_buf = bytearray()
@@ -109,7 +107,7 @@ class ChunkProtocol(asyncio.BufferedProtocol):
                         else "the first frame must be a HELLO answering the CHALLENGE")
                 raise FrameError(f"chunk.type: {rule}, got {header.type.name}")
         except FrameError as err:
-            log.warning("closing a KV connection from %s: %s", self.peer, err)
+            self.rejected = str(err)  # the owner logs it (rate-limited: a peer may send garbage in a loop)
             self._view, self._filled = memoryview(self._header_buf), 0
             self.transport.close()
             return

@@ -97,7 +97,7 @@ class KVConnections:
         """Every newcomer is challenged; when the pending pool is full its oldest member makes room."""
         if len(self._pending) >= self.max_pending:
             oldest = next(iter(self._pending))
-            self._drop(oldest, f"unproven after {len(self._pending)} newer connections arrived")
+            self._drop(oldest, f"the oldest of {len(self._pending)} unproven connections, closed to make room")
         conn.setblocking(False)
         protocol = ChunkProtocol(self.on_chunk, self._on_hello, self._on_close, self.proof.new_nonce())
         protocol.peer = peer
@@ -143,6 +143,10 @@ class KVConnections:
                   self.num_refused)
 
     def _on_close(self, protocol: ChunkProtocol) -> None:
+        if protocol.rejected:
+            self.num_refused += 1
+            self._log("rejected", "closed a KV connection from %s (%s): %s (%d refused so far)", protocol.peer,
+                      protocol.sender or "unproven", protocol.rejected, self.num_refused)
         self._pending.pop(protocol, None)
         if protocol in self._proven:
             self._proven.discard(protocol)

@@ -246,3 +246,27 @@ def test_the_challenge_and_hello_round_trip_byte_for_byte():
     assert PROOF.check(nonce, SENDER, frame[HEADER_BYTES:HEADER_BYTES + 32])
     assert not PROOF.check(PROOF.new_nonce(), SENDER, frame[HEADER_BYTES:HEADER_BYTES + 32])
     assert "secret" not in repr(PROOF) and PROOF._secret not in repr(PROOF)
+
+
+def test_a_flood_of_unproven_connections_logs_a_bounded_number_of_lines(shipped, caplog):
+    """Each refused connection is counted; the log says so at most every 10 s (a peer may send
+    garbage in a loop: 3,000 lines in one short live run before)."""
+    config, _ = shipped
+    caplog.set_level("WARNING")
+
+    async def main():
+        sock = listener()
+        receiver = KVReceiver(ModelKVDecoder(config), lambda rid, cache: None, proof=PROOF)
+        await receiver.start(sock)
+        for first in (LEGACY_HELLO, data_chunk(1, 0, 1, 8, b"x")) * 100:
+            reader, writer = await asyncio.open_connection(*sock.getsockname())
+            writer.write(first)
+            assert await closed_by_peer(reader)
+            writer.close()
+        refused = receiver.refused_connections
+        await receiver.close()
+        return refused
+
+    assert asyncio.run(main()) == 200
+    lines = [r for r in caplog.records if "KV connection" in r.getMessage()]
+    assert 1 <= len(lines) <= 2, [r.getMessage() for r in lines]

@@ -1,9 +1,9 @@
 """A hostile local process against a live run's worker port (issue 13).
 
-The attacker does what any local user can: reads the gateway's port from a worker's command line
-(`ps`), connects to 127.0.0.1 and says hello as an existing node. It must be refused, receive no
-command, and leave the real node and its requests alone: every request completes with the tokens
-of a single-process greedy generation.
+The attacker does what any local user can: finds the gateway's listening port (`ss`; since issue 25
+no worker's command line names it), connects to 127.0.0.1 and says hello as an existing node. It
+must be refused, receive no command, and leave the real node and its requests alone: every request
+completes with the tokens of a single-process greedy generation.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from emulator.workload.build import build_requests
 from emulator.workload.tokens import synthesize_tokens
 from model_stub import HybridModel, get_preset
 
+from ..live.attackers import own_listening_ports
 from ..live.test_engine import assert_nothing_left, scenario
 
 pytestmark = [pytest.mark.root,
@@ -42,10 +43,9 @@ def _worker_pid(run_id: str, name: str) -> int | None:
                  if e.get("kind") == "pid" and e.get("name") == name), None)
 
 
-def _gateway_port(pid: int) -> int:
-    """What `ps` shows anyone: the worker's --gateway flag."""
-    argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    return int(argv[argv.index(b"--gateway") + 1].rsplit(b":", 1)[1])
+def _gateway_port() -> int:
+    """The listening socket of this process (the gateway runs in it), as `ss -ltnp` shows it."""
+    return min(own_listening_ports(os.getpid()))
 
 
 def _stolen_secret(pid: int) -> str:
@@ -110,7 +110,7 @@ async def _wait_running(url: str, run_id: str) -> None:
 async def _attacks(url: str, run_id: str) -> dict[str, tuple[list[str], bool]]:
     await _wait_running(url, run_id)  # every real worker has said hello
     pid = _worker_pid(run_id, NODE)
-    port = _gateway_port(pid)
+    port = _gateway_port()
     results = {}
     results["no proof"] = await _attack(port, lambda nonce: _hello(NODE))
     results["wrong proof"] = await _attack(port, lambda nonce: _hello(NODE, proof="0" * 64))
@@ -126,14 +126,15 @@ async def _attacks(url: str, run_id: str) -> dict[str, tuple[list[str], bool]]:
 
 
 async def _flood(port: int) -> tuple[list[str], bool]:
-    """More idle connections than the gateway lets prove themselves at once: the first
-    MAX_PENDING_HANDSHAKES get a challenge, the rest are closed at once without one."""
+    """More idle connections than the gateway lets prove themselves at once (this user's class):
+    each gets its challenge, and the oldest 4 are closed to make room for the newest 4."""
     conns = [await asyncio.open_connection("127.0.0.1", port) for _ in range(MAX_PENDING_HANDSHAKES + 4)]
     firsts = await asyncio.gather(*(asyncio.wait_for(r.readline(), 10.0) for r, _ in conns))
+    ends = await asyncio.gather(*(asyncio.wait_for(r.read(), 10.0) for r, _ in conns[:4]))
     for _, writer in conns:
         writer.close()
     ops = [json.loads(line)["op"] if line else "closed" for line in firsts]
-    assert ops == ["challenge"] * MAX_PENDING_HANDSHAKES + ["closed"] * 4, ops
+    assert ops == ["challenge"] * (MAX_PENDING_HANDSHAKES + 4) and ends == [b""] * 4, (ops, ends)
     return [], True
 
 
@@ -167,7 +168,7 @@ def test_a_hostile_hello_is_refused_and_the_run_keeps_its_real_tokens(
     assert not [r for r in caplog.records if f"{NODE} lost" in r.getMessage()]
     refusals = [r.getMessage() for r in caplog.records if "refused a connection" in r.getMessage()]
     for claimed, reason in ((NODE, "hello.proof: missing"), (NODE, "wrong proof"), (NODE, "already connected"),
-                            ("local-decode-7", "not a node of this run"), ("(none)", "handshakes already pending")):
+                            ("local-decode-7", "not a node of this run"), ("(none)", "to make room")):
         assert [m for m in refusals if claimed in m and reason in m], (claimed, reason, refusals)
     assert secret not in caplog.text and secret not in (tmp_path / "run" / "summary.json").read_text()
     model = HybridModel(get_preset("kimi-linear-mini", "tiny", seed=sc.seed), device="cpu")
