@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
-import textwrap
 
 import pytest
 
@@ -19,9 +18,10 @@ from emulator.limits import MAX_PENDING_HANDSHAKES
 from emulator.net.peer_uid import peer_uid
 from emulator.wire import auth, protocol as p
 
+from ..live.attackers import SILENT_HOLDER, as_nobody
+
 WAIT_S = 10.0  # a liveness bound, not a timing assertion
 NODES = ["remote-prefill-0", "local-prefill-0", "local-decode-1"]
-NOBODY = 65534
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: the attacker runs as another user")
 
 
@@ -85,31 +85,6 @@ def test_silent_connections_of_the_same_user_do_not_keep_workers_out():
     assert [r for r in refused if "make room" in r.reason]  # the silent ones were the ones closed
 
 
-ATTACKER = textwrap.dedent("""
-    import socket, sys, time
-    port, count = int(sys.argv[1]), int(sys.argv[2])
-    conns = []
-    print("ready", flush=True)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:  # keep `count` connections open, reopening what the gateway closes
-        conns = [c for c in conns if c.fileno() != -1]
-        for c in list(conns):
-            c.setblocking(False)
-            try:
-                if c.recv(4096) == b"":
-                    c.close()
-                    conns.remove(c)
-            except BlockingIOError:
-                pass
-            except OSError:
-                c.close()
-                conns.remove(c)
-        while len(conns) < count:
-            conns.append(socket.create_connection(("127.0.0.1", port)))
-        time.sleep(0.02)
-""")
-
-
 @needs_root
 @pytest.mark.root
 def test_another_users_connections_never_take_the_run_users_slots():
@@ -122,10 +97,11 @@ def test_another_users_connections_never_take_the_run_users_slots():
         admitted, refused = {}, []
         server = await gateway(gate, admitted, refused)
         port = server.sockets[0].getsockname()[1]
-        attacker = subprocess.Popen(["/usr/bin/python3", "-c", ATTACKER, str(port), str(4 * MAX_PENDING_HANDSHAKES)],
-                                    user=NOBODY, stdout=subprocess.PIPE, text=True)
+        attacker = as_nobody(SILENT_HOLDER, str(4 * MAX_PENDING_HANDSHAKES), "0.02", stdin=subprocess.PIPE,
+                             stdout=subprocess.DEVNULL, text=True)
         try:
-            assert attacker.stdout.readline().strip() == "ready"
+            attacker.stdin.write(f"{port}\n")
+            attacker.stdin.flush()
             await until(lambda: gate.num_pending_of(auth.PeerClass.OTHER) == MAX_PENDING_HANDSHAKES)
             workers = [await worker(port, node, gate.secret) for node in NODES]
             await until(lambda: len(admitted) == len(NODES))
