@@ -25,7 +25,7 @@ def test_bad_link_flags_exit_2_with_one_line():
     assert out.returncode == 2
     assert out.stderr.strip().splitlines() == [
         "error: net up.delay_ms: -5.0 is invalid (input should be greater than or equal to 0); "
-        "use 0 for no added delay, at most 10000"
+        "use 0 for no added delay, or from 0.001 to 10000"
     ]
 
 
