@@ -15,6 +15,7 @@ from emulator.net.spec import LinkSpec
 from emulator.run import knobs as registry
 from emulator.run.knobs import KnobEffect, Pause, SetLink, SetRate, SetSplit
 from emulator.telemetry.control_messages import ControlCommand
+from emulator.telemetry.schemas import KnobState
 
 
 class Knobs:
@@ -52,3 +53,11 @@ class Knobs:
             case SetSplit(num_prefill=num_prefill):
                 return await self.set_prefill_instances(num_prefill)
         return effect.words
+
+    def reported(self) -> KnobState:
+        """The knobs as they stand, for every metrics snapshot: the Live page's widgets follow them."""
+        router, clock = self.state.router, self.clock
+        return KnobState(policy=router.policy.value, affinity=router.affinity.value,
+                         has_scheduler=self.has_scheduler, short_term=self.state.short_term_enabled,
+                         long_term=self.state.long_term_enabled,
+                         rate_per_s=(clock.base_rate_per_s or 1.0) * clock.speed, is_paused=clock.is_paused)

@@ -196,6 +196,7 @@ class RunLoops:
             link_capacity_bit_per_s=capacity, link_utilization=utilization(egress, capacity),
             retrans_rate=retrans, rtt_ms=rtt, threshold_tokens=gateway.router.config.threshold_tokens,
             roles=gateway.nodes.roles(), devices=gateway.nodes.devices(), link=_link_fields(spec),
+            knobs=self.knobs.reported(),
         )
         self.latest = snapshot
         if record:

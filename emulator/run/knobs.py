@@ -151,7 +151,7 @@ def apply_setting(state: ControlState, path: str, value: Any, *, link: LinkSpec,
         return link_effect(parse_link_spec(link.model_dump() | {spec.field: value}, where="timeline.set.link"))
     if spec.kind is ValueKind.FLAG and spec.control is Knob.SCHEDULER:
         loops = {spec.field: flag(where, value)}
-        return _set_loops(state, loops.get("short_term"), loops.get("long_term"), has_scheduler)
+        return _set_loops(state, loops.get("short_term"), loops.get("long_term"), has_scheduler, where)
     return _apply(state, spec, check(spec, where, value))
 
 
@@ -163,7 +163,7 @@ def apply_command(state: ControlState, command: ControlCommand, *, link: LinkSpe
         return link_effect(of_type(where, value, LinkChange).apply_to(link))
     if command.knob is Knob.SCHEDULER:
         change = of_type(where, value, SchedulerChange)
-        return _set_loops(state, change.short_term, change.long_term, has_scheduler)
+        return _set_loops(state, change.short_term, change.long_term, has_scheduler, where)
     spec = next(k for k in REGISTRY if k.control is command.knob)
     return _apply(state, spec, check(spec, where, value))
 
@@ -227,9 +227,14 @@ def _apply(state: ControlState, spec: KnobSpec, value: Any) -> KnobEffect:
 
 
 def _set_loops(state: ControlState, short_term: bool | None, long_term: bool | None,
-               has_scheduler: bool) -> KnobEffect:
+               has_scheduler: bool, where: str) -> KnobEffect:
+    """Turning a loop on where the scenario runs no scheduler is refused (it would change nothing,
+    and an operator must see that it did not); turning one off there is what already holds."""
     if not has_scheduler:
-        return KnobEffect("scheduler: not running in this scenario")
+        if short_term or long_term:
+            raise ScenarioError(f"{where}: this scenario runs no scheduler, so no loop can be turned on; "
+                                "start a scenario with a scheduler: block")
+        return KnobEffect("scheduler: not running in this scenario (both loops stay off)")
     state.set_loops(short_term, long_term)
     return KnobEffect(f"scheduler short-term {'on' if state.short_term_enabled else 'off'}, "
                       f"long-term {'on' if state.long_term_enabled else 'off'}")

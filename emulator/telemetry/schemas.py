@@ -58,6 +58,21 @@ class QueueDepths(BaseModel):
     decode: int = Field(default=0, ge=0)
 
 
+class KnobState(BaseModel):
+    """The knobs a snapshot's other fields do not carry, as they stand when it is sent: the Live
+    page's widgets follow them, whoever turned them (the timeline, the scheduler, any client)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    policy: Literal["prfaas", "local-only", "all-remote"]
+    affinity: Literal["cost", "longest-prefix", "off"]
+    has_scheduler: bool = False  # False: the scenario runs no scheduler, and its loops cannot be turned on
+    short_term: bool = False
+    long_term: bool = False
+    rate_per_s: float | None = Field(default=None, gt=0)  # in force; a trace replay's is a factor on its pace
+    is_paused: bool = False
+
+
 class MetricsSnapshot(_Payload):
     """What the dashboard plots, published at >= 2 Hz. None means "no data yet" or "unshaped".
     Rates are bit/s; the recorder flattens a snapshot into a timeseries row (`snapshot_row`)."""
@@ -78,6 +93,7 @@ class MetricsSnapshot(_Payload):
     roles: dict[str, str] = {}  # node id -> "prefill" | "decode"
     devices: dict[str, str] = {}  # node id -> "cuda:1" | "cpu" (live workers, where known)
     link: dict[str, float | None] = {}  # the current LinkSpec's scalar fields
+    knobs: KnobState | None = None  # the other knobs as they stand (None: a sender that does not say)
 
 
 LifecycleEvent = Literal["arrived", "routed", "prefill_start", "prefill_end", "transfer_end",

@@ -151,6 +151,20 @@ def test_a_refused_timeline_knob_is_noted_and_the_run_goes_on() -> None:
                                has_scheduler=True)
 
 
+def test_a_scheduler_loop_turned_on_without_a_scheduler_is_refused_with_its_reason() -> None:
+    """Issue 26: the Live page showed it as taken; the run must refuse it, so the page can say so."""
+    plane = make_control_plane(scenario())
+    on = parse_control("scheduler", json.dumps({"v": 1, "short_term": True}).encode())
+    with pytest.raises(PrfaasError, match="control/scheduler: this scenario runs no scheduler"):
+        registry.apply_command(plane.state, on, link=scenario().link, has_scheduler=False)
+    with pytest.raises(PrfaasError, match="timeline.set.scheduler.long_term.enabled: this scenario runs no"):
+        registry.apply_setting(plane.state, "scheduler.long_term.enabled", True, link=scenario().link,
+                               has_scheduler=False)
+    off = parse_control("scheduler", json.dumps({"v": 1, "short_term": False}).encode())
+    effect = registry.apply_command(plane.state, off, link=scenario().link, has_scheduler=False)
+    assert effect.words == "scheduler: not running in this scenario (both loops stay off)"
+
+
 # --- the live engine: one run turns every knob from the timeline and over MQTT ------------------
 
 

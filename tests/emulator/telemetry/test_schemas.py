@@ -10,6 +10,7 @@ from emulator.errors import TelemetryError
 from emulator.telemetry.schemas import (
     METRICS_VERSION,
     ErrorEvent,
+    KnobState,
     MetricsSnapshot,
     QueueDepths,
     RequestCounts,
@@ -28,6 +29,8 @@ SNAPSHOT = MetricsSnapshot(
     link_capacity_bit_per_s=1e9, link_utilization=0.42, retrans_rate=0.001, rtt_ms=20.4,
     threshold_tokens=4096, roles={"local-prefill-0": "prefill", "local-decode-0": "decode"},
     link={"bandwidth_mbit": 1000.0, "delay_ms": 10.0, "jitter_ms": 0.0, "loss_pct": 0.0},
+    knobs=KnobState(policy="prfaas", affinity="longest-prefix", has_scheduler=True, short_term=True,
+                    rate_per_s=1.5, is_paused=True),
 )
 MESSAGES = [
     ("metrics", SNAPSHOT),
