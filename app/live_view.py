@@ -25,7 +25,7 @@ MAX_NOTES = 500  # knob changes and scheduler decisions: a few per minute
 RECENT_WINDOW_S = 10.0  # the "recent" share routed remote looks this far back
 STALE_S = 30.0  # a run with no status that has been silent this long is taken to be over
 TABLE_ROWS = 15
-ENDED_STATES = ("finished", "failed")
+ENDED_STATES = ("finished", "stopped", "failed")
 # The Live page's tiles by what they show, titled as the page shows them (the Classroom tour names them).
 TILES = {
     "state": "State", "link_backend": "Link backend", "run_time": "Run time (s)",

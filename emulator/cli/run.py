@@ -5,8 +5,10 @@ summary and each `expect:` bound, held or failed; exits 1 when one fails. A prog
 terminal; elsewhere (a log, CI) a progress line every 5 s of wall time.
 
 Ctrl-C (SIGINT) or SIGTERM stops the run: what is open fails `interrupted` and the record is written
-whole before anything else; further signals are absorbed (stop_signals.py; the live engine's own
-handlers hurry its teardown, after the record). A record the disk refuses is one line (exit 2).
+whole before anything else, its outcome `stopped`; further signals are absorbed (stop_signals.py; the
+live engine's own handlers hurry its teardown, after the record). A stopped run's `expect:` is not
+judged, and the command exits 128 + the signal (130 for SIGINT, 143 for SIGTERM), as a shell reports
+a command a signal ended. A record the disk refuses is one line (exit 2).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from emulator.scenario import apply_overrides, load_scenario
 from emulator.telemetry.atomic_write import make_dir
 from emulator.telemetry.figures import EGRESS_KEY, egress_bit_per_s, format_rate
 from emulator.telemetry.labels import format_number, label
-from emulator.telemetry.records import check_expectations
+from emulator.telemetry.outcome import ExpectStatus, RunOutcome, bound_rows, exit_code, outcome_of, verdict_of
 from emulator.telemetry.run_meta import workload_statement
 
 COMMANDS = ("run",)
@@ -82,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         bar.close()
     with StopSignals():  # the record is written: a signal now is absorbed, not a traceback mid-table
         print_summary(doc, out)
-    return 1 if doc["expect_failures"] else 0
+    return exit_code(doc["meta"], verdict_of(doc))
 
 
 def print_summary(doc: dict[str, Any], out: Path) -> None:
@@ -91,26 +93,22 @@ def print_summary(doc: dict[str, Any], out: Path) -> None:
     print(f"{meta.get('scenario')} ({meta.get('engine')}): {out}")
     if statement := workload_statement(meta):
         print(f"  workload: {statement}")
-    if "interrupted" in (ended := str(meta.get("end_reason") or "")):
+    outcome, ended = outcome_of(meta), str(meta.get("end_reason") or "")
+    if outcome is not RunOutcome.FINISHED or ended != "run ended":
         print(f"  ended: {ended}")
     for key in SUMMARY_KEYS:
         print(f"  {label(key):<{LABEL_WIDTH}} {format_number(summary.get(key))}")
     print(f"  {label(EGRESS_KEY):<{LABEL_WIDTH}} {format_rate(egress_bit_per_s(summary))}")
-    lines = expect_lines(summary, doc.get("expect") or {})
+    verdict = verdict_of(doc)
+    lines = expect_lines(summary, doc.get("expect") or {}, judged=verdict.status is not ExpectStatus.NOT_JUDGED)
     if lines:
-        print("  expect:")
+        print(f"  expect: {verdict.note}")
         print("\n".join(f"    {line}" for line in lines))
 
 
-def expect_lines(summary: dict[str, Any], expect: dict[str, dict[str, float]]) -> list[str]:
-    """One line per bound: the figure, its value, the bound, and `held` or `FAILED: <why>`, judged
-    by records.check_expectations (the same check as summary.json's expect_failures)."""
-    rows = []
-    for metric, bounds in expect.items():
-        for bound, limit in bounds.items():
-            failed = check_expectations(summary, {metric: {bound: limit}})
-            verdict = "FAILED: " + "; ".join(failed) if failed else "held"
-            rows.append((f"{label(metric)} [{metric}]", format_number(summary.get(metric)),
-                         f"{bound} {format_number(limit)}", verdict))
-    width = max((len(name) for name, *_ in rows), default=0)  # the columns line up whatever the names
-    return [f"{name:<{width}} {value:>10}  {bound:<12}  {verdict}" for name, value, bound, verdict in rows]
+def expect_lines(summary: dict[str, Any], expect: dict[str, dict[str, float]], judged: bool = True) -> list[str]:
+    """One line per bound: the figure, its value, the bound, and `held` or `FAILED: <why>` (the same
+    check as summary.json's expect_failures), or `not judged` on a run that did not run to its end."""
+    rows = bound_rows(summary, expect, judged)
+    width = max((len(row.name) for row in rows), default=0)  # the columns line up whatever the names
+    return [f"{row.name:<{width}} {row.value:>10}  {row.bound:<12}  {row.verdict}" for row in rows]

@@ -31,10 +31,11 @@ class StopSignals:
     def count(self) -> int:
         return len(self.names)
 
-    def stop_requested(self) -> bool:
-        """Whether a signal came: the virtual engine's StopCheck. Logs what came since the last call."""
+    def stop_requested(self) -> str | None:
+        """The first signal's name once one came (the run is stopped by it), else None: the virtual
+        engine's StopCheck. Logs what came since the last call."""
         self.report("the record is written next")
-        return bool(self.names)
+        return self.names[0] if self.names else None
 
     def report(self, what_next: str) -> None:
         """Log the signals not yet logged: the first as the stop, later ones as absorbed."""

@@ -27,7 +27,7 @@ from emulator.live.launcher import WorkerProcesses, plan_workers, speed_notes
 from emulator.live.loops import RunLoops
 from emulator.live.nodes import NodeState, NodeTable
 from emulator.live.placement import Placement, place_workers
-from emulator.live.stop_signals import stop_on_signals
+from emulator.live.stop_signals import StopEvent, stop_on_signals
 from emulator.live.teardown import BUDGET_S, Step, Teardown, in_thread, settle
 from emulator.net.backend import TO_LOCAL
 from emulator.net.ledger import Ledger
@@ -39,6 +39,7 @@ from emulator.scenario import Scenario
 from emulator.telemetry.atomic_write import make_dir, write_atomic
 from emulator.telemetry.broker import EmbeddedBroker
 from emulator.telemetry.bus import TelemetryBus
+from emulator.telemetry.outcome import RunOutcome, stopped_detail, stopped_reason
 from emulator.telemetry.recorder import RunRecorder
 from emulator.telemetry.run_meta import EngineKind, RunMeta, make_run_meta
 from emulator.telemetry.schemas import StatusMessage
@@ -147,6 +148,9 @@ class LiveSession:
         self.workers: WorkerProcesses | None = None
         self._conn_tasks: set[asyncio.Task] = set()
         self.end_reason = ""
+        self.outcome = RunOutcome.FINISHED
+        self.stopped_by: str | None = None  # the signal that stopped the run, once one did
+        self.stopped_at_s: float | None = None
         self.coverage: WorkloadCoverage | None = None  # set by run()
         self.doc: dict[str, Any] = {}
         self.record_error: RecordError | None = None  # why the last write failed, if it did
@@ -162,7 +166,7 @@ class LiveSession:
             return self.topology.target(LOCAL, port)
         return self.topology.address(LOCAL), port
 
-    async def run(self, workload: Workload, progress: Progress | None, stop: asyncio.Event) -> None:
+    async def run(self, workload: Workload, progress: Progress | None, stop: StopEvent) -> None:
         """Start the workers, run the loops, then the run's own teardown steps (the caller releases
         telemetry, the broker and the link, then calls `write_record(complete=True)`)."""
         self.coverage = workload.coverage
@@ -182,8 +186,10 @@ class LiveSession:
             self.loops = RunLoops(self.scenario, self.gateway, self.topology, self.workers, self.bus, workload.requests,
                                   self._status)
             end_reason = await self.loops.run(stop, progress)
+            if stop.is_set():  # read as the loops return, with no await between: a later signal is absorbed
+                self.outcome, self.stopped_by = RunOutcome.STOPPED, stop.by
         except BaseException as err:  # raised again once the teardown has run
-            end_reason, error = f"run failed: {err}", err
+            end_reason, error, self.outcome = f"run failed: {err}", err, RunOutcome.FAILED
         await self._tear_down(server, end_reason, error)
         if error is not None:
             raise error
@@ -194,10 +200,16 @@ class LiveSession:
         if self.loops is not None:
             stuck = await t.step(Step.LOOPS, self.loops.stop_loops())
             t.add_killed([f"loop {name} (abandoned)" for name in stuck or []])
-        await t.step(Step.STATUS, self._status("failed" if error else "draining", end_reason))
-        reason = open_fail_reason(end_reason, error)
-        await t.step(Step.FAIL_OPEN, self.gateway.fail_open(reason, end_reason))  # also marks the gateway stopping
-        self._fail_rest(reason, end_reason)
+        stopped = self.outcome is RunOutcome.STOPPED
+        detail = stopped_detail(self.stopped_by) if stopped else end_reason
+        await t.step(Step.STATUS, self._status("failed" if error else "draining", detail))
+        reason = open_fail_reason(self.outcome)
+        await t.step(Step.FAIL_OPEN, self.gateway.fail_open(reason, detail))  # also marks the gateway stopping
+        self._fail_rest(reason, detail)
+        if stopped:
+            self.stopped_at_s = self.loops.duration_s if self.loops is not None else max(self.gateway.now(), 0.0)
+            num_open = sum(r.fail_reason == FailReason.INTERRUPTED for r in self.gateway.core.records)
+            self.end_reason = stopped_reason(self.stopped_by, self.stopped_at_s, num_open)
         if self.loops is not None:  # before anything that can hang: workers, the broker, the link
             await self.write_record(complete=False)
         await t.step(Step.WORKERS, self._stop_workers(), kill=self.workers.kill_all)
@@ -207,8 +219,9 @@ class LiveSession:
             self.link_bytes_to_local = crossed.bytes
         if self.loops is not None and error is None:
             summary = self.doc["summary"] if self.doc else {}
-            note = f"{summary.get('completed', 0)} completed, {summary.get('failed_count') or 0} failed; {end_reason}"
-            await t.step(Step.STATUS, self._status("finished", note))
+            note = (f"{summary.get('completed', 0)} completed, {summary.get('failed_count') or 0} failed; "
+                    f"{self.end_reason}")
+            await t.step(Step.STATUS, self._status("stopped" if stopped else "finished", note))
 
     def _fail_rest(self, reason: FailReason, detail: str) -> None:
         """End, without any I/O, whatever `fail_open` did not reach within its budget."""
@@ -345,7 +358,8 @@ class LiveSession:
             decisions=loops.decisions if loops is not None else (),
             knob_changes=loops.knob_changes if loops is not None else (), notes=self.notes,
             control_events=loops.control_events if loops is not None else (),
-            end_reason=self.end_reason, workload=self.coverage.as_json() if self.coverage else None,
+            end_reason=self.end_reason, outcome=self.outcome, stopped_by=self.stopped_by,
+            stopped_at_s=self.stopped_at_s, workload=self.coverage.as_json() if self.coverage else None,
             engine_details={
                 "link_description": status["description"], "mqtt": self.bus.status_note,
                 "worker_logs": str(self.log_dir),
@@ -357,9 +371,8 @@ class LiveSession:
             })
 
 
-def open_fail_reason(end_reason: str, error: BaseException | None) -> FailReason:
-    """The tag for requests still open when the run ends: its loops' end reason says whether the
-    operator stopped it (a signal), the run failed, or it ran out of time (emulator/live/loops.py)."""
-    if error is not None:
-        return FailReason.RUN_FAILED
-    return FailReason.INTERRUPTED if "interrupted" in end_reason else FailReason.UNFINISHED
+def open_fail_reason(outcome: RunOutcome) -> FailReason:
+    """The tag for requests still open when the run ends: its user stopped it (a signal), the run
+    failed, or it ran out of time (its drain, emulator/live/loops.py)."""
+    return {RunOutcome.STOPPED: FailReason.INTERRUPTED, RunOutcome.FAILED: FailReason.RUN_FAILED}.get(
+        outcome, FailReason.UNFINISHED)

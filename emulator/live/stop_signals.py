@@ -16,8 +16,21 @@ from collections.abc import Iterator
 log = logging.getLogger(__name__)
 
 
+class StopEvent(asyncio.Event):
+    """The run's stop, set once: `by` names the first signal (`SIGINT`, `SIGTERM`) for the record."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.by: str | None = None
+
+    def stop(self, by: str) -> None:
+        if not self.is_set():
+            self.by = by
+            self.set()
+
+
 @contextlib.contextmanager
-def stop_on_signals(hurry: asyncio.Event) -> Iterator[asyncio.Event]:
+def stop_on_signals(hurry: asyncio.Event) -> Iterator[StopEvent]:
     """The first SIGINT or SIGTERM sets the event the run loops watch (yielded); a second one sets
     `hurry`, which cuts the teardown's remaining budgets but the record's; later ones are absorbed.
 
@@ -26,14 +39,14 @@ def stop_on_signals(hurry: asyncio.Event) -> Iterator[asyncio.Event]:
     SIGTERM would read as ours. In the main thread only; elsewhere the caller owns signals. The
     handler itself does no I/O: it hands the signal to the loop, which logs it.
     """
-    stop, loop = asyncio.Event(), asyncio.get_running_loop()
+    stop, loop = StopEvent(), asyncio.get_running_loop()
     pid, absorbed = os.getpid(), []
 
     def on_signal(signum: int) -> None:
         name = signal.Signals(signum).name
         if not stop.is_set():
             log.info("%s: stopping the run (teardown in order; a second signal hurries it)", name)
-            stop.set()
+            stop.stop(name)
         elif not hurry.is_set():
             log.warning("%s again: hurrying the teardown once the record is written; parts that do not "
                         "answer at once are killed", name)

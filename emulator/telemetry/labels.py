@@ -63,6 +63,9 @@ META_LABELS: dict[str, str] = {
     "knob_changes": "knob changes",
     "notes": "notes",
     "end_reason": "how it ended",
+    "outcome": "outcome",
+    "stopped_by": "stopped by",
+    "stopped_at_s": "stopped at (s)",
     "workload": "workload",
     "engine_details": "engine details",
 }

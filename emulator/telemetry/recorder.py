@@ -25,7 +25,8 @@ import pyarrow.parquet as pq
 from emulator.control.types import Cluster, NodeId, Role
 from emulator.errors import RunFileError, TelemetryError
 from emulator.telemetry.atomic_write import make_dir, write_atomic
-from emulator.telemetry.records import REQUEST_FIELDS, RequestRecord, check_expectations, summarize
+from emulator.telemetry.outcome import judge, outcome_of
+from emulator.telemetry.records import REQUEST_FIELDS, RequestRecord, summarize
 from emulator.telemetry.report import write_report
 from emulator.telemetry.run_files import RunFolder
 from emulator.telemetry.run_meta import RunMeta
@@ -121,7 +122,8 @@ class RunRecorder:
 
         `duration_s` defaults to the span from the first arrival to the last finish (or sample).
         The document holds `summary` (the numbers), `meta` (the engines' RunMeta; a plain mapping
-        for tools and tests), `expect` and `expect_failures` (one line each).
+        for tools and tests), `expect`, and its verdict (outcome.judge): `expect_status`,
+        `expect_note` in words and `expect_failures`, one line each, none on a stopped run.
         """
         meta = meta.as_json() if isinstance(meta, RunMeta) else dict(meta)
         make_dir(self.out_dir)
@@ -134,9 +136,11 @@ class RunRecorder:
         duration = self._float("summary", "duration_s", duration) or 0.0
         summary = self._json_safe("summary", summarize(records, duration))
         expect = {k: dict(v) for k, v in (expect or {}).items()}
+        verdict = judge(summary, expect, outcome_of(meta))
         doc = {"kind": RUN_KIND, "v": SUMMARY_VERSION, "summary": summary,
                "meta": self._json_safe("meta", meta), "expect": self._json_safe("expect", expect),
-               "expect_failures": check_expectations(summary, expect), "record_notes": self._notes}
+               "expect_status": verdict.status.value, "expect_note": verdict.note,
+               "expect_failures": list(verdict.failures), "record_notes": self._notes}
         requests = pa.Table.from_pylist(rows, schema=REQUEST_SCHEMA)
         timeseries = self._timeseries_table()
         write_atomic(self.out_dir / "requests.parquet", lambda p: pq.write_table(requests, p))

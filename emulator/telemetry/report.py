@@ -31,6 +31,7 @@ from emulator.telemetry.figures import (
     node_figures,
 )
 from emulator.telemetry.labels import format_number, label
+from emulator.telemetry.outcome import ExpectStatus, ExpectVerdict, verdict_of
 from emulator.telemetry.palette import queue_color, route_color
 from emulator.telemetry.timeseries import BIT_PER_MBIT, frame_rate_unit
 
@@ -62,8 +63,7 @@ def write_report(path: str | Path, requests_df: pd.DataFrame, timeseries_df: pd.
     """Write the page to `path`. `summary` is the summary.json document (or just its numbers)."""
     numbers = summary.get("summary", summary)
     sections = [
-        _section("Summary", _summary_html(numbers, summary.get("meta", {}),
-                                          summary.get("expect_failures", []))),
+        _section("Summary", _summary_html(numbers, summary.get("meta", {}), verdict_of(summary))),
         _section(NODES_TITLE, _nodes_html(node_figures(numbers))),
         _chart(TITLES["ttft_time"], _ttft_over_time(requests_df), "arrival (s)", "TTFT (s)"),
         _chart(TITLES["ttft_cdf"], _ttft_cdf(requests_df), "TTFT (s)", "fraction of requests"),
@@ -114,15 +114,16 @@ def _egress_chart(timeseries_df: pd.DataFrame) -> str:
     return _chart(TITLES["egress"], _lines(timeseries_df, RATE_LABELS, scale=1 / per_unit), "time (s)", unit)
 
 
-def _summary_html(numbers: dict[str, Any], meta: dict[str, Any], failures: list[str]) -> str:
+def _summary_html(numbers: dict[str, Any], meta: dict[str, Any], verdict: ExpectVerdict) -> str:
     rows = [(label(k), format_rate(egress_bit_per_s(numbers)) if k == EGRESS_KEY else _shown(v))
             for k, v in numbers.items() if k not in _NOT_IN_TABLE]
     rows += [(label(k), _meta_shown(k, v)) for k, v in meta.items() if k not in _NOT_IN_TABLE]
     cells = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(text)}</td></tr>"
                     for k, text in rows)
-    verdict = ("".join(f"<p class='fail'>expect failed: {html.escape(f)}</p>" for f in failures)
-               or "<p>all expectations met</p>")
-    return f"<p>{html.escape(NOQUEUE_NOTE)}</p>\n<table>{cells}</table>\n{verdict}"
+    css = " class='fail'" if verdict.status is ExpectStatus.FAILED else ""
+    shown = f"<p{css}>expect: {html.escape(verdict.note)}</p>" + "".join(
+        f"<p class='fail'>expect failed: {html.escape(f)}</p>" for f in verdict.failures)
+    return f"<p>{html.escape(NOQUEUE_NOTE)}</p>\n<table>{cells}</table>\n{shown}"
 
 
 def _decisions_html(entries: tuple[LogEntry, ...]) -> str:

@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from emulator.errors import TelemetryError
+from emulator.telemetry.outcome import OUTCOMES, RunOutcome, outcome_of
 
 if TYPE_CHECKING:
     from emulator.plane import ControlPlane
@@ -50,6 +51,9 @@ class RunMeta:
     knob_changes: list[str] = field(default_factory=list)  # timeline and control messages applied
     notes: list[str] = field(default_factory=list)
     end_reason: str = "run ended"
+    outcome: str = RunOutcome.FINISHED.value  # a RunOutcome value: finished, stopped or failed
+    stopped_by: str | None = None  # who stopped it (`SIGINT`, `SIGTERM`); None unless stopped
+    stopped_at_s: float | None = None  # the run's own clock when it was stopped
     workload: dict[str, Any] = field(default_factory=dict)  # what of the workload the run played
     control_events: list[dict[str, Any]] = field(default_factory=list)  # knobs applied, as timeline events
     engine_details: dict[str, Any] = field(default_factory=dict)  # engine-specific, see the module doc
@@ -57,6 +61,8 @@ class RunMeta:
     def __post_init__(self) -> None:
         if self.engine not in {e.value for e in EngineKind}:
             raise TelemetryError(f"meta.engine = {self.engine!r}; use one of {', '.join(EngineKind)}")
+        if self.outcome not in OUTCOMES:
+            raise TelemetryError(f"meta.outcome = {self.outcome!r}; use one of {', '.join(RunOutcome)}")
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -71,14 +77,18 @@ class RunMeta:
         if missing:
             raise TelemetryError(f"meta lacks {', '.join(missing)}; was the run recorded by an "
                                  "older emulator? read it key by key")
-        return cls(**{name: doc[name] for name in names if name in doc})
+        values = {name: doc[name] for name in names if name in doc}
+        values.setdefault("outcome", outcome_of(doc).value)  # older runs: from their end reason
+        return cls(**values)
 
 
 def make_run_meta(scenario: Scenario, plane: ControlPlane, *, engine: EngineKind,
                   link_backend: str, link_backend_reason: str, run_id: str | None = None,
                   decisions: Sequence[str] = (), knob_changes: Sequence[str] = (),
                   notes: Sequence[str] = (), end_reason: str = "run ended",
-                  workload: Mapping[str, Any] | None = None, control_events: Sequence[Mapping[str, Any]] = (),
+                  outcome: RunOutcome = RunOutcome.FINISHED, stopped_by: str | None = None,
+                  stopped_at_s: float | None = None, workload: Mapping[str, Any] | None = None,
+                  control_events: Sequence[Mapping[str, Any]] = (),
                   engine_details: Mapping[str, Any] | None = None) -> RunMeta:
     """The common part from the scenario and its control plane, read the same way for both
     engines; the engine passes what only it knows."""
@@ -96,6 +106,7 @@ def make_run_meta(scenario: Scenario, plane: ControlPlane, *, engine: EngineKind
         link_backend=link_backend, link_backend_reason=link_backend_reason,
         transport=scenario.transport.model_dump(mode="json"), decisions=list(decisions),
         knob_changes=list(knob_changes), notes=list(notes), end_reason=end_reason,
+        outcome=outcome.value, stopped_by=stopped_by, stopped_at_s=stopped_at_s,
         workload=dict(workload or {}), control_events=[dict(event) for event in control_events],
         engine_details=dict(engine_details or {}),
     )

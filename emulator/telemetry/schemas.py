@@ -135,7 +135,7 @@ class StatusMessage(_Message):
     """Where a run stands; `note` carries announced fallbacks (link backend, mqtt) or, after a
     control message, what it changed."""
 
-    state: Literal["starting", "running", "draining", "finished", "failed"]
+    state: Literal["starting", "running", "draining", "finished", "stopped", "failed"]  # the last three are final
     engine: str
     link_backend: str | None = None
     link_backend_reason: str = ""  # why this backend, whatever the latest note says

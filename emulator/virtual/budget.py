@@ -12,6 +12,8 @@ A virtual run ends at the first of:
      (`event_budget`), a backstop against events that keep scheduling each other at one instant.
 Neither budget depends on a knob's value, so no value (a link at 1 kbit/s, a cut link) can postpone
 the end. At 3 and 4, every request still open fails `unfinished`, its detail naming the budget.
+Its user may stop it before (a signal, the Live page's Stop, a stop callback: `stopped`): what is open
+then fails `interrupted`, and the run's outcome is `stopped` (emulator.telemetry.outcome).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ class SimEnd(StrEnum):
     UNTIL = "until"
     TIME_BUDGET = "time_budget"
     EVENT_BUDGET = "event_budget"
-    INTERRUPTED = "interrupted"  # a signal stopped it (emulator.virtual.loops.RunStopped)
+    STOPPED = "stopped"  # its user stopped it: a signal or a stop callback (emulator.virtual.loops.RunStopped)
 
 
 @dataclass(frozen=True, slots=True)

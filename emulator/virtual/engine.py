@@ -18,6 +18,7 @@ import emulator.accel_on  # noqa: F401  (first: the compiled build, when current
 from emulator.control.types import FailReason, RequestSpec
 from emulator.plane import ControlPlane, make_control_plane
 from emulator.scenario import Scenario
+from emulator.telemetry.outcome import RunOutcome, stopped_detail, stopped_reason
 from emulator.telemetry.recorder import RunRecorder
 from emulator.telemetry.records import RequestRecord
 from emulator.telemetry.run_meta import EngineKind, RunMeta, make_run_meta
@@ -39,7 +40,6 @@ APPROXIMATIONS = (
     "decode: constant step time up to BS_max, joins not aligned to step boundaries",
     "local prefill -> decode KV over RDMA at a fixed rate, no sharing",
 )
-INTERRUPTED_END = "run interrupted by a signal: requests still open failed `interrupted`"
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,16 +57,22 @@ class Simulation:
     num_events: int
     end_s: float
     wall_s: float
-    interrupted: bool = False  # a StopCheck ended it (a signal), and what was open failed `interrupted`
     end: SimEnd = SimEnd.ALL_ENDED  # why the event loop stopped (emulator.virtual.budget)
     budget: EndBudget = EndBudget(0.0, 0)  # the time and event budgets it ran under
+    stop: RunStopped | None = None  # set when a StopCheck ended it: who, when; what was open failed `interrupted`
+    num_stopped_open: int = 0  # requests still open at that stop
+
+    @property
+    def is_stopped(self) -> bool:
+        return self.end is SimEnd.STOPPED
 
 
 def simulate(scenario: Scenario, *, until: float | None = None, progress: Progress | None = None,
              requests: list[RequestSpec] | None = None, plane: ControlPlane | None = None,
              stop: StopCheck | None = None, budget: EndBudget | None = None) -> Simulation:
     """Run `scenario` until every request has ended (or until simulated time `until`, leaving the
-    rest open, or until `stop()` says so at a sample, failing the rest `interrupted`), and never past
+    rest open, or until `stop()` says so at a sample, failing the rest `interrupted`: the run is then
+    `stopped`, and `stop()`'s answer, when a string, names who stopped it), and never past
     its time and event budgets (`budget`, by default EndBudget.of the scenario: see
     emulator.virtual.budget), which fail what is still open `unfinished`. `requests` and `plane`
     default to the scenario's own (build_workload, make_control_plane); passing them in saves
@@ -102,22 +108,22 @@ def simulate(scenario: Scenario, *, until: float | None = None, progress: Progre
     loops = RunLoops(sim, gateway, scenario, arrivals, progress, stop)
     arrivals.start()
     loops.start()
-    interrupted, num_run = False, 0
+    stop_at: RunStopped | None = None
+    num_run = num_open = 0
     with cycle_collector_paused():
         try:
             num_run = sim.run(until, horizon_s=budget.end_s, max_events=budget.max_events)
         except RunStopped as stopped:
-            interrupted = True
-            log.warning("run interrupted (%s): %d requests still open fail `interrupted`", stopped,
-                        len(gateway.core.open))
-            gateway.fail_open(FailReason.INTERRUPTED, "run interrupted by a signal before this request ended")
-    end = SimEnd.INTERRUPTED if interrupted else budget.end(
+            stop_at, num_open = stopped, len(gateway.core.open)
+            log.warning("run %s: %d requests still open fail `interrupted`", stopped, num_open)
+            gateway.fail_open(FailReason.INTERRUPTED, stopped_detail(stopped.by))
+    end = SimEnd.STOPPED if stop_at is not None else budget.end(
         num_run=num_run, num_left=len(sim), next_s=sim.next_time(), until=until)
     if end is not SimEnd.UNTIL and gateway.core.open:
         log.warning("%s: %d requests still open; failing them", end.value, len(gateway.core.open))
         gateway.fail_open(FailReason.UNFINISHED, budget.detail(end, sim.now))
     return Simulation(gateway.core.records, loops.samples, plane, costs, gateway, loops, len(requests), coverage,
-                      sim.num_events, sim.now, time.perf_counter() - wall_start, interrupted, end, budget)
+                      sim.num_events, sim.now, time.perf_counter() - wall_start, end, budget, stop_at, num_open)
 
 
 @contextmanager
@@ -173,12 +179,18 @@ def run_duration_s(records: list[RequestRecord]) -> float:
 
 def run_meta(scenario: Scenario, result: Simulation) -> RunMeta:
     """summary.json's `meta`: what ran, with which settings, and what the engine assumed."""
-    ended = result.budget.words(result.end, sum(r.fail_reason == FailReason.UNFINISHED for r in result.records))
-    ended = INTERRUPTED_END if result.interrupted else ended
+    stop = result.stop
+    if stop is not None:
+        ended, outcome = stopped_reason(stop.by, stop.at_s, result.num_stopped_open), RunOutcome.STOPPED
+    else:
+        num_unfinished = sum(r.fail_reason == FailReason.UNFINISHED for r in result.records)
+        ended, outcome = result.budget.words(result.end, num_unfinished), RunOutcome.FINISHED
     return make_run_meta(
         scenario, result.plane, engine=EngineKind.VIRTUAL, link_backend="simulated",
         link_backend_reason="the virtual engine's fluid link model", decisions=result.loops.decisions,
-        knob_changes=result.loops.knob_changes, end_reason=ended, workload=result.coverage.as_json(),
+        knob_changes=result.loops.knob_changes, end_reason=ended, outcome=outcome,
+        stopped_by=stop.by if stop is not None else None, stopped_at_s=stop.at_s if stop is not None else None,
+        workload=result.coverage.as_json(),
         engine_details={
             "costs": result.costs.as_meta(),
             "prefix_index": "used" if result.gateway.core.use_index else "skipped: no block is shared",

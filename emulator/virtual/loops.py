@@ -30,12 +30,16 @@ from emulator.workload.build import num_due
 log = logging.getLogger(__name__)
 SAMPLE_PERIOD_S = 1.0
 Progress = Callable[[int, int, float], None]  # (requests ended, total, simulated seconds)
-StopCheck = Callable[[], bool]  # whether the operator asked the run to stop (a signal): see RunStopped
+StopCheck = Callable[[], str | bool | None]  # who asked the run to stop (`SIGINT`), True, or None/False to go on
 
 
 class RunStopped(Exception):
     """Raised by the sampler when `StopCheck` says so: it leaves the event loop between two events,
     every entity consistent, and `simulate` fails what is open `interrupted`."""
+
+    def __init__(self, by: str | None, at_s: float) -> None:
+        super().__init__(f"stopped at t={at_s:g} s" + (f" by {by}" if by else ""))
+        self.by, self.at_s = by, at_s
 
 
 def link_states(spec: Any, connections: int) -> tuple[LinkState, LinkState]:
@@ -150,8 +154,8 @@ class RunLoops:
             self._tick(now, sent / dt, utilization or 0.0, state.loss, remote, local, decode)
         if self.progress is not None:
             self.progress(completed + failed, self.expected, now)
-        if self.stop is not None and self.stop():
-            raise RunStopped(f"stopped at t={now:g} s")
+        if self.stop is not None and (by := self.stop()):
+            raise RunStopped(by if isinstance(by, str) else None, now)
         if in_flight or not self.arrivals.is_done:
             self.sim.schedule(now + SAMPLE_PERIOD_S, self._on_sample)
 

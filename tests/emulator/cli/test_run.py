@@ -24,7 +24,7 @@ def test_the_final_table_lists_each_expect_bound_held_or_failed(tmp_path: Path) 
     assert any(line.startswith("  workload: replaying 100 of 3,993 rows") for line in lines)
     assert any(line.startswith("  TTFT P90 (s) ") for line in lines)  # figures by their labels
     assert any(line.startswith("  egress mean ") and "bit/s" in line for line in lines)
-    bounds = lines[lines.index("  expect:") + 1:]
+    bounds = lines[lines.index("  expect: 1 of 2 bounds failed") + 1:]
     assert len(bounds) == 2
     held, failed = bounds
     assert held.split()[:4] == ["TTFT", "P90", "(s)", "[ttft_p90_s]"] and held.endswith("max 1,000     held")

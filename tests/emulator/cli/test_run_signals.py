@@ -1,7 +1,9 @@
 """Stopping `python -m emulator run` (virtual engine) with a storm of signals: 2 or 3 SIGINTs within a
 second, at varied moments (early in the simulation, late in it, at the end while the record is
 written). However many come, the command ends with summary.json and requests.parquet written whole,
-and every request in the record completed or failed with a reason."""
+and every request in the record completed or failed with a reason. A run the signal stopped says
+`stopped`, leaves its `expect:` unjudged and exits 130 (128 + SIGINT); one that had already ended
+when the signal came keeps its own outcome and exit status."""
 
 from __future__ import annotations
 
@@ -78,11 +80,16 @@ def test_a_storm_of_sigints_ends_with_the_whole_record(tmp_path: Path, duration_
             proc.wait(10)
     text = log.read_text(errors="replace")
     assert "Traceback" not in text and "KeyError" not in text, text[-3000:]
-    assert proc.returncode in (0, 1), text[-3000:]  # 1: an expect bound failed on a cut-short run
     doc, rows = assert_whole_record(out)
-    if doc["meta"]["end_reason"].startswith("run interrupted"):
+    meta = doc["meta"]
+    if meta["outcome"] == "stopped":
+        assert proc.returncode == 130, text[-3000:]
         assert all(r["fail_reason"] in (None, "interrupted") for r in rows)  # no rows: stopped at t = 0
-        assert "by a signal" in doc["meta"]["end_reason"] and "  ended: run interrupted by a signal" in text
+        assert meta["stopped_by"] == "SIGINT" and f"  ended: {meta['end_reason']}" in text
+        assert meta["end_reason"].startswith("stopped at t = ") and "by SIGINT (Ctrl-C" in meta["end_reason"]
+        assert doc["expect_status"] in ("none", "not_judged") and doc["expect_failures"] == []
+    else:  # the signals came as the record was written: absorbed, the run's own verdict stands
+        assert meta["outcome"] == "finished" and proc.returncode in (0, 1), text[-3000:]
 
 
 def test_a_run_that_is_not_stopped_writes_its_record_once(tmp_path: Path) -> None:
@@ -91,3 +98,31 @@ def test_a_run_that_is_not_stopped_writes_its_record_once(tmp_path: Path) -> Non
     assert proc.wait(EXIT_GUARD_S) == 0, log.read_text()
     doc, rows = assert_whole_record(tmp_path / "run")
     assert doc["meta"]["end_reason"] == "run ended" and all(r["status"] == "completed" for r in rows)
+    assert doc["meta"]["outcome"] == "finished" and doc["meta"]["stopped_by"] is None
+
+
+def test_sigterm_stops_the_run_unjudged_with_exit_143(tmp_path: Path) -> None:
+    """SIGTERM (a service manager, `kill`): the run is `stopped` by SIGTERM, the bound it would miss
+    is not judged, and the command says so in words and exits 128 + 15."""
+    out = tmp_path / "run"
+    log = out.parent / "run.log"
+    with open(log, "wb") as log_file:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "emulator", "run", "scenarios/paper-case-study.yaml", "--out", str(out),
+             "--progress-every", "0.2", "--set", "duration_s=20000", "--set", "expect.completed_fraction={min: 1}"],
+            cwd=REPO, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        wait_for(proc, log, "progress: ")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(EXIT_GUARD_S) == 143, log.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    doc, _ = assert_whole_record(out)
+    assert (doc["meta"]["outcome"], doc["meta"]["stopped_by"]) == ("stopped", "SIGTERM")
+    assert (doc["expect_status"], doc["expect_failures"]) == ("not_judged", [])
+    lines = log.read_text().splitlines()
+    assert f"  ended: {doc['meta']['end_reason']}" in lines
+    assert f"  expect: {doc['expect_note']}" in lines and lines[-1].endswith("min 1         not judged")
+    assert not any("FAILED" in line for line in lines)
