@@ -1,9 +1,9 @@
 """The Live page's knobs: the control message each one sends, checked with the run's own validator
-(`parse_control`) before it is published, and what the run answered.
+(`parse_control`) before it is published, and the values the run reports for them.
 
-Pure: building and checking a message and reading an answer out of a `RunView` need no broker;
-`app.mqtt_feed` does the publishing. A message the run would refuse is refused here first, with the
-same one-line reason.
+Pure: building and checking a message and reading values out of a snapshot need no broker;
+`app.mqtt_feed` does the publishing and `app.knob_acks` reads the run's answers. A message the run
+would refuse is refused here first, with the same one-line reason.
 """
 
 from __future__ import annotations
@@ -33,8 +33,6 @@ BOUNDS: dict[str, tuple[float, float]] = {
     **{name: (BY_PATH[LINK_PREFIX + name].low, BY_PATH[LINK_PREFIX + name].high) for name in LINK_FIELDS},
     "rate_per_s": (BY_PATH["workload.arrival.rate_per_s"].low, BY_PATH["workload.arrival.rate_per_s"].high),
 }
-ACK_TIMEOUT_S = 10.0  # no answer by then: say so instead of waiting forever
-QUIET_S = 1.5  # a knob the metrics do not show counts as taken after this long without a refusal
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,23 +48,6 @@ class KnobMessage:
     @property
     def data(self) -> bytes:
         return json.dumps(self.payload).encode()
-
-
-@dataclass(frozen=True, slots=True)
-class SentKnob:
-    """A knob message published at `sent_at_s` (the page's monotonic clock)."""
-
-    message: KnobMessage
-    sent_at_s: float
-
-
-@dataclass(frozen=True, slots=True)
-class Ack:
-    """What became of a sent knob: "waiting", "applied", "taken" (no refusal; the metrics do not
-    carry this knob), "refused" or "silent" (no answer within ACK_TIMEOUT_S)."""
-
-    state: str
-    text: str
 
 
 def threshold_payload(tokens: float) -> dict[str, Any]:
@@ -164,9 +145,10 @@ DEFAULT_KNOBS: dict[str, Any] = {
 
 def knob_values(scenario: Scenario | None, latest: MetricsSnapshot | None,
                 start_threshold: int | None = None) -> dict[str, Any]:
-    """Where each knob starts: the run's last snapshot (threshold, link), else the threshold the
-    run started at (its status, or its record: `auto` resolved), else its scenario, else
-    DEFAULT_KNOBS (a run watched from the bus whose scenario the page does not know)."""
+    """Each knob's value as the run stands: its last snapshot (threshold, link, and the other knobs
+    where it reports them), else the threshold the run started at (its status, or its record: `auto`
+    resolved), else its scenario, else DEFAULT_KNOBS (a run watched from the bus whose scenario the
+    page does not know)."""
     values = dict(DEFAULT_KNOBS)
     if scenario is not None:
         router, scheduler, link = scenario.router, scenario.scheduler, scenario.link
@@ -187,6 +169,11 @@ def knob_values(scenario: Scenario | None, latest: MetricsSnapshot | None,
         if latest.threshold_tokens is not None:
             values["threshold"] = latest.threshold_tokens
         values |= {name: latest.link[name] for name in LINK_FIELDS if name in latest.link}
+        if (knobs := latest.knobs) is not None:
+            values |= {"policy": knobs.policy, "affinity": knobs.affinity, "short_term": knobs.short_term,
+                       "long_term": knobs.long_term}
+            if knobs.rate_per_s is not None:
+                values["rate_per_s"] = knobs.rate_per_s
     values["threshold"] = min(max(int(values["threshold"]), 0), threshold_max(scenario, start_threshold))
     for name in (*LINK_FIELDS, "rate_per_s"):  # number inputs hold floats (or None: unshaped)
         values[name] = float(values[name]) if values[name] is not None else None
@@ -202,38 +189,3 @@ def link_base(view: RunView) -> LinkSpec | None:
         return parse_link_spec(dict(latest.link))
     except LinkSpecError:
         return None
-
-
-def ack_of(sent: SentKnob, view: RunView, now_s: float) -> Ack:
-    """Read the run's answer to `sent` out of what arrived after it was sent."""
-    message = sent.message
-    for at_s, error in view.errors:
-        if at_s >= sent.sent_at_s and error.topic == message.topic:
-            return Ack("refused", error.error)
-    after = [s for s, at_s in zip(view.metrics, view.metrics_at_s, strict=True) if at_s >= sent.sent_at_s]
-    for snapshot in after:
-        if _shows(message, snapshot.threshold_tokens, snapshot.link):
-            return Ack("applied", f"the run reports it at t = {snapshot.t_s:.1f} s")
-    waited_s = now_s - sent.sent_at_s
-    if after and message.knob not in (Knob.THRESHOLD, Knob.LINK) and waited_s >= QUIET_S:
-        return Ack("taken", f"no refusal; the run's next snapshot came at t = {after[0].t_s:.1f} s "
-                            "(this knob is not in the metrics)")
-    if waited_s >= ACK_TIMEOUT_S:
-        return Ack("silent", f"no answer within {ACK_TIMEOUT_S:g} s; is the run still going?")
-    return Ack("waiting", "sent; waiting for the run's next snapshot")
-
-
-def _shows(message: KnobMessage, threshold: int | None, link: dict[str, float | None]) -> bool:
-    """Whether a snapshot carries the value `message` set (only threshold and link are in it)."""
-    if message.knob is Knob.THRESHOLD:
-        return threshold == message.payload["tokens"]
-    if message.knob is Knob.LINK:
-        for name in LINK_FIELDS:
-            want, have = message.payload.get(name), link.get(name)
-            if want is None or have is None:
-                if want != have:
-                    return False
-            elif not math.isclose(float(want), float(have), rel_tol=1e-6, abs_tol=1e-9):
-                return False
-        return bool(link)
-    return False

@@ -13,12 +13,13 @@ from typing import Any
 
 import streamlit as st
 
+from app.knob_acks import SentKnob, ack_of
+from app.knob_sync import WIDGET_PREFIX, must_redraw, sent_names, unapplied, widget_updates
 from app.knobs_view import (
     AFFINITIES,
     BOUNDS,
     POLICIES,
     THRESHOLD_STEP,
-    SentKnob,
     affinity_payload,
     arrival_rate_payload,
     check_knob,
@@ -36,13 +37,17 @@ from app.mqtt_feed import MqttFeed
 from emulator.errors import TelemetryError
 from emulator.scenario import Scenario
 from emulator.telemetry.control_messages import Knob
+from emulator.telemetry.labels import KNOB_LABELS, format_number
 
 MAX_SENT_SHOWN = 5
+NOW_FRAGMENT = "live_now"  # the Live page's fragment that shows the run's answer (tiles and acks)
+SYNCED = "live_knobs_synced"  # (run id, {knob: the run's value its widget was last set to})
 TCP_NOTE = ("TCP connections per KV link are set when a run starts (Advanced start options, or "
             "transport.connections in the scenario): live workers open them at start and cannot change "
             "them while running.")
 PHASE_NOTES = {
-    "running": "Each change is published on its control topic; the answer shows above the charts.",
+    "running": "Each knob shows the run's own value, whoever set it; a change is published on its "
+               "control topic and the run's answer shows above the charts.",
     "waiting": "Knobs wait for the run's first metrics snapshot.",
     "virtual": "A virtual run takes no knobs: it is simulated and done in seconds.",
     "ended": "This run is over; its knobs are off.",
@@ -79,7 +84,8 @@ def sent_knobs(run_id: str) -> list[SentKnob]:
 
 
 def _send(feed: MqttFeed | None, why_no_feed: str, run_id: str, knob: Knob, payload: dict[str, Any]) -> None:
-    """Check, then publish one knob; a refusal is kept for the sidebar to show."""
+    """Check, then publish one knob; a refusal is kept for the sidebar to show. Once sent, only the
+    answer's fragment reruns (`st.rerun(NOW_FRAGMENT)`): a whole-page rerun would delay the answer."""
     st.session_state["live_refusal"] = None
     try:
         view = feed.buffer.view(run_id) if feed is not None else RunView(run_id)
@@ -91,6 +97,11 @@ def _send(feed: MqttFeed | None, why_no_feed: str, run_id: str, knob: Knob, payl
         st.session_state["live_refusal"] = f"Not sent: {err}"
         return
     st.session_state["live_sent"] = [*sent_knobs(run_id), SentKnob(message, time.monotonic())][-MAX_SENT_SHOWN:]
+    kept = st.session_state.get(SYNCED)
+    if kept is not None and kept[0] == run_id:
+        for name in sent_names(knob):  # once answered, the widget shows the run's value again
+            kept[1].pop(name, None)
+    st.rerun(NOW_FRAGMENT)
 
 
 def _from_widgets(feed: MqttFeed | None, why_no_feed: str, run_id: str, knob: Knob,
@@ -98,22 +109,57 @@ def _from_widgets(feed: MqttFeed | None, why_no_feed: str, run_id: str, knob: Kn
     _send(feed, why_no_feed, run_id, knob, build(*(st.session_state[k] for k in keys)))
 
 
-def _init_knobs(run_id: str, view: RunView, scenario: Scenario | None, start_threshold: int | None) -> None:
-    """Set each knob from the run once: from its scenario at first, from its metrics once they come."""
-    # once snapshots come they set the knobs (a later status's t must not reset a half-edited form)
-    source = (run_id, view.latest is not None, start_threshold if view.latest is None else None)
-    if st.session_state.get("live_knobs_for") == source:
-        return
-    for name, value in knob_values(scenario, view.latest, start_threshold).items():
-        st.session_state[f"live_k_{name}"] = value
-    st.session_state["live_knobs_for"] = source
+def _sync(run_id: str, view: RunView, scenario: Scenario | None, start_threshold: int | None,
+          now_s: float) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], set[str]]:
+    """(the run's values, the synced ones, the widgets' values, the knobs waiting for an answer)."""
+    run = knob_values(scenario, view.latest, start_threshold)
+    kept = st.session_state.get(SYNCED)
+    synced = dict(kept[1]) if kept is not None and kept[0] == run_id else {}
+    widgets = {name: st.session_state[WIDGET_PREFIX + name] for name in run if WIDGET_PREFIX + name in st.session_state}
+    waiting = {name for sent in sent_knobs(run_id) if not ack_of(sent, view, now_s).is_settled
+               for name in sent_names(sent.message.knob)}
+    return run, synced, widgets, waiting
+
+
+def follow_run(run_id: str, view: RunView, scenario: Scenario | None, start_threshold: int | None,
+               now_s: float) -> dict[str, Any]:
+    """Set each knob widget the run has moved (app.knob_sync's rule); call before drawing them.
+    Returns the knobs whose widget holds an edit the run is not at: name -> the run's value."""
+    run, synced, widgets, waiting = _sync(run_id, view, scenario, start_threshold, now_s)
+    updates = widget_updates(run, synced, widgets, waiting)
+    for name, value in updates.items():
+        st.session_state[WIDGET_PREFIX + name] = value
+    st.session_state[SYNCED] = (run_id, synced | updates)
+    return unapplied(run, widgets | updates, waiting)
+
+
+def knobs_behind(run_id: str, view: RunView, scenario: Scenario | None, start_threshold: int | None,
+                 now_s: float) -> bool:
+    """Whether the run has moved a knob so that its widget must show another value (the page then
+    reruns whole, as only a whole run redraws the sidebar); a move the widget already shows is
+    recorded here, without a rerun."""
+    run, synced, widgets, waiting = _sync(run_id, view, scenario, start_threshold, now_s)
+    updates = widget_updates(run, synced, widgets, waiting)
+    if must_redraw(updates, widgets):
+        return True
+    if updates:
+        st.session_state[SYNCED] = (run_id, synced | updates)
+    return False
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "unshaped"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return format_number(value) if isinstance(value, int | float) else str(value)
 
 
 def knobs_sidebar(run_id: str, view: RunView, phase: str, feed: MqttFeed | None, why_no_feed: str,
                   scenario: Scenario | None, start_threshold: int | None = None) -> None:
     """The knobs of `run_id`, live only while it runs. Call it inside `with st.sidebar:`.
     `start_threshold` is the t the run started at when its scenario says `auto`."""
-    _init_knobs(run_id, view, scenario, start_threshold)
+    pending = follow_run(run_id, view, scenario, start_threshold, time.monotonic())
     off = phase != "running"
     on = {"disabled": off}
 
@@ -123,14 +169,14 @@ def knobs_sidebar(run_id: str, view: RunView, phase: str, feed: MqttFeed | None,
     st.header("Knobs")
     st.caption(f"Run {run_id}. {PHASE_NOTES[phase]}")
     with st.form("live_threshold_form", border=False):  # one message on Apply, not one per key press
-        st.slider("Threshold (tokens)", 0, threshold_max(scenario, start_threshold), step=THRESHOLD_STEP,
+        st.slider(KNOB_LABELS["threshold"], 0, threshold_max(scenario, start_threshold), step=THRESHOLD_STEP,
                   key="live_k_threshold", disabled=off,
                   help="prompts whose uncached part is longer go to the remote PrfaaS cluster; the range "
                        "ends at the longest prompt the scenario can draw")
         st.form_submit_button("Apply threshold", key="live_apply_threshold", width="stretch", disabled=off,
                               on_click=_from_widgets,
                               args=(feed, why_no_feed, run_id, Knob.THRESHOLD, threshold_payload, "live_k_threshold"))
-    st.selectbox("Router policy", POLICIES, key="live_k_policy",
+    st.selectbox(KNOB_LABELS["policy"], POLICIES, key="live_k_policy",
                  help="prfaas: by threshold; local-only: homogeneous PD; all-remote: naive heterogeneous",
                  **wire(Knob.POLICY, policy_payload, "live_k_policy"))
     is_trace = scenario is not None and scenario.workload.is_trace
@@ -142,28 +188,30 @@ def knobs_sidebar(run_id: str, view: RunView, phase: str, feed: MqttFeed | None,
                                   (resume, "Resume", "live_resume", Knob.RESUME)):
         col.button(label, key=key, width="stretch", on_click=_send,
                    args=(feed, why_no_feed, run_id, knob, empty_payload()), **on)
-    st.toggle("Scheduler, short-term (re-search t)", key=SCHEDULER_KEYS[0],
+    st.toggle(KNOB_LABELS["short_term"], key=SCHEDULER_KEYS[0],
               help="its triggers are start-time settings: Advanced start options, e.g. "
                    "scheduler.short_term.queue_depth_trigger=8",
               **wire(Knob.SCHEDULER, scheduler_payload, *SCHEDULER_KEYS))
-    st.toggle("Scheduler, long-term (re-split P/D)", key=SCHEDULER_KEYS[1],
+    st.toggle(KNOB_LABELS["long_term"], key=SCHEDULER_KEYS[1],
               help="every few minutes, re-plans how many local instances prefill and how many decode "
                    "(a node drains before it changes role)",
               **wire(Knob.SCHEDULER, scheduler_payload, *SCHEDULER_KEYS))
-    st.selectbox("Cache affinity", AFFINITIES, key="live_k_affinity",
+    st.selectbox(KNOB_LABELS["affinity"], AFFINITIES, key="live_k_affinity",
                  help="which prefill node takes a request: cost (least estimated time to first token), "
                       "longest-prefix (the longest cached prefix, whatever its queue) or off (least loaded)",
                  **wire(Knob.AFFINITY, affinity_payload, "live_k_affinity"))
     st.markdown("**Cross-datacenter link**")
-    st.number_input("Bandwidth (Mbit/s; empty = unshaped)", key=LINK_KEYS[0], step=10.0, format="%.1f",
+    st.number_input(KNOB_LABELS["bandwidth_mbit"], key=LINK_KEYS[0], step=10.0, format="%.1f",
                     help=f"{LINK_WORDS['bandwidth_mbit']}; {bounds_help('bandwidth_mbit')}", **on)
-    for col, key, label in zip(st.columns(3), LINK_KEYS[1:], ("Delay (ms)", "Jitter (ms)", "Loss (%)"),
-                               strict=True):
-        name = key.removeprefix("live_k_")
-        col.number_input(label, key=key, step=1.0, format="%.1f", help=f"{LINK_WORDS[name]}; {bounds_help(name)}",
-                         **on)
+    for col, key in zip(st.columns(3), LINK_KEYS[1:], strict=True):
+        name = key.removeprefix(WIDGET_PREFIX)
+        col.number_input(KNOB_LABELS[name], key=key, step=1.0, format="%.1f",
+                         help=f"{LINK_WORDS[name]}; {bounds_help(name)}", **on)
     st.button("Apply link", key="live_apply_link", width="stretch", on_click=_from_widgets,
               args=(feed, why_no_feed, run_id, Knob.LINK, link_payload, *LINK_KEYS), **on)
     st.caption(TCP_NOTE)
+    if pending and not off:
+        st.warning("Not applied: " + "; ".join(f"{KNOB_LABELS[name]} (the run is at {_shown(value)})"
+                                                for name, value in pending.items()))
     if refusal := st.session_state.get("live_refusal"):
         st.error(refusal)

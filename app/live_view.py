@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 from pydantic import BaseModel
 
+from emulator.telemetry.labels import KNOB_LABELS
 from emulator.telemetry.schemas import ErrorEvent, MetricsSnapshot, NoteEvent, RequestEvent, StatusMessage
 
 MAX_RUNS = 32  # runs remembered; the least recently heard-from is forgotten first
@@ -30,12 +31,13 @@ ENDED_STATES = ("finished", "stopped", "failed")
 TILES = {
     "state": "State", "link_backend": "Link backend", "run_time": "Run time (s)",
     "arrived": "Completed / arrived", "failed": "Failed", "threshold": "Threshold (tokens)",
+    "link": "Link", "arrivals": "Arrivals",
     "simulated_time": "Simulated time (s)", "ended": "Requests ended",
     "completed": "Completed", "failed_count": "Failed", "ttft_p50_s": "TTFT P50 (s)", "ttft_p90_s": "TTFT P90 (s)",
     "prfaas_fraction": "Routed remote", "throughput_rps": "Throughput (req/s)",
     "lambda_max_model": "Λ_max, model (req/s)",
 }
-KNOB_TITLES = {"rate": "Arrival rate (req/s)", "pause": "Pause arrivals"}  # knobs the tour names
+KNOB_TITLES = {"rate": KNOB_LABELS["rate_per_s"], "pause": "Pause arrivals"}  # knobs the tour names
 
 
 @dataclass
@@ -43,7 +45,7 @@ class _RunBuffer:
     metrics: deque[tuple[float, MetricsSnapshot]]
     events: deque[tuple[float, RequestEvent]]
     errors: deque[tuple[float, ErrorEvent]]
-    notes: deque[NoteEvent]
+    notes: deque[tuple[float, NoteEvent]]
     status: tuple[float, StatusMessage] | None = None
     version: int = 0
     last_at_s: float = 0.0
@@ -59,6 +61,7 @@ class RunView:
     events: tuple[RequestEvent, ...] = ()
     errors: tuple[tuple[float, ErrorEvent], ...] = ()
     notes: tuple[NoteEvent, ...] = ()  # the run's knob and decision log, as it happened
+    notes_at_s: tuple[float, ...] = ()
     status: StatusMessage | None = None
     version: int = 0
     last_at_s: float | None = None  # when anything of this run last arrived
@@ -96,7 +99,7 @@ class FeedBuffer:
             elif isinstance(message, ErrorEvent):
                 run.errors.append((at_s, message))
             elif isinstance(message, NoteEvent):
-                run.notes.append(message)
+                run.notes.append((at_s, message))
             elif isinstance(message, StatusMessage):
                 run.status = (at_s, message)
             else:
@@ -112,8 +115,9 @@ class FeedBuffer:
                 return RunView(run_id)
             return RunView(
                 run_id, tuple(m for _, m in run.metrics), tuple(at for at, _ in run.metrics),
-                tuple(e for _, e in run.events), tuple(run.errors), tuple(run.notes),
-                run.status[1] if run.status else None, run.version, run.last_at_s,
+                tuple(e for _, e in run.events), tuple(run.errors), tuple(n for _, n in run.notes),
+                tuple(at for at, _ in run.notes), run.status[1] if run.status else None, run.version,
+                run.last_at_s,
             )
 
     def version(self, run_id: str) -> int:

@@ -1,8 +1,10 @@
 """Live control room: start a scenario (live or virtual) through the run API, turn its knobs over
-MQTT and watch it, refreshed every second by a fragment over the server's MQTT feed.
+MQTT and watch it over the server's MQTT feed: the tiles and answers in a fragment redrawn every
+tenth of a second, the charts in one redrawn every second.
 
-Layout only; the buffer and tables come from `app.live_view`, the knobs from `app.live_knobs` (their
-messages from `app.knobs_view`), the charts from `app.live_charts`, runs from `app.run_registry`.
+Layout only; the buffer and tables come from `app.live_view`, the tiles from `app.live_tiles`, the
+knobs from `app.live_knobs` (their messages from `app.knobs_view`, answers from `app.knob_acks`),
+the charts from `app.live_charts`, runs from `app.run_registry`.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ import streamlit as st
 
 from app import live_charts
 from app.decisions_view import TABLE_COLUMNS, TIME, WHY, decision_rows, note_rows
-from app.knobs_view import ack_of
-from app.live_knobs import knobs_sidebar, sent_knobs
+from app.knob_acks import AckState, ack_of
+from app.live_knobs import NOW_FRAGMENT, knobs_behind, knobs_sidebar, sent_knobs
 from app.live_results import show_results
+from app.live_tiles import Tile, bus_tiles, record_tiles
 from app.live_view import TILES, RunView, metrics_frame, requests_table, roles_table, run_phase
 from app.mqtt_feed import MqttFeed, choose_broker, get_feed
 from app.run_registry import RunRefused, StartedRun, get_registry
@@ -25,18 +28,20 @@ from emulator.api import SCENARIOS_DIR, ScenarioInfo, list_scenarios, live_capab
 from emulator.errors import PrfaasError
 from emulator.scenario import Scenario, apply_overrides, load_scenario
 from emulator.scenario.parts import MAX_CONNECTIONS
-from emulator.telemetry.labels import format_number
 
 INTRO = """
 Start a scenario, then steer it while it runs: every knob is published on the run's MQTT control
-topic (`prfaas/<run>/control/<knob>`) and the run's answer shows above the charts. The charts
-redraw every second from the server's MQTT subscriber; a virtual run is simulated in seconds and
-drawn from its record when it ends.
+topic (`prfaas/<run>/control/<knob>`), and the tiles, the knobs and the run's answer show what the
+run itself reports, whoever turned it (its timeline, the scheduler, you). The charts redraw every
+second from the server's MQTT subscriber; a virtual run is simulated in seconds and drawn from its
+record when it ends.
 """
-REFRESH_S = 1.0
+NOW_EVERY_S = 0.1  # the tiles and answers look at the feed this often: a snapshot or an answer shows within it
+CHARTS_EVERY_S = 1.0
+TILES_PER_ROW = 4
 ROLES, LAST_REQUESTS, DECISIONS = live_charts.TABLE_TITLES
-ACK_BOX = {"applied": st.success, "taken": st.success, "refused": st.error, "silent": st.warning,
-           "waiting": st.info}
+ACK_BOX = {AckState.APPLIED: st.success, AckState.REFUSED: st.error, AckState.SILENT: st.warning,
+           AckState.WAITING: st.info}
 REQUEST_COLUMNS = {
     "input_len": st.column_config.NumberColumn("input (tokens)"),
     "ttft_s": st.column_config.NumberColumn("TTFT (s)", format="%.3f"),
@@ -187,7 +192,7 @@ def _watch_section() -> str | None:
     return run_id
 
 
-# --- the live panel (a fragment, redrawn every second) -----------------------------------------
+# --- the run now: tiles and answers (a fragment redrawn at once when the run says something) ----
 
 
 def _acks(run_id: str, view: RunView) -> None:
@@ -201,25 +206,22 @@ def _acks(run_id: str, view: RunView) -> None:
             st.caption(text)
 
 
+def _tiles(tiles: list[Tile]) -> None:
+    for row in range(0, len(tiles), TILES_PER_ROW):  # two rows: eight tiles in one clip their titles
+        for col, tile in zip(st.columns(TILES_PER_ROW), tiles[row:row + TILES_PER_ROW], strict=False):
+            col.metric(tile.title, tile.value, help=tile.help)
+
+
 def _status_row(view: RunView, phase: str, started: StartedRun | None) -> None:
     latest, status = view.latest, view.status
     scenario = _scenario_of(started)
     # the scenario of a run started here, else what the run's status says (a run started in a terminal)
     duration_s = scenario.duration_s if scenario is not None else status.duration_s if status is not None else None
-    duration = f" / {duration_s:g}" if duration_s is not None else ""
     if started is not None and started.handle.engine == "virtual":
-        _virtual_status(started, phase, duration)
+        _virtual_status(started, phase, f" / {duration_s:g}" if duration_s is not None else "")
         return  # a virtual run says nothing on the bus: its log and record are all there is
-    tiles = st.columns(6)
-    tiles[0].metric(TILES["state"], status.state if status is not None and phase != "ended" else phase)
-    tiles[1].metric(TILES["link_backend"], (status.link_backend if status else None) or "-")
-    tiles[2].metric(TILES["run_time"], f"{latest.t_s:.1f}{duration}" if latest else "-",
-                    help="seconds since the run started / the scenario's duration (arrivals stop there; "
-                         "the run then drains)")
-    counts = latest.requests if latest else None
-    tiles[3].metric(TILES["arrived"], f"{counts.completed} / {counts.arrived}" if counts else "-")
-    tiles[4].metric(TILES["failed"], str(counts.failed) if counts else "-")
-    tiles[5].metric(TILES["threshold"], format_number(latest.threshold_tokens) if latest else "-")
+    doc = started.summary() if started is not None and phase == "ended" else None
+    _tiles(record_tiles(doc, view) if doc is not None else bus_tiles(view, phase, duration_s))
     if duration_s is not None and latest is not None and phase == "running":
         st.progress(min(latest.t_s / duration_s, 1.0), text=f"{latest.t_s:.0f} of {duration_s:g} s")
     if status is not None and (why := status.link_backend_reason or status.note):
@@ -230,6 +232,22 @@ def _status_row(view: RunView, phase: str, started: StartedRun | None) -> None:
         st.caption(live_capability()[1])
     if status is not None and status.workload:
         st.caption(f"Workload: {status.workload}")
+
+
+def _now(run_id: str) -> None:
+    """The run's tiles and its answers to the knobs, redrawn every NOW_EVERY_S while it runs (a few
+    small elements: cheap), so a snapshot or an answer shows within that of its arrival. The page
+    reruns whole when the run changes phase, or moves a knob its widget does not show yet."""
+    view = _view(run_id)
+    phase = _phase(run_id, view)
+    if st.session_state.get("live_shown") != (run_id, phase, view.latest is not None):
+        st.rerun()  # the run changed phase: redraw the whole page (knobs on/off, fragment timers)
+    started = REGISTRY.get(run_id)
+    _status_row(view, phase, started)
+    _acks(run_id, view)
+    if phase == "running" and knobs_behind(run_id, view, _scenario_of(started), _start_threshold(started, view),
+                                           time.monotonic()):
+        st.rerun()  # after drawing: the tiles show the run's value now, the sidebar follows
 
 
 def _virtual_status(started: StartedRun, phase: str, duration: str) -> None:
@@ -300,13 +318,10 @@ def _charts(frame: pd.DataFrame, caption: str, decisions: pd.DataFrame, view: Ru
 
 
 def _panel(run_id: str) -> None:
+    """The charts and tables (redrawn every CHARTS_EVERY_S), and the results once the run has ended."""
     view = _view(run_id)
     phase = _phase(run_id, view)
-    if st.session_state.get("live_shown") != (run_id, phase, view.latest is not None):
-        st.rerun()  # the run changed phase: redraw the whole page (knobs on/off, fragment timer)
     started = REGISTRY.get(run_id)
-    _status_row(view, phase, started)
-    _acks(run_id, view)
     if phase in ("ended", "virtual") and started is not None:
         show_results(started, _scenario_of(started))
     if phase == "virtual":
@@ -346,5 +361,7 @@ if watched is not None:
     with st.sidebar:
         knobs_sidebar(watched, watched_view, watched_phase, FEED, BROKER.how, _scenario_of(watched_run),
                       _start_threshold(watched_run, watched_view))
-    every = REFRESH_S if watched_phase in ("waiting", "running", "virtual") else None
+    now_every = {"waiting": NOW_EVERY_S, "running": NOW_EVERY_S, "virtual": CHARTS_EVERY_S}.get(watched_phase)
+    st.fragment(run_every=now_every, key=NOW_FRAGMENT)(_now)(watched)
+    every = CHARTS_EVERY_S if watched_phase in ("waiting", "running", "virtual") else None
     st.fragment(run_every=every, key="live_panel")(_panel)(watched)

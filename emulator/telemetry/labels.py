@@ -107,6 +107,21 @@ SWEEP_LABELS: dict[str, str] = {
 }
 
 
+# The Live page's knobs by name (app.knob_sync): their widgets and the "not applied" line beside them.
+KNOB_LABELS: dict[str, str] = {
+    "threshold": "Threshold (tokens)",
+    "policy": "Router policy",
+    "affinity": "Cache affinity",
+    "short_term": "Scheduler, short-term (re-search t)",
+    "long_term": "Scheduler, long-term (re-split P/D)",
+    "rate_per_s": "Arrival rate (req/s)",
+    "bandwidth_mbit": "Bandwidth (Mbit/s; empty = unshaped)",
+    "delay_ms": "Delay (ms)",
+    "jitter_ms": "Jitter (ms)",
+    "loss_pct": "Loss (%)",
+}
+
+
 def label(key: str) -> str:
     """A figure's, meta key's or sweep column's human name; an unknown key (a newer summary) with
     spaces for `_`."""
@@ -125,3 +140,56 @@ def format_number(value: Any, digits: int = 3, keep_zeros: bool = False) -> str:
     if isinstance(value, int) or abs(value) >= 10 ** (digits - 1):
         return f"{round(value):,}"
     return f"{value:#.{digits}g}".rstrip(".") if keep_zeros else f"{value:.{digits}g}"
+
+
+# A scenario setting by its path (sweep axes, `--set`, the timeline's `set:`), named as a person reads it.
+SETTING_LABELS: dict[str, str] = {
+    "router.threshold_tokens": "threshold t (tokens)",
+    "router.policy": "routing policy",
+    "router.affinity": "prefill node choice",
+    "router.prefix_rule": "prefix rule",
+    "clusters.local.prefill_instances": "local prefill instances N_p",
+    "clusters.local.instances": "local instances",
+    "clusters.remote.instances": "PrfaaS prefill instances",
+    "link.bandwidth_mbit": "link bandwidth (Mbit/s)",
+    "link.delay_ms": "link delay (ms)",
+    "link.jitter_ms": "link jitter (ms)",
+    "link.loss_pct": "link loss (%)",
+    "workload.arrival.rate_per_s": "arrival rate (req/s)",
+    "scheduler.short_term.enabled": "short-term scheduler on",
+    "scheduler.long_term.enabled": "long-term scheduler on",
+    "model.preset": "model preset",
+    "model.size": "model size",
+    "duration_s": "duration (s)",
+}
+# A setting's unit, from the suffix its name carries (design.md: scenario fields carry their unit).
+_UNIT_SUFFIXES = (("_mbit", "Mbit/s"), ("_per_s", "/s"), ("_tokens", "tokens"), ("_ms", "ms"),
+                  ("_pct", "%"), ("_mib", "MiB"), ("_s", "s"))
+_SECTIONS = ("clusters", "workload", "scheduler", "model", "router", "transport", "prefix_cache")
+
+# The throughput model's bottleneck (control.throughput_model.Bottleneck values): the term of Eq. 6
+# that sets Λ_max.
+BOTTLENECK_LABELS: dict[str, str] = {
+    "prfaas-compute": "PrfaaS prefill compute",
+    "egress": "link egress",
+    "pd-prefill": "local prefill",
+    "pd-decode": "decode",
+}
+# Where a request went (control.types.Route values).
+ROUTE_LABELS: dict[str, str] = {"prfaas": "remote", "local": "local"}
+
+
+def setting_label(path: str) -> str:
+    """A setting's human name: `clusters.local.prefill_instances` -> `local prefill instances N_p`;
+    one not listed is worded from its path and unit suffix (`link.queue_ms` -> `link queue (ms)`)."""
+    if path in SETTING_LABELS:
+        return SETTING_LABELS[path]
+    parts = path.split(".")
+    if len(parts) > 1 and parts[0] in _SECTIONS:
+        parts = parts[1:]
+    last, unit = parts[-1], ""
+    for suffix, name in _UNIT_SUFFIXES:
+        if last.endswith(suffix) and last != suffix.lstrip("_"):
+            last, unit = last.removesuffix(suffix), f" ({name})"
+            break
+    return " ".join([*parts[:-1], last]).replace("_", " ") + unit

@@ -8,11 +8,7 @@ from pathlib import Path
 import pytest
 
 from app.knobs_view import (
-    ACK_TIMEOUT_S,
-    QUIET_S,
     THRESHOLD_MAX,
-    SentKnob,
-    ack_of,
     affinity_payload,
     arrival_rate_payload,
     check_knob,
@@ -28,7 +24,7 @@ from app.live_view import FeedBuffer
 from emulator.errors import TelemetryError
 from emulator.scenario import load_scenario
 from emulator.telemetry.control_messages import Knob, parse_control
-from emulator.telemetry.schemas import ErrorEvent, MetricsSnapshot
+from emulator.telemetry.schemas import KnobState, MetricsSnapshot
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 LINK = {"bandwidth_mbit": 200.0, "delay_ms": 10.0, "jitter_ms": 0.0, "loss_pct": 0.0,
@@ -78,43 +74,6 @@ def test_link_changes_are_checked_against_the_current_link() -> None:
     assert link_base(FeedBuffer().view("abc123")) is None
 
 
-def _view(*messages: tuple[float, object]):
-    buffer = FeedBuffer()
-    for at_s, message in messages:
-        buffer.add("abc123", message, at_s)
-    return buffer.view("abc123")
-
-
-def test_acks_read_the_runs_answer() -> None:
-    threshold = SentKnob(check_knob("abc123", Knob.THRESHOLD, threshold_payload(3072)), sent_at_s=10.0)
-    before = (9.0, MetricsSnapshot(run_id="abc123", t_s=4.0, threshold_tokens=3072))  # an old one
-    old_value = (10.2, MetricsSnapshot(run_id="abc123", t_s=5.0, threshold_tokens=2048))
-    new_value = (10.4, MetricsSnapshot(run_id="abc123", t_s=5.1, threshold_tokens=3072))
-    assert ack_of(threshold, _view(before, old_value), 10.5).state == "waiting"
-    ack = ack_of(threshold, _view(before, old_value, new_value), 10.5)
-    assert ack.state == "applied" and ack.text == "the run reports it at t = 5.1 s"
-    refusal = (10.1, ErrorEvent(run_id="abc123", t_s=5.0, topic=threshold.message.topic, error="no"))
-    assert ack_of(threshold, _view(refusal, new_value), 10.5).state == "refused"
-    assert ack_of(threshold, _view(old_value), 10.0 + ACK_TIMEOUT_S).state == "silent"
-
-
-def test_knobs_the_metrics_do_not_show_count_as_taken_without_a_refusal() -> None:
-    policy = SentKnob(check_knob("abc123", Knob.POLICY, policy_payload("local-only")), sent_at_s=10.0)
-    after = (10.2, MetricsSnapshot(run_id="abc123", t_s=5.0))
-    assert ack_of(policy, _view(after), 10.5).state == "waiting"
-    ack = ack_of(policy, _view(after), 10.0 + QUIET_S)
-    assert ack.state == "taken" and "t = 5.0 s" in ack.text
-
-
-def test_link_ack_matches_every_field() -> None:
-    sent = SentKnob(check_knob("abc123", Knob.LINK, link_payload(50.0, 10, 0, 0)), sent_at_s=1.0)
-    same_rate_other_delay = (1.1, MetricsSnapshot(run_id="abc123", t_s=2.0,
-                                                  link=LINK | {"bandwidth_mbit": 50.0, "delay_ms": 20.0}))
-    applied = (1.2, MetricsSnapshot(run_id="abc123", t_s=2.1, link=LINK | {"bandwidth_mbit": 50.0}))
-    assert ack_of(sent, _view(same_rate_other_delay), 1.5).state == "waiting"
-    assert ack_of(sent, _view(same_rate_other_delay, applied), 1.5).state == "applied"
-
-
 def test_knob_values_start_from_the_scenario_then_the_runs_snapshot() -> None:
     scenario = load_scenario(SCENARIOS / "live-bandwidth-drop.yaml")  # threshold: auto
     values = knob_values(scenario, None)
@@ -128,6 +87,19 @@ def test_knob_values_start_from_the_scenario_then_the_runs_snapshot() -> None:
     high = MetricsSnapshot(run_id="abc123", t_s=1.0, threshold_tokens=10 * THRESHOLD_MAX)
     assert knob_values(None, high)["threshold"] == THRESHOLD_MAX
     assert isinstance(knob_values(None, None)["delay_ms"], float)
+
+
+def test_knob_values_follow_the_knobs_the_run_reports() -> None:
+    """The run's own knob state wins over its scenario: whoever turned them, the widgets show it."""
+    scenario = load_scenario(SCENARIOS / "live-bandwidth-drop.yaml")
+    latest = MetricsSnapshot(run_id="abc123", t_s=1.0, threshold_tokens=4096, link=LINK | {"bandwidth_mbit": 50.0},
+                             knobs=KnobState(policy="local-only", affinity="off", has_scheduler=True,
+                                             short_term=False, long_term=True, rate_per_s=1.25))
+    values = knob_values(scenario, latest)
+    assert {name: values[name] for name in ("threshold", "bandwidth_mbit", "policy", "affinity", "short_term",
+                                            "long_term", "rate_per_s")} == {
+        "threshold": 4096, "bandwidth_mbit": 50.0, "policy": "local-only", "affinity": "off",
+        "short_term": False, "long_term": True, "rate_per_s": 1.25}
 
 
 def test_a_trace_replay_starts_its_rate_knob_at_its_own_pace() -> None:

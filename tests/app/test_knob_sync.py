@@ -1,0 +1,52 @@
+"""The rule that keeps the Live page's knob widgets on the run's values (app/knob_sync.py), case by
+case: the run moves a knob, the user edits one, a sent knob is answered or refused."""
+
+from __future__ import annotations
+
+from app.knob_sync import KNOB_WIDGETS, must_redraw, unapplied, widget_updates
+from app.knobs_view import LINK_FIELDS
+from emulator.telemetry.control_messages import Knob
+
+RUN = {"threshold": 2048, "bandwidth_mbit": 200.0, "policy": "prfaas", "short_term": False}
+
+
+def test_new_widgets_take_the_runs_values() -> None:
+    assert widget_updates(RUN, synced={}, widgets={}) == RUN
+
+
+def test_widgets_follow_whatever_moved_the_run() -> None:
+    """Issue 26: the timeline raised t to 4,096 and cut the link to 50 Mbit/s; the knobs must show it."""
+    moved = RUN | {"threshold": 4096, "bandwidth_mbit": 50.0}
+    updates = widget_updates(moved, synced=RUN, widgets=RUN)
+    assert updates == {"threshold": 4096, "bandwidth_mbit": 50.0}
+    assert must_redraw(updates, RUN)
+
+
+def test_an_unapplied_edit_stays_while_the_run_stays_put() -> None:
+    edited = RUN | {"bandwidth_mbit": 120.0}
+    assert widget_updates(RUN, synced=RUN, widgets=edited) == {}
+    assert unapplied(RUN, edited) == {"bandwidth_mbit": 200.0}  # named beside the knobs, with the run's value
+
+
+def test_the_run_moving_replaces_an_unapplied_edit_so_apply_never_sends_a_stale_choice() -> None:
+    edited = RUN | {"threshold": 3072}
+    moved = RUN | {"threshold": 4096}
+    assert widget_updates(moved, synced=RUN, widgets=edited) == {"threshold": 4096}
+
+
+def test_a_sent_knob_waits_for_the_answer_then_shows_the_runs_value() -> None:
+    """Sending drops the knob from `synced`: while waiting nothing moves it; once answered it is set to
+    the run's value (no redraw when applied, as the widget already shows it; a redraw when refused)."""
+    synced = {name: value for name, value in RUN.items() if name not in KNOB_WIDGETS[Knob.SCHEDULER]}
+    toggled = RUN | {"short_term": True}
+    assert widget_updates(RUN, synced, toggled, waiting={"short_term", "long_term"}) == {}
+    assert unapplied(RUN, toggled, waiting={"short_term"}) == {}
+    refused = widget_updates(RUN, synced, toggled)
+    assert refused == {"short_term": False} and must_redraw(refused, toggled)
+    applied = widget_updates(toggled, synced, toggled)
+    assert applied == {"short_term": True} and not must_redraw(applied, toggled)
+
+
+def test_each_knob_names_the_widgets_its_message_sets() -> None:
+    assert KNOB_WIDGETS[Knob.LINK] == LINK_FIELDS
+    assert set(KNOB_WIDGETS) == set(Knob)
