@@ -22,6 +22,7 @@ from emulator.live.launcher import WorkerProcesses
 from emulator.live.pacing import WorkloadClock
 from emulator.live.teardown import BUDGET_S, Step, in_thread, settle
 from emulator.net.backend import TO_LOCAL
+from emulator.net.shaped_stream import MAX_CHUNK_BYTES
 from emulator.net.spec import LinkSpec
 from emulator.net.topology import Topology
 from emulator.run import feed, timeline
@@ -30,13 +31,15 @@ from emulator.run.knobs import timeline_event
 from emulator.run.timeline import NodeAction
 from emulator.scenario import Scenario
 from emulator.telemetry.bus import TelemetryBus
-from emulator.telemetry.metrics import EgressRateEstimator, utilization
+from emulator.telemetry.egress import CounterRead, EgressMeter, LinkSlack
 from emulator.telemetry.schemas import MAX_NOTE_CHARS, MetricsSnapshot, NoteEvent, QueueDepths
 from emulator.telemetry.timeseries import BIT_PER_MBIT
 from emulator.workload.build import num_due
 
 log = logging.getLogger(__name__)
 METRICS_PERIOD_S = 0.5  # >= 2 Hz, as design.md asks
+MIN_EGRESS_INTERVAL_S = METRICS_PERIOD_S / 5  # a control snapshot sooner repeats the recorded rate
+SHAPER_STALL_S = 0.1  # a relay's writer late by this much catches up in a burst (measured: see link_slack)
 SCHEDULER_PERIOD_S = 1.0
 DRAIN_S = 120.0  # after the last arrival, how long open requests may take before they are failed
 
@@ -52,7 +55,9 @@ class RunLoops:
         self.clock = WorkloadClock(arrival.rate_per_s if arrival is not None else None)
         self.knobs = Knobs(gateway.router, gateway.scheduler, self.clock, lambda: topology.spec,
                            self._update_link, gateway.set_split)
-        self.egress = EgressRateEstimator()
+        self.egress = EgressMeter(_capacity(topology.spec), link_slack(topology), t_s=gateway.now(),
+                                  min_interval_s=MIN_EGRESS_INTERVAL_S)
+        self._snapshotting = asyncio.Lock()  # one snapshot at a time: counter reads reach the meter in order
         self.snapshots: list[MetricsSnapshot] = []  # the recorded timeseries: one per METRICS_PERIOD_S
         self.latest: MetricsSnapshot | None = None  # what was last published (knobs publish at once)
         self.link_bytes_to_local: int | None = None  # as of the last snapshot: the record needs no relay
@@ -145,7 +150,12 @@ class RunLoops:
     async def _update_link(self, spec: LinkSpec) -> None:
         """Reshape the link off the loop: a relay or netlink request may take seconds on a loaded
         machine, and metrics, knobs and workers must keep flowing meanwhile."""
-        await in_thread(lambda: self.topology.update(spec))
+        old, egress = self.topology.spec, self.egress
+        egress.set_capacity(self.gateway.now(), _peak(_capacity(old), _capacity(spec)), link_slack(self.topology, spec))
+        try:
+            await in_thread(lambda: self.topology.update(spec))
+        finally:  # in force from somewhere within the call: the meter allows the higher until its end
+            egress.set_capacity(self.gateway.now(), _capacity(self.topology.spec))
 
     async def _node_action(self, action: NodeAction) -> str:
         """Kill or restart a worker's process; its connection closing (or a new hello) tells the
@@ -179,29 +189,40 @@ class RunLoops:
             await asyncio.sleep(METRICS_PERIOD_S)
 
     async def _snapshot(self, record: bool) -> None:
-        """Publish a snapshot now; keep it in the recorded timeseries when `record`."""
-        # the relay answers over a socket: never wait for it on the loop's thread
-        counters = (await in_thread(self.topology.counters)).directions.get(TO_LOCAL)
-        now, gateway, spec = self.gateway.now(), self.gateway, self.topology.spec
+        """Publish a snapshot now; keep it in the recorded timeseries when `record`, whose samples
+        alone move the egress baseline (a control message's snapshot measures since the last one).
+
+        Snapshots take turns, and each is stamped by its counter read's own bracket: a read that
+        answers late, or a loop that resumes it late, once divided 0.3 s of bytes by the
+        milliseconds to the next snapshot's read (issue 26)."""
+        async with self._snapshotting:
+            read = await in_thread(self._read_link)  # the relay answers over a socket: off the loop
+            sample = self.egress.read(read, advance=record)  # TelemetryError above the link's capacity
+            gateway, spec, t_s = self.gateway, self.topology.spec, max(read.end_s, 0.0)
+            retrans, rtt = self._link_view()
+            depths = gateway.nodes.queue_depths()
+            snapshot = MetricsSnapshot(
+                run_id=gateway.settings.run_id, t_s=t_s,
+                ttft_p50_s=gateway.core.ttft.percentile(50, t_s), ttft_p90_s=gateway.core.ttft.percentile(90, t_s),
+                requests=gateway.counts(), queues=QueueDepths(**depths), egress_bit_per_s=sample.bit_per_s or 0.0,
+                link_capacity_bit_per_s=_capacity(spec), link_utilization=sample.utilization,
+                retrans_rate=retrans, rtt_ms=rtt, threshold_tokens=gateway.router.config.threshold_tokens,
+                roles=gateway.nodes.roles(), devices=gateway.nodes.devices(), link=_link_fields(spec),
+                knobs=self.knobs.reported(),
+            )
+            self.latest = snapshot
+            if record:
+                self.snapshots.append(snapshot)
+            await self.bus.publish_metrics(snapshot)
+
+    def _read_link(self) -> CounterRead:
+        """The remote -> local byte counter, bracketed by the run's clock (in a thread)."""
+        start_s = self.gateway.now()
+        counters = self.topology.counters().directions.get(TO_LOCAL)
+        end_s = self.gateway.now()
         if counters is not None:
             self.link_bytes_to_local = counters.bytes
-        egress = self.egress.update(max(now, 0.0), counters.bytes if counters else 0)
-        capacity = None if spec.bandwidth_mbit is None else spec.bandwidth_mbit * BIT_PER_MBIT
-        retrans, rtt = self._link_view()
-        depths = gateway.nodes.queue_depths()
-        snapshot = MetricsSnapshot(
-            run_id=gateway.settings.run_id, t_s=max(now, 0.0),
-            ttft_p50_s=gateway.core.ttft.percentile(50, now), ttft_p90_s=gateway.core.ttft.percentile(90, now),
-            requests=gateway.counts(), queues=QueueDepths(**depths), egress_bit_per_s=egress,
-            link_capacity_bit_per_s=capacity, link_utilization=utilization(egress, capacity),
-            retrans_rate=retrans, rtt_ms=rtt, threshold_tokens=gateway.router.config.threshold_tokens,
-            roles=gateway.nodes.roles(), devices=gateway.nodes.devices(), link=_link_fields(spec),
-            knobs=self.knobs.reported(),
-        )
-        self.latest = snapshot
-        if record:
-            self.snapshots.append(snapshot)
-        await self.bus.publish_metrics(snapshot)
+        return CounterRead(start_s, end_s, counters.bytes if counters is not None else 0)
 
     def _link_view(self) -> tuple[float | None, float | None]:
         """Retransmission rate and RTT over the remote prefill workers' senders."""
@@ -252,6 +273,27 @@ class RunLoops:
         into.append(line)
         await self.bus.publish_event(NoteEvent(run_id=self.gateway.settings.run_id, t_s=max(now, 0.0),
                                                source=source, what=what[:MAX_NOTE_CHARS]))
+
+
+def link_slack(topology: Topology, spec: LinkSpec | None = None) -> LinkSlack:
+    """What the live link's byte counter may show beyond its capacity (emulator.telemetry.egress):
+    bytes on their way arrive up to delay + jitter after a change; jitter bunches deliveries (twice
+    the jitter); a relay's writer that falls behind catches up in a burst (SHAPER_STALL_S, several
+    times the longest lateness seen on a loaded 2-core machine); a packet, or a proxy relay's chunk,
+    is counted whole at either end of a window."""
+    shape = (spec or topology.spec).to_local
+    packet_bytes = topology.mtu if topology.uses_netns else MAX_CHUNK_BYTES
+    return LinkSlack(lag_s=shape.delay_s + shape.jitter_s, burst_s=2 * shape.jitter_s + SHAPER_STALL_S,
+                     burst_bytes=2 * packet_bytes)
+
+
+def _capacity(spec: LinkSpec) -> float | None:
+    """The remote -> local shaping rate in bit/s; None when unshaped."""
+    return None if spec.bandwidth_mbit is None else spec.bandwidth_mbit * BIT_PER_MBIT
+
+
+def _peak(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else max(a, b)
 
 
 def _link_fields(spec: LinkSpec) -> dict[str, float | None]:

@@ -21,6 +21,7 @@ from emulator.run.timeline import NodeAction
 from emulator.run.workload_clock import WorkloadTime
 from emulator.scenario import Scenario
 from emulator.scenario.parts import TimelineEvent
+from emulator.telemetry.egress import CounterRead, EgressMeter
 from emulator.telemetry.metrics import check_row, sorted_percentile
 from emulator.virtual.core import Simulator
 from emulator.virtual.gateway import Gateway
@@ -111,6 +112,9 @@ class RunLoops:
         self.decisions: list[str] = []
         self.knob_changes: list[str] = []
         self._last = (0.0, 0.0, 0.0)  # (t, link bytes sent, link busy seconds) at the last sample
+        # the fluid link's counter, instantaneous and exact: a rate above the capacity in force over
+        # its second (the higher one at a link change) is refused, as the live engine's (issue 26)
+        self.egress = EgressMeter(_capacity_bit_per_s(gateway.link.state), t_s=sim.now)
 
     def start(self) -> None:
         for event in self.scenario.timeline:
@@ -127,6 +131,7 @@ class RunLoops:
         dt = now - last_t
         sent, busy = link.bytes_sent - last_sent, link.busy_s - last_busy
         self._last = (now, link.bytes_sent, link.busy_s)
+        egress = self.egress.read(CounterRead.at(now, link.bytes_sent)).bit_per_s
         state = link.state
         remote, local, decode, decode_active = gateway.queue_depths()
         capacity = state.rate_bytes_per_s
@@ -140,7 +145,7 @@ class RunLoops:
         # its first pass: a case-study run's rows cost 2 % more as TimeseriesRow tuples)
         self.samples.append({
             "t_s": now, "threshold_tokens": gateway.router.config.threshold_tokens,
-            "egress_bit_per_s": sent * 8 / dt if dt > 0 else None,
+            "egress_bit_per_s": egress,
             "link_capacity_bit_per_s": capacity * 8 if has_rate else None,
             "link_utilization": utilization, "queue_remote_prefill": remote, "queue_local_prefill": local,
             "queue_decode": decode, "ttft_p50_s": sorted_percentile(ttfts, 50),
@@ -196,6 +201,7 @@ class RunLoops:
             spec = self.link_spec = action.spec
             to_local, to_remote = link_states(spec, self.scenario.transport.connections)
             self.gateway.link.set_state(to_local)
+            self.egress.set_capacity(self.sim.now, _capacity_bit_per_s(to_local))
             self.gateway.reverse_link.set_state(to_remote)
         elif isinstance(action, SetRate):
             self.arrivals.set_rate(action.rate_per_s)
@@ -209,3 +215,7 @@ class RunLoops:
     def _note(self, line: str, into: list[str]) -> None:
         log.info("%s", line)
         into.append(line)
+
+
+def _capacity_bit_per_s(state: LinkState) -> float | None:
+    return state.rate_bytes_per_s * 8 if state.rate_bytes_per_s < math.inf else None

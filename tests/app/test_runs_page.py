@@ -210,7 +210,7 @@ def test_the_decision_timeline_is_a_table_and_marks_the_charts(runs_dir: Path) -
     charts = _charts(app)
     for key in ("threshold", "egress"):
         assert [shape["x0"] for shape in charts[key]["layout"]["shapes"]] == [1.0, 2.0], key
-        assert [a["text"] for a in charts[key]["layout"]["annotations"]][1] == "threshold 2048 -> 4096 tokens"
+        assert [a["text"] for a in charts[key]["layout"]["annotations"]][1] == "t 2,048→4,096"
     assert charts["threshold"]["layout"]["yaxis"]["tickformat"] == ",d"  # whole tokens, never 2,047.5
 
 
