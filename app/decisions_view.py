@@ -20,12 +20,12 @@ import plotly.graph_objects as go
 
 from app.palette import DECISION_COLORS
 from emulator.telemetry.decision_log import LogEntry, log_entries, note_entry
+from emulator.telemetry.reason_words import marker_text
 from emulator.telemetry.schemas import NoteEvent
 
 TIME, WHAT, WHY, SOURCE = "time (s)", "what", "why", "source"
 TABLE_COLUMNS = (TIME, WHAT, WHY)
 MAX_LABELLED = 12  # more markers than this are numbered, not worded, so their labels do not overlap
-LABEL_CHARS = 32
 
 
 def decision_rows(meta: Mapping[str, Any]) -> pd.DataFrame:
@@ -70,8 +70,9 @@ def timed_rows(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def marker_labels(timed: pd.DataFrame) -> list[str]:
-    """Each timed row's label on a chart: what happened, shortened; numbered as the table's order
+    """Each timed row's label on a chart: what happened, short enough to stand along the plot's
+    height (`reason_words.marker_text`; the hover has it whole); numbered as the table's order
     when there are more than MAX_LABELLED, so the labels do not overlap."""
     if len(timed) > MAX_LABELLED:
         return [str(i + 1) for i in range(len(timed))]
-    return [text if len(text) <= LABEL_CHARS else text[:LABEL_CHARS - 1] + "…" for text in map(str, timed[WHAT])]
+    return [marker_text(text) for text in map(str, timed[WHAT])]

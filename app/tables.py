@@ -1,19 +1,55 @@
-"""A display-text table as the Runs and Sweeps pages show it: each column wide enough for its header
-and its longest cell, `-` for a missing cell. The text itself comes from `runs_view.as_text` (or a
-page's own builder on top of it); this module only lays it out.
+"""A table as every page shows it: each column wide enough for its header and its longest cell
+(`app.table_fit`), the whole within the page's width, long free text wrapped, every row shown up to
+`max_rows` (no scrolling inside a short table), `-` for a missing cell.
+
+The text comes from `runs_view.as_text` (or a page's own builder); this module only lays it out.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from typing import Any
+
 import pandas as pd
 import streamlit as st
 
-from app.runs_view import column_widths
+from app.table_fit import PAGE_PX, Fit, fit_columns, is_figure_column
+
+INDEX = "_index"  # Streamlit's name for the index column in a column config
+MAX_ROWS = 30
 
 
-def show_table(frame: pd.DataFrame, key: str, hide_index: bool = True) -> None:
-    """`frame` (display text) as a Streamlit dataframe under `key`, no header clipped."""
-    widths = column_widths(frame)
-    config = {col: st.column_config.Column(width=px) for col, px in widths.items()
-              if col != "_index" or not hide_index}
-    st.dataframe(frame, hide_index=hide_index, key=key, column_config=config, placeholder="-")
+def table_fit(shown: pd.DataFrame, hide_index: bool = True, headers: Mapping[str, str] | None = None,
+              budget_px: int = PAGE_PX, wrap: Iterable[str] = ()) -> Fit:
+    """The widths of `shown` (display text) under `headers` (a column's label, else its name)."""
+    headers = headers or {}
+    columns = {str(col): (headers.get(str(col), str(col)), shown[col].tolist()) for col in shown.columns}
+    if not hide_index:
+        columns = {INDEX: (str(shown.index.name or ""), [str(i) for i in shown.index]), **columns}
+    return fit_columns(columns, budget_px, wrap)
+
+
+def show_table(frame: pd.DataFrame, key: str | None = None, hide_index: bool = True, *,
+               config: Mapping[str, Any] | None = None, shown: pd.DataFrame | None = None,
+               budget_px: int = PAGE_PX, wrap: Iterable[str] = (), max_rows: int = MAX_ROWS) -> Fit:
+    """`frame` as a Streamlit dataframe, no header or cell clipped and no column past the page.
+
+    `shown` is the text the grid will draw when `frame` holds numbers a `config` column formats
+    (default: `frame` itself, display text); `config` gives labels and formats, to which the
+    widths are added. Text columns of figures are right-aligned. Returns the fit, for tests."""
+    shown = frame if shown is None else shown
+    config = dict(config or {})
+    headers = {col: str(cfg.get("label") or col) for col, cfg in config.items() if isinstance(cfg, Mapping)}
+    fit = table_fit(shown, hide_index, headers, budget_px, wrap)
+    columns: dict[str, Any] = {}
+    for col, px in fit.widths.items():
+        if col in config:
+            columns[col] = {**config[col], "width": px}
+        elif col != INDEX:
+            right = is_figure_column(shown[col].tolist())
+            columns[col] = st.column_config.TextColumn(col, width=px, alignment="right" if right else "left")
+        else:
+            columns[col] = st.column_config.Column(width=px)
+    st.dataframe(frame, hide_index=hide_index, key=key, column_config=columns, placeholder="-",
+                 row_height=fit.row_px, height=fit.height_px(len(frame), max_rows))
+    return fit

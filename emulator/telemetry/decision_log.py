@@ -2,8 +2,9 @@
 `meta.knob_changes` (timeline steps and control messages), each a line `t=<seconds>s <source>: ...`,
 read back as (time, what, why) entries for report.html and the dashboard.
 
-Reads the words the engines wrote (`emulator.run.timeline.note`); changes nothing and decides nothing.
-A line that does not follow the pattern still shows, whole, with no time.
+Reads the words the engines wrote (`emulator.run.timeline.note`); changes nothing and decides nothing
+but the naming of raw codes in a reason (`reason_words.worded`). A line that does not follow the
+pattern still shows, whole, with no time.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from emulator.telemetry.reason_words import worded
 
 _STAMP = re.compile(r"t=(?P<t>[-+]?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)s (?P<rest>.*)", re.DOTALL)
 _SOURCE = re.compile(r"(?P<source>[a-z][a-z_-]*): (?P<text>.*)", re.DOTALL)
@@ -58,9 +61,9 @@ def note_entry(t_s: float | None, source: str, text: str) -> LogEntry:
     if source == "scheduler":
         if threshold := _THRESHOLD.fullmatch(text):
             why = threshold["why"] + (f"; {threshold['model']}" if threshold["model"] else "")
-            return LogEntry(t_s, source, f"threshold {threshold['old']} -> {threshold['new']} tokens", why)
+            return LogEntry(t_s, source, f"threshold {threshold['old']} -> {threshold['new']} tokens", worded(why))
         if flip := _FLIP.fullmatch(text):
-            return LogEntry(t_s, source, flip["what"], flip["why"])
+            return LogEntry(t_s, source, flip["what"], worded(flip["why"]))
         return LogEntry(t_s, source, text, "the scheduler")
     return LogEntry(t_s, source, text, SOURCE_WHY.get(source, source))
 

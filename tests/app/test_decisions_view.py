@@ -24,7 +24,7 @@ def test_markers_are_vertical_lines_at_each_timed_row() -> None:
     fig = add_decision_markers(go.Figure(go.Scatter(x=[0, 200], y=[1, 2])), decision_rows(META))
     assert [shape.x0 for shape in fig.layout.shapes] == [20.0, 125.0]  # the unstamped line has no place
     texts = [a.text for a in fig.layout.annotations]
-    assert texts == ["link -> 10 Mbit/s, 10 ms, 0 % l…", "threshold 19620 -> 17140 tokens"]
+    assert texts == ["link→10 Mbit/s", "t 19,620→17,140"]  # short: they stand along the plot's height
     assert "why: the scenario's timeline" in fig.layout.annotations[0].hovertext
 
 

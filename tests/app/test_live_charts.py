@@ -74,8 +74,8 @@ def test_every_chart_keeps_its_spec_while_its_data_grow() -> None:
 def test_decisions_are_marked_with_what_happened_and_why() -> None:
     rows = decision_rows({"knob_changes": ["t=1.5s control: threshold -> 4096 tokens", "no time: ignored"]})
     marks = ttft_spec(_frame([2048.0, 4096.0]), rows)["datasets"][DECISIONS]
-    assert marks[["t_s", "label", "what"]].values.tolist() == [[1.5, "threshold -> 4096 tokens",
-                                                                 "threshold -> 4096 tokens"]]
+    # the label stands along the plot's ~100 px height; the tooltip has the words whole
+    assert marks[["t_s", "label", "what"]].values.tolist() == [[1.5, "t→4,096", "threshold -> 4096 tokens"]]
     assert marks["source"].tolist() == ["control"]
     rules = [layer for layer in _layers(ttft_spec(_frame([1.0]), rows)) if layer["data"]["name"] == DECISIONS]
     assert {layer["mark"]["type"] for layer in rules} == {"rule", "text"}

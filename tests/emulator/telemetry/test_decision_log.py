@@ -26,7 +26,7 @@ def test_split_stamp(line: str, stamp: tuple[float | None, str]) -> None:
 def test_a_threshold_decision_says_what_changed_and_why() -> None:
     assert parse_line(THRESHOLD) == LogEntry(
         125.0, "scheduler", "threshold 19620 -> 17140 tokens",
-        "traffic window mean 24431 tokens (held 2 intervals); model: 3.58 req/s, p 0.50, bottleneck pd-prefill")
+        "traffic window mean 24431 tokens (held 2 intervals); model: 3.58 req/s, p 0.50, bottleneck: local prefill")
 
 
 def test_a_role_flip_says_which_node_and_why() -> None:

@@ -1,0 +1,110 @@
+"""Column widths that fit a table on the page: each column as wide as its header or its longest cell,
+measured with the grid's own font, and the whole table within the page's width, so no number, name
+or column is cut off or pushed past the edge. Long free text (a reason) wraps instead of growing.
+
+Pure: widths from text. `app.tables` hands them to Streamlit.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+# The main column's width at a 1280 px window with the sidebar open (818 px, measured in chromium),
+# less a margin: the narrowest page a user is expected to read the dashboard on.
+PAGE_PX = 800
+FONT_PX = 14  # the grid's font size
+PAD_PX = 22  # a cell's padding on both sides and its border
+HEADER_PAD_PX = 30  # a header also makes room for its sort arrow
+LINE_PX = 20  # a wrapped line of the grid's text
+ROW_PX = 35  # a grid row at its default height (the header row too)
+BORDER_PX = 3
+WRAP_ROW_MIN_PX = 65  # the grid wraps text only in rows taller than 4 rem (64 px)
+MIN_WRAP_PX = 160  # a wrapped column no narrower than this
+
+# Glyph widths in hundredths of the font size: Source Sans at weight 600 (the headers'; the cells'
+# regular weight is narrower), measured with canvas measureText in chromium. Others: 0.75 em.
+_GLYPHS = {20: " ", 26: "ij|", 27: "l", 28: "',.:;I·", 32: "!()-[]f{}", 34: "/\\", 36: "t", 37: "r",
+           43: "s", 44: "*?z", 46: "c", 48: '"x', 49: "J", 50: "LY_vy", 51: "0123456789#$+<=>F^e~÷±×",
+           52: "agk", 54: "EVXZΛ", 55: "ST`o", 56: "Abdhnpqu", 58: "CP", 59: "R", 60: "BK", 62: "D→",
+           63: "G", 64: "&", 66: "HNU", 67: "OQΘ", 74: "MΦ", 75: "w", 80: "W", 84: "%m", 88: "@", 96: "…"}
+_EM = {ch: hundredths / 100 for hundredths, chars in _GLYPHS.items() for ch in chars}
+_OTHER_EM = 0.75
+# A cell of a column of figures: right-aligned, as numbers are.
+FIGURE = re.compile(r"[-+]?[\d,.:]+\s?(x|%|s| points)?|-|same|differs")
+
+
+def text_px(text: str, font_px: float = FONT_PX) -> float:
+    """The width `text` takes on one line at `font_px`."""
+    return font_px * sum(_EM.get(ch, _OTHER_EM) for ch in text)
+
+
+def is_figure_column(cells: Iterable[object]) -> bool:
+    """Every cell is a figure (or `-`): the column reads right-aligned."""
+    return all(FIGURE.fullmatch(str(cell)) for cell in cells)
+
+
+@dataclass(frozen=True, slots=True)
+class Fit:
+    """Pixel widths by column (`_index` for the index), the row height (None: the grid's own) and
+    the table's total width."""
+
+    widths: dict[str, int]
+    row_px: int | None
+
+    @property
+    def total_px(self) -> int:
+        return sum(self.widths.values())
+
+    def height_px(self, num_rows: int, max_rows: int) -> int:
+        """A height that shows every row up to `max_rows` (beyond, the table scrolls)."""
+        row = self.row_px or ROW_PX
+        return ROW_PX + row * min(num_rows, max_rows) + BORDER_PX
+
+
+def natural_px(header: str, cells: Sequence[object]) -> int:
+    """A column as wide as its header or its longest cell."""
+    longest = max((text_px(str(cell)) for cell in cells), default=0.0)
+    return math.ceil(max(text_px(str(header)) + HEADER_PAD_PX, longest + PAD_PX))
+
+
+def fit_columns(columns: Mapping[str, tuple[str, Sequence[object]]], budget_px: int = PAGE_PX,
+                wrap: Iterable[str] = ()) -> Fit:
+    """Widths for `columns` ({key: (header, display texts)}). When they do not fit `budget_px`, the
+    `wrap` columns share what the others leave (at least MIN_WRAP_PX each) and the rows grow to hold
+    their longest text wrapped; a table that still does not fit keeps its natural widths (wider
+    than the page: tests/app/test_readable.py catches it)."""
+    widths = {key: natural_px(header, cells) for key, (header, cells) in columns.items()}
+    wrapping = [key for key in wrap if key in widths]
+    if sum(widths.values()) <= budget_px or not wrapping:
+        return Fit(widths, None)
+    fixed = sum(px for key, px in widths.items() if key not in wrapping)
+    share = (budget_px - fixed) // len(wrapping)
+    if share < MIN_WRAP_PX:
+        return Fit(widths, None)
+    lines = 1
+    for key in wrapping:
+        if widths[key] > share:
+            widths[key] = share
+            header, cells = columns[key]
+            lines = max(lines, *(wrapped_lines(str(cell), share - PAD_PX) for cell in cells))
+    return Fit(widths, max(WRAP_ROW_MIN_PX, lines * LINE_PX + 2 * 8) if lines > 1 else None)
+
+
+def wrapped_lines(text: str, width_px: float) -> int:
+    """Lines `text` takes when wrapped at spaces into `width_px` (a word wider than a line takes
+    as many lines as it needs)."""
+    lines, used = 1, 0.0
+    space = text_px(" ")
+    for word in text.split(" "):
+        px = text_px(word)
+        if used and used + space + px > width_px:
+            lines, used = lines + 1, 0.0
+        if px > width_px:
+            lines += math.ceil(px / width_px) - 1
+            used = px % width_px
+        else:
+            used += (space if used else 0.0) + px
+    return lines
