@@ -1,7 +1,9 @@
-"""A finished run on the Live page: its figures beside the model's Λ_max, the paper where the run
-is the paper's case study, and the run as a scenario file that replays it.
+"""A finished run on the Live page: its figures beside the model's Λ_max, how it ended (a stopped
+run says so, and that its `expect:` was not judged), the paper where the run is the paper's case
+study, and the run as a scenario file that replays it.
 
-Layout helpers the Live page calls once a run has written its record; the record is the source.
+Layout helpers the Live page calls once a run has written its record; the record is the source, as
+it is for the tiles above (app.live_tiles.record_tiles).
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import streamlit as st
 
 from app.live_view import TILES
+from app.outcome_view import show_outcome
 from app.page_links import page_link
 from app.paper_view import PAPER_SCENARIO, show_run_vs_paper
 from app.run_registry import StartedRun
@@ -25,7 +28,7 @@ UNTIMED_KNOBS = ("arrivals paused", "arrivals resumed")  # control messages no t
 
 
 def show_results(started: StartedRun, scenario: Scenario | None) -> None:
-    """The run's answer (tiles, expect failures, the paper) and what to do with it next."""
+    """The run's answer (tiles, how it ended and its expect verdict, the paper) and what to do with it next."""
     doc = started.summary()
     if doc is None:
         if not started.handle.is_running:
@@ -40,8 +43,7 @@ def show_results(started: StartedRun, scenario: Scenario | None) -> None:
     rates[0].metric(TILES["prfaas_fraction"], f"{share:.1%}" if isinstance(share, int | float) else "-")
     rates[1].metric(TILES["throughput_rps"], format_number(summary.get("throughput_rps")), help=LAMBDA_NOTE)
     rates[2].metric(TILES["lambda_max_model"], format_number(meta.get("lambda_max_model")), help=LAMBDA_NOTE)
-    for failure in doc.get("expect_failures", []):
-        st.warning(f"expect failed: {failure}")
+    show_outcome(doc)
     if started.handle.engine == "virtual" and (statement := workload_statement(meta)):
         st.caption(f"Workload: {statement}")  # a live run's status row says it already
     if meta.get("scenario") == PAPER_SCENARIO:

@@ -25,6 +25,7 @@ from emulator.errors import RunFileError, TelemetryError
 from emulator.paths import REPO_ROOT
 from emulator.telemetry.figures import node_figures
 from emulator.telemetry.labels import format_number, label
+from emulator.telemetry.outcome import outcome_of
 from emulator.telemetry.recorder import load_run
 from emulator.telemetry.run_files import RunFolder, list_folders
 from emulator.telemetry.timeseries import frame_rate_unit
@@ -197,12 +198,13 @@ def _mtime(folder: RunFolder, name: str) -> str:
 
 
 def listing_table(listing: RunListing) -> pd.DataFrame:
-    """One row per run folder, as display text: what ran and its headline TTFT; an incomplete
-    folder says so and shows `-` for what it never recorded."""
+    """One row per run folder, as display text: how it ended (finished, stopped, failed: the
+    record's outcome, read from its end reason for older runs), what ran and its headline TTFT; an
+    incomplete folder says so and shows `-` for what it never recorded."""
     rows = []
     for run in listing.runs:
         summary, meta = run.summary, run.meta
-        rows.append([run.name, "recorded", str(meta.get("scenario", "-")), str(meta.get("engine", "-")),
+        rows.append([run.name, outcome_of(meta).value, str(meta.get("scenario", "-")), str(meta.get("engine", "-")),
                      link_backend(meta), *(format_number(summary.get(key)) for key in LISTING_FIGURES),
                      _mtime(run.folder, SUMMARY)])
     for folder in listing.incomplete:

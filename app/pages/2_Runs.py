@@ -17,6 +17,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from app.decisions_view import TABLE_COLUMNS, add_decision_markers, decision_rows
+from app.outcome_view import show_outcome
 from app.palette import STAGE_COLORS, route_color
 from app.paper_view import PAPER_SCENARIO, show_run_vs_paper
 from app.runs_compare import COMPARE_TAB, compare_cdfs, compare_egress, compare_table, run_letters
@@ -45,6 +46,7 @@ from app.tables import show_table
 from emulator.errors import TelemetryError
 from emulator.telemetry.figures import NODE_NOTE, NOQUEUE_NOTE, egress_bit_per_s, format_rate
 from emulator.telemetry.labels import format_number, label
+from emulator.telemetry.outcome import outcome_of
 from emulator.telemetry.recorder import load_run
 from emulator.telemetry.report import token_axis
 from emulator.telemetry.run_files import RunFolder
@@ -100,10 +102,11 @@ def _tile(key: str) -> str:
 
 def _summary_tiles(run: Run) -> None:
     summary, meta = run.summary, run.meta
-    what = st.columns(3)
+    what = st.columns(4)
     what[0].metric(_tile("engine"), str(meta.get("engine", "-")))
     what[1].metric(_tile("scenario"), str(meta.get("scenario", "-")))
     what[2].metric(_tile("link_backend"), link_backend(meta))
+    what[3].metric(_tile("outcome"), outcome_of(meta).value, help="finished, stopped by its user, or failed")
     numbers = st.columns(7)
     for col, key in zip(numbers[:6], ("completed", "failed_count", "ttft_mean_s", "ttft_p50_s", "ttft_p90_s",
                                       "throughput_rps"), strict=True):
@@ -121,8 +124,7 @@ def _summary_tiles(run: Run) -> None:
     if note:
         st.caption(str(note))
     _workload_note(meta)
-    for failure in run.doc.get("expect_failures", []):
-        st.warning(f"expect failed: {failure}")
+    show_outcome(run.doc)
 
 
 def _workload_note(meta: dict) -> None:

@@ -109,6 +109,6 @@ def print_summary(doc: dict[str, Any], out: Path) -> None:
 def expect_lines(summary: dict[str, Any], expect: dict[str, dict[str, float]], judged: bool = True) -> list[str]:
     """One line per bound: the figure, its value, the bound, and `held` or `FAILED: <why>` (the same
     check as summary.json's expect_failures), or `not judged` on a run that did not run to its end."""
-    rows = bound_rows(summary, expect, judged)
-    width = max((len(row.name) for row in rows), default=0)  # the columns line up whatever the names
-    return [f"{row.name:<{width}} {row.value:>10}  {row.bound:<12}  {row.verdict}" for row in rows]
+    named = [(f"{row.label} [{row.metric}]", row) for row in bound_rows(summary, expect, judged)]
+    width = max((len(name) for name, _ in named), default=0)  # the columns line up whatever the names
+    return [f"{name:<{width}} {row.value:>10}  {row.bound:<12}  {row.verdict}" for name, row in named]

@@ -46,9 +46,11 @@ class ExpectVerdict:
 
 @dataclass(frozen=True, slots=True)
 class BoundRow:
-    """One `expect:` bound for a table: the figure's label and key, its value, the bound, the verdict."""
+    """One `expect:` bound for a table: the figure (its label, and its key as the scenario names it),
+    its value, the bound and the verdict."""
 
-    name: str  # `TTFT P90 (s) [ttft_p90_s]`
+    metric: str  # `ttft_p90_s`
+    label: str  # `TTFT P90 (s)`
     value: str
     bound: str  # `max 10`
     verdict: str  # `held`, `FAILED: <why>` or `not judged`
@@ -120,7 +122,7 @@ def bound_rows(summary: Mapping[str, Any], expect: Mapping[str, Mapping[str, flo
         for bound, limit in bounds.items():
             failed = check_expectations(summary, {metric: {bound: limit}}) if judged else []
             verdict = "not judged" if not judged else "FAILED: " + "; ".join(failed) if failed else "held"
-            rows.append(BoundRow(f"{label(metric)} [{metric}]", format_number(summary.get(metric)),
+            rows.append(BoundRow(metric, label(metric), format_number(summary.get(metric)),
                                  f"{bound} {format_number(limit)}", verdict))
     return rows
 

@@ -59,7 +59,7 @@ def test_renders_with_the_default_directory() -> None:
 def test_lists_fixture_runs_and_flags_the_foreign_one(runs_dir: Path) -> None:
     app = _page(runs_dir)
     assert app.dataframe[0].value["run"].tolist() == ["slow-virtual", "fast-live"]
-    assert app.dataframe[0].value["status"].tolist() == ["recorded", "recorded"]
+    assert app.dataframe[0].value["status"].tolist() == ["finished", "finished"]
     warnings = " ".join(w.value for w in app.warning)
     assert "`foreign`" in warnings and "lacks requests.parquet" in warnings
     assert app.selectbox(key="runs_open").options == ["slow-virtual", "fast-live"]
@@ -86,7 +86,7 @@ def test_opens_a_run_with_summary_charts_and_downloads(runs_dir: Path) -> None:
     assert nodes["busy"].tolist() == ["40%", "27%", "-"]  # 1.2 and 0.8 s of 3 s; a decode node has none
     assert nodes["mean queue"].tolist() == ["0.1", "0.1", "-"]
     assert "link backend: proxy (no root)" in [c.value for c in app.caption]
-    assert any("ttft_p90_s = 1.12 > max 1.0" in w.value for w in app.warning)
+    assert any("TTFT P90 (s): 1.12, bound max 1: FAILED" in w.value for w in app.warning)  # in words
 
     charts = _charts(app)
     assert {"ttft_cdf", "egress", "gantt", "threshold"} <= set(charts)

@@ -39,7 +39,7 @@ def test_lists_runs_newest_first_and_flags_foreign_dirs(runs_dir: Path) -> None:
     assert "lacks requests.parquet, timeseries.parquet" in listing.problems[0][1]
     table = listing_table(listing)
     assert table["run"].tolist() == ["slow-virtual", "fast-live"]
-    assert table["status"].tolist() == ["recorded", "recorded"]
+    assert table["status"].tolist() == ["finished", "finished"]  # meta without `outcome`: from its end reason
     assert table["engine"].tolist() == ["virtual", "live"]
     assert table["link backend"].tolist() == ["simulated", "proxy"]  # human names, no raw keys
     assert table["requests"].tolist() == ["6", "6"] and table["failed"].tolist() == ["1", "1"]
@@ -257,7 +257,7 @@ def test_a_killed_run_folder_is_listed_as_incomplete_with_its_log_tail(runs_dir:
     assert incomplete["failed"].why == ("no summary.json: the run ended with an error "
                                         "(error: link.delay_ms: -5 is negative; use 0 for no added delay)")
     table = listing_table(listing).set_index("run")
-    assert table.loc["killed", "status"] == "incomplete" and table.loc["fast-live", "status"] == "recorded"
+    assert table.loc["killed", "status"] == "incomplete" and table.loc["fast-live", "status"] == "finished"
     assert table.loc["killed", "TTFT P50 (s)"] == "-"
 
 

@@ -127,7 +127,7 @@ def test_sigint_during_a_transfer_on_the_slowed_link(tmp_path: Path, cli_runs, a
     time.sleep(after_link_s)
     run.interrupt()
     requests, doc = assert_complete_record(tmp_path / "run")
-    assert len(requests) > 0 and "interrupted by a signal" in doc["meta"]["end_reason"]
+    assert len(requests) > 0 and (doc["meta"]["outcome"], doc["meta"]["stopped_by"]) == ("stopped", "SIGINT")
 
 
 def test_sigint_right_after_a_flood_of_knobs_keeps_the_timeseries_bounded(tmp_path: Path, cli_runs,

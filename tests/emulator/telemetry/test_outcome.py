@@ -86,7 +86,7 @@ def test_bound_rows_say_not_judged_on_every_bound() -> None:
     judged, not_judged = bound_rows(SUMMARY, EXPECT), bound_rows(SUMMARY, EXPECT, judged=False)
     assert [row.verdict for row in judged] == ["FAILED: completed_fraction = 0.37931 < min 1.0", "held"]
     assert [row.verdict for row in not_judged] == ["not judged", "not judged"]
-    assert judged[0].name == "completed fraction [completed_fraction]" and judged[0].value == "0.379"
+    assert (judged[0].metric, judged[0].label, judged[0].value) == ("completed_fraction", "completed fraction", "0.379")
 
 
 @pytest.mark.parametrize(("meta", "status", "code"), [
