@@ -159,7 +159,7 @@ def knob_values(scenario: Scenario | None, latest: MetricsSnapshot | None,
             values["threshold"] = router.threshold_tokens
         values |= {name: getattr(link, name) for name in LINK_FIELDS}
         arrival = scenario.workload.arrival
-        if arrival is not None and getattr(arrival, "rate_per_s", None):
+        if arrival is not None and isinstance(arrival.rate_per_s, int | float):  # `auto`: the run's snapshot says
             values["rate_per_s"] = float(arrival.rate_per_s)
         elif scenario.workload.is_trace:  # the knob is a factor on the trace's own pace
             values["rate_per_s"] = 1.0

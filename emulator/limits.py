@@ -44,6 +44,12 @@ MAX_CONTROL_BYTES = 4_096  # one MQTT control message
 HANDSHAKE_TIMEOUT_S = 5.0
 MAX_HELLO_BYTES = 4_096
 MAX_PENDING_HANDSHAKES = 16
+# A live run with `rate_per_s: auto` times a few prefills and decode steps on its workers at start
+# (emulator/live/calibration.py): at most this many lengths, tokens each and decode steps, which
+# keeps the calibration of the `small` preset under a few seconds on one core.
+MAX_CALIBRATION_LENGTHS = 4
+MAX_CALIBRATION_TOKENS = 8_192
+MAX_CALIBRATION_STEPS = 16
 
 # Scenario files (the emulator/scenario package). YAML is composed into at most
 # MAX_YAML_NODES nodes (aliases counted once per use), which keeps parsing a file under the size

@@ -19,8 +19,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from emulator.auto_rate import is_auto
 from emulator.control.types import Cluster, FailReason
 from emulator.errors import PrfaasError, RecordError
+from emulator.live.calibration import Calibration, calibration_lengths, resolve_live_workload
 from emulator.live.capacity import check_live_capacity, machine_figures
 from emulator.live.gateway import Gateway, GatewaySettings
 from emulator.live.launcher import WorkerProcesses, plan_workers, speed_notes
@@ -67,7 +69,8 @@ async def run_live(scenario: Scenario, out_dir: Path, broker_url: str | None = N
     check_live_capacity(scenario, *machine_figures())  # before anything is spawned
     placement = await asyncio.to_thread(place_workers, scenario.clusters)  # before any namespace exists
     run_id = check_run_id(run_id, "run_id") if run_id is not None else new_run_id()  # RunIdError: one line
-    workload = build_workload(scenario, arrival_horizon_s(scenario, headroom=LIVE_RATE_HEADROOM))
+    workload = None if is_auto(scenario) else build_workload(  # auto: drawn once the workers are timed
+        scenario, arrival_horizon_s(scenario, headroom=LIVE_RATE_HEADROOM))
     plane = make_control_plane(scenario)
     topology = Topology(scenario.link, backend=link_backend, run_id=run_id)
     broker: EmbeddedBroker | None = None
@@ -147,6 +150,7 @@ class LiveSession:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.workers: WorkerProcesses | None = None
         self._conn_tasks: set[asyncio.Task] = set()
+        self.calibration = Calibration(calibration_lengths(plane.inputs.lengths))  # for rate_per_s: auto
         self.end_reason = ""
         self.outcome = RunOutcome.FINISHED
         self.stopped_by: str | None = None  # the signal that stopped the run, once one did
@@ -166,11 +170,11 @@ class LiveSession:
             return self.topology.target(LOCAL, port)
         return self.topology.address(LOCAL), port
 
-    async def run(self, workload: Workload, progress: Progress | None, stop: StopEvent) -> None:
+    async def run(self, workload: Workload | None, progress: Progress | None, stop: StopEvent) -> None:
         """Start the workers, run the loops, then the run's own teardown steps (the caller releases
-        telemetry, the broker and the link, then calls `write_record(complete=True)`)."""
-        self.coverage = workload.coverage
-        log.info("workload: %s", self.coverage.statement)
+        telemetry, the broker and the link, then calls `write_record(complete=True)`). No `workload`:
+        the rate is `auto`, resolved by timing the workers once they are up (live/calibration.py)."""
+        self.coverage = workload.coverage if workload is not None else None
         server = await asyncio.start_server(self._serve_worker, "127.0.0.1", 0, limit=p.STREAM_LIMIT)
         port = server.sockets[0].getsockname()[1]
         self.workers = WorkerProcesses(self.scenario, self.topology, port, self.log_dir, Ledger.open(self.run_id),
@@ -181,6 +185,12 @@ class LiveSession:
             for plan in self.plans:
                 self.workers.start(plan)
             await self._wait_for_workers(stop)
+            if workload is None:
+                await self._status("starting", "timing the workers for rate_per_s: auto")
+                self.scenario, workload = await resolve_live_workload(
+                    self.scenario, self.plane, self.nodes, self.calibration, stop)
+            self.coverage = workload.coverage
+            log.info("workload: %s", self.coverage.statement)
             self.gateway.t0 = time.monotonic()
             await self._status("running")
             self.loops = RunLoops(self.scenario, self.gateway, self.topology, self.workers, self.bus, workload.requests,
@@ -253,6 +263,9 @@ class LiveSession:
                 await node.send(p.SetRole(role=node.role.value))
             self.gateway.changed.set()
             while (msg := await p.read_message(reader)) is not None:
+                if isinstance(msg, p.Calibrated):
+                    self.calibration.on_answer(node, msg)
+                    continue
                 try:
                     await self.gateway.on_message(node, msg)
                 except Exception:  # a bug handling one message must not cost the run a healthy node

@@ -145,9 +145,11 @@ def _timeline_problems(s: Scenario) -> Iterator[str]:
             yield f"{where}.at_s: {at_s:g} is after duration_s ({s.duration_s:g}); move it earlier"
         if i and at_s < s.timeline[i - 1].at_s:
             yield f"{where}.at_s: {at_s:g} comes before timeline.{i - 1}; sort the timeline by at_s"
-        for key in event.set or {}:  # values: the scenario revalidated with the set applied
+        for key, value in (event.set or {}).items():  # values: the scenario revalidated with the set applied
             if key not in KNOBS:
                 yield f"{where}.set.{key}: unknown knob; use one of {', '.join(KNOBS)}"
+            elif value == "auto" and not KNOBS[key].allows_auto:  # a rate's `auto` is resolved once, at start
+                yield f"{where}.set.{key}: auto is not a value this knob takes mid-run; give a number"
         for key in event.link or {}:
             if key not in LinkSpec.model_fields:
                 known = ", ".join(LinkSpec.model_fields)

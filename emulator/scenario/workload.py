@@ -7,10 +7,11 @@ paths resolve against the scenario file's directory (passed as validation contex
 from __future__ import annotations
 
 import os
+import reprlib
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, ValidationInfo
+from pydantic import AfterValidator, BeforeValidator, Field, ValidationInfo
 from pydantic_core import PydanticCustomError
 
 from emulator.limits import (
@@ -33,6 +34,21 @@ from emulator.validation import FIELD_ERROR
 
 MOONCAKE_BLOCK_TOKENS = 512  # the block a Mooncake trace's hash_ids each stand for (FAST'25 traces)
 Rate = Annotated[float, Field(strict=True, ge=MIN_RATE_PER_S, le=MAX_RATE_PER_S)]  # the rate knob's bounds
+AUTO_RATE = "auto"
+
+
+def _rate_or_auto(value: Any) -> Any:
+    """One clear error instead of one per union member (a number, 'auto')."""
+    if value == AUTO_RATE or (type(value) in (int, float) and MIN_RATE_PER_S <= value <= MAX_RATE_PER_S):
+        return value
+    raise PydanticCustomError(FIELD_ERROR, "{text}", {"text": (
+        f"{reprlib.repr(value)} is neither a rate nor auto; use a rate from {MIN_RATE_PER_S:g} to "
+        f"{MAX_RATE_PER_S:g} requests per second, or auto to size it to the machine")})
+
+
+# A generated workload's rate: requests per second, or `auto`, which each engine resolves at start to
+# AUTO_LOAD (60%) of what the run's workers sustain (emulator/auto_rate.py), within the same bounds.
+ArrivalRate = Annotated[Rate | Literal["auto"], BeforeValidator(_rate_or_auto)]
 Period = Annotated[float, Field(strict=True, gt=0, le=MAX_DURATION_S)]
 Scale = Annotated[float, Field(strict=True, ge=1 / MAX_TRACE_SCALE, le=MAX_TRACE_SCALE)]
 
@@ -64,14 +80,14 @@ InputFile = Annotated[Path, AfterValidator(_resolve_file)]
 
 class PoissonArrival(Section):
     kind: Literal["poisson"]
-    rate_per_s: Rate
+    rate_per_s: ArrivalRate
 
 
 class GammaArrival(Section):
     """Bursty arrivals: gamma inter-arrival times, coefficient of variation `cv` (1: Poisson)."""
 
     kind: Literal["gamma"]
-    rate_per_s: Rate
+    rate_per_s: ArrivalRate
     cv: Annotated[float, Field(strict=True, gt=0, le=MAX_CV)]
 
 
@@ -79,7 +95,7 @@ class OnOffArrival(Section):
     """Poisson at `rate_per_s` for `on_s`, then silent for `off_s`, repeated."""
 
     kind: Literal["on-off"]
-    rate_per_s: Rate
+    rate_per_s: ArrivalRate
     on_s: Period
     off_s: Moment
 

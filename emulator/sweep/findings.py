@@ -106,9 +106,10 @@ def figure5(rows: pd.DataFrame, spec: SweepSpec, offered_rate_per_s: float) -> F
 
 
 def sweep_figure5(rows: pd.DataFrame, sweep: Sweep) -> Figure5 | None:
-    """figure5 at the offered rate of the sweep's base (after its `set:`); None without one."""
+    """figure5 at the offered rate of the sweep's base (after its `set:`); None without one (a trace,
+    or `auto`, which each point resolves to its own rate)."""
     rate = getattr(sweep.base_scenario().workload.arrival, "rate_per_s", None)
-    return None if rate is None else figure5(rows, sweep.spec, float(rate))
+    return figure5(rows, sweep.spec, float(rate)) if isinstance(rate, int | float) else None
 
 
 def crossing(x: np.ndarray, y: np.ndarray, log_x: bool = True) -> float | None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import emulator.accel_on  # noqa: F401  (first: the compiled build, when current, runs the modules below)
+from emulator.auto_rate import is_auto, modelled_rate, with_arrival_rate
 from emulator.control.types import FailReason, RequestSpec
 from emulator.plane import ControlPlane, make_control_plane
 from emulator.scenario import Scenario
@@ -78,6 +79,10 @@ def simulate(scenario: Scenario, *, until: float | None = None, progress: Progre
     default to the scenario's own (build_workload, make_control_plane); passing them in saves
     rebuilding them for repeated runs."""
     wall_start = time.perf_counter()
+    rate = None
+    if is_auto(scenario):  # rate_per_s: auto on this engine: a share of what its cost model sustains
+        plane = plane or make_control_plane(scenario)
+        scenario, rate = modelled_rate(scenario, plane)
     workload = None
     if plane is None and requests is None and scenario.workload.trace is not None \
             and arrival_horizon_s(scenario) == scenario.duration_s:
@@ -91,6 +96,7 @@ def simulate(scenario: Scenario, *, until: float | None = None, progress: Progre
         requests, coverage = workload.requests, workload.coverage
     else:
         coverage = WorkloadCoverage("given", num_due(requests, scenario))
+    coverage = coverage if rate is None else with_arrival_rate(coverage, rate)
     log.info("workload: %s", coverage.statement)
     budget = budget or EndBudget.of(scenario.duration_s, len(requests))
     costs = CostModel.from_inputs(plane.inputs, plane.profile_source)

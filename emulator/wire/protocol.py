@@ -18,6 +18,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from emulator.control.types import FailReason
 from emulator.errors import WorkerError
+from emulator.limits import MAX_CALIBRATION_LENGTHS, MAX_CALIBRATION_STEPS, MAX_CALIBRATION_TOKENS, MAX_STEP_S
 from model_stub.config import BLOCK_TOKENS
 
 VERSION = 1
@@ -151,6 +152,15 @@ class RoleSet(_Msg):
     role: Role
 
 
+class Calibrated(_Msg):
+    """A `calibrate` answered: seconds of each prefill (in the order asked) and of one decode step."""
+
+    op: Literal["calibrated"] = "calibrated"
+    prefill_s: list[Annotated[float, Field(gt=0, le=MAX_STEP_S)]] = Field(
+        min_length=1, max_length=MAX_CALIBRATION_LENGTHS)
+    decode_step_s: Annotated[float, Field(gt=0, le=MAX_STEP_S)]
+
+
 # gateway -> worker
 
 
@@ -221,14 +231,24 @@ class Shutdown(_Msg):
     op: Literal["shutdown"] = "shutdown"
 
 
+class Calibrate(_Msg):
+    """Time a prefill of each of `lengths` tokens and `decode_steps` decode steps on the torch thread,
+    before any request (emulator/live/calibration.py); nothing is shipped or stored."""
+
+    op: Literal["calibrate"] = "calibrate"
+    lengths: list[Annotated[int, Field(ge=1, le=MAX_CALIBRATION_TOKENS)]] = Field(
+        min_length=1, max_length=MAX_CALIBRATION_LENGTHS)
+    decode_steps: Annotated[int, Field(ge=1, le=MAX_CALIBRATION_STEPS)]
+
+
 Message = (
     Hello | PrefillStarted | PrefillDone | TransferDone | FirstToken | Completed | Failed | Stats
-    | RoleSet | Challenge | Prefill | Decode | SetRole | Cancel | Shutdown
+    | RoleSet | Calibrated | Challenge | Prefill | Decode | SetRole | Cancel | Shutdown | Calibrate
 )
 OP_TO_MODEL: dict[str, type[_Msg]] = {
     m.model_fields["op"].default: m
     for m in (Hello, PrefillStarted, PrefillDone, TransferDone, FirstToken, Completed, Failed,
-              Stats, RoleSet, Challenge, Prefill, Decode, SetRole, Cancel, Shutdown)
+              Stats, RoleSet, Calibrated, Challenge, Prefill, Decode, SetRole, Cancel, Shutdown, Calibrate)
 }
 
 

@@ -30,6 +30,7 @@ from emulator.net.netns import netns_socket
 from emulator.wire import protocol as p
 from emulator.wire.auth import KvHelloProof, make_proof, take_secret
 from emulator.wire.worker_settings import WorkerSettings, read_settings
+from emulator.worker.calibration import calibrate
 from emulator.worker.compute import ComputeThread
 from emulator.worker.decode_engine import DecodeEngine
 from emulator.worker.kv_links import KvLinks
@@ -185,6 +186,10 @@ class Worker:
             task.add_done_callback(self._role_tasks.discard)
         elif isinstance(msg, p.Shutdown):
             self._stop.set()
+        elif isinstance(msg, p.Calibrate):
+            task = asyncio.create_task(self._calibrate(msg))
+            self._role_tasks.add(task)
+            task.add_done_callback(self._role_tasks.discard)
         else:
             log.warning("%s: ignoring %s, a message workers send", self.node, msg.op)
 
@@ -197,6 +202,15 @@ class Worker:
             await engine.drain()
             self.role = Role(role)
         self.emit(p.RoleSet(role=self.role.value))
+
+    async def _calibrate(self, msg: p.Calibrate) -> None:
+        """Time the forwards the gateway asks for; a failure is logged and left unanswered (the
+        gateway's calibration times out and says so)."""
+        try:
+            prefill_s, step_s = await self.compute.call(calibrate, self.model, msg.lengths, msg.decode_steps)
+            self.emit(p.Calibrated(prefill_s=prefill_s, decode_step_s=step_s))
+        except Exception:
+            log.exception("%s: calibration failed", self.node)
 
     async def _write_loop(self, writer: asyncio.StreamWriter) -> None:
         try:

@@ -23,6 +23,7 @@ class WorkloadCoverage:
     num_skipped: int = 0  # bad trace rows passed over (workload.trace.bad_rows: skip)
     skipped: tuple[str, ...] = ()  # the first of them, one line each
     is_trace: bool = False
+    arrival_rate: dict[str, Any] | None = None  # what `rate_per_s: auto` became (emulator/auto_rate.py)
 
     @property
     def statement(self) -> str:
@@ -38,6 +39,8 @@ class WorkloadCoverage:
         if self.num_skipped:
             first = f", first: {self.skipped[0]}" if self.skipped else ""
             parts.append(f"{self.num_skipped:,} bad rows skipped (workload.trace.bad_rows: skip){first}")
+        if self.arrival_rate is not None:
+            parts.append(str(self.arrival_rate.get("statement", "")))
         return "; ".join(parts)
 
     def as_json(self) -> dict[str, Any]:

@@ -43,6 +43,8 @@ ONE_OF_EACH = [
     p.SetRole(role="prefill"),
     p.Cancel(rid=7),
     p.Shutdown(),
+    p.Calibrate(lengths=[409, 2048], decode_steps=8),
+    p.Calibrated(prefill_s=[0.21, 1.05], decode_step_s=0.012),
 ]
 
 
