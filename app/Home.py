@@ -11,6 +11,7 @@ import streamlit as st
 
 from app.palette import PRESET_DASHES, PRESET_SYMBOLS, color_map
 from app.presets_view import CURVE_TOKENS, coinciding_presets, make_cache_curves, make_presets_table
+from app.tables import show_table
 from model_stub.config import PRESET_NAMES, SIZES
 
 INTRO = """
@@ -22,20 +23,22 @@ layers keep a fixed-size recurrent or windowed state and only a few full-attenti
 with the context, so each token adds little to ship. The presets below mirror such layouts.
 """
 
+# Widths are fitted to the text (app.tables), so every column shows whole on a 1280 px window.
 COLUMN_CONFIG = {
     "preset": st.column_config.TextColumn("Preset"),
     "layers": st.column_config.NumberColumn("Layers"),
-    "pattern": st.column_config.TextColumn("Layer pattern", width="large"),
+    "pattern": st.column_config.TextColumn(
+        "Layer pattern", help="The layer kinds in order, by their repeating unit: (3 kda, mla) × 2 is "
+        "kda,kda,kda,mla twice"),
     "d_model": st.column_config.NumberColumn("d_model"),
     "kv_bytes_per_token": st.column_config.NumberColumn(
-        "KV bytes/token", format="localized", width="medium",
-        help="Growing cache one more token adds (full-attention layers)",
+        "KV bytes/token", format="localized", help="Growing cache one more token adds (full-attention layers)",
     ),
     "fixed_bytes": st.column_config.NumberColumn(
         "Fixed state", format="bytes", help="Recurrent and conv states, sliding windows"
     ),
     "cache_bytes": st.column_config.NumberColumn(
-        "Cache at context", format="bytes", width="medium", help="Fixed state plus growing KV at the chosen length"
+        "Cache at context", format="bytes", help="Fixed state plus growing KV at the chosen length"
     ),
 }
 
@@ -83,7 +86,7 @@ tokens = int(
 log_y = log_col.toggle("Log y axis", value=False, key="log_y")
 
 st.subheader("Model presets")
-st.dataframe(make_presets_table(size, tokens), hide_index=True, column_config=COLUMN_CONFIG)
+show_table(make_presets_table(size, tokens), "home_presets", config=COLUMN_CONFIG)
 st.caption(
     f"Sizes at {tokens:,} tokens in float32. A PrfaaS request ships its whole cache once; "
     "the KV bytes/token part is what grows with the prompt."

@@ -6,7 +6,6 @@ paper-case-study (the Runs page), so both read alike; the numbers come from `app
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,11 +13,9 @@ import pandas as pd
 import streamlit as st
 
 from app.paper_compare import run_vs_paper_table
+from app.tables import show_table
 
 PAPER_SCENARIO = "paper-case-study"  # the scenario whose runs are shown beside the paper (its name)
-PX_PER_CHAR, PX_PADDING = 8, 24  # the grid's 14 px sans font averages under 8 px a character
-ROW_PX, BORDER_PX = 35, 3  # a grid row (the header too): a table shows every row, no scrolling
-FIGURE = re.compile(r"[-+]?[\d,.:]+(x|%| points)?|-|same|differs")  # a cell of a column of figures
 TTFT_NOTE = ("The paper's TTFT (Table 6) is a request's prefill service time, with no queueing in "
              "it; the project's comparable figures are its `ttft_noqueue` ones (the TTFT no queue "
              "rows). Table 6's TTFT values are not in the project's reference notes, so they are "
@@ -28,23 +25,10 @@ RUN_NOTE = ("Project: this run's starting threshold and split and its mean egres
             "baselines`); without them they show -.")
 
 
-def fitted_columns(table: pd.DataFrame) -> dict[str, Any]:
-    """A column config that makes each text column as wide as its header or its longest cell,
-    so neither is clipped; columns of figures are right-aligned, as numbers are."""
-    config: dict[str, Any] = {}
-    for name in table.columns:
-        cells = [str(cell) for cell in table[name]]
-        chars = max([len(str(name)), *map(len, cells)])
-        is_figures = all(FIGURE.fullmatch(cell) for cell in cells)
-        config[name] = st.column_config.TextColumn(name, width=PX_PADDING + PX_PER_CHAR * chars,
-                                                   alignment="right" if is_figures else "left")
-    return config
-
-
-def show_text_table(table: pd.DataFrame) -> None:
-    """A table of display strings (as `app.paper_compare` builds them), columns fitted."""
-    st.dataframe(table, hide_index=True, column_config=fitted_columns(table),
-                 height=ROW_PX * (len(table) + 1) + BORDER_PX)
+def show_text_table(table: pd.DataFrame, wrap: tuple[str, ...] = ("Paper source",)) -> None:
+    """A table of display strings (as `app.paper_compare` builds them): columns fitted to their
+    text and the page, figures right-aligned, every row shown; a long source wraps."""
+    show_table(table, wrap=wrap)
 
 
 def show_case_study_table(table: pd.DataFrame, note: str = "") -> None:

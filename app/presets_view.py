@@ -5,6 +5,8 @@ Pure functions of (size, tokens) over `model_stub.config`, so tests check them w
 
 from __future__ import annotations
 
+import itertools
+
 import pandas as pd
 
 from model_stub.config import PRESET_NAMES, get_preset
@@ -32,7 +34,7 @@ def make_presets_table(size: str, tokens: int) -> pd.DataFrame:
             {
                 "preset": name,
                 "layers": config.num_layers,
-                "pattern": config.pattern,
+                "pattern": compact_pattern(config.pattern),
                 "d_model": config.d_model,
                 "kv_bytes_per_token": config.kv_bytes_per_token(),
                 "fixed_bytes": config.fixed_bytes(tokens),
@@ -60,3 +62,17 @@ def coinciding_presets(size: str) -> list[tuple[str, str]]:
     per_token = {name: get_preset(name, size).kv_bytes_per_token() for name in PRESET_NAMES}
     return [(a, b) for i, a in enumerate(PRESET_NAMES) for b in PRESET_NAMES[i + 1:]
             if per_token[a] == per_token[b]]
+
+
+def compact_pattern(pattern: str) -> str:
+    """A layer pattern written by its repeating unit: `kda,kda,kda,mla,kda,kda,kda,mla` ->
+    `(3 kda, mla) × 2`, `full,full,full` -> `3 full`: the layout at a glance, in a narrow column."""
+    kinds = pattern.split(",")
+    period = next(p for p in range(1, len(kinds) + 1)
+                  if len(kinds) % p == 0 and kinds == kinds[:p] * (len(kinds) // p))
+    runs = [(kind, len(list(group))) for kind, group in itertools.groupby(kinds[:period])]
+    repeats = len(kinds) // period
+    if len(runs) == 1:
+        return f"{repeats * runs[0][1]} {runs[0][0]}"
+    unit = ", ".join(kind if count == 1 else f"{count} {kind}" for kind, count in runs)
+    return f"({unit}) × {repeats}" if repeats > 1 else unit

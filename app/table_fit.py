@@ -16,8 +16,8 @@ from dataclasses import dataclass
 # less a margin: the narrowest page a user is expected to read the dashboard on.
 PAGE_PX = 800
 FONT_PX = 14  # the grid's font size
-PAD_PX = 22  # a cell's padding on both sides and its border
-HEADER_PAD_PX = 30  # a header also makes room for its sort arrow
+PAD_PX = 20  # a cell's padding on both sides (8 px each) and its border
+HEADER_PAD_PX = 24  # a header's padding and room for its sort arrow
 LINE_PX = 20  # a wrapped line of the grid's text
 ROW_PX = 35  # a grid row at its default height (the header row too)
 BORDER_PX = 3
@@ -108,3 +108,25 @@ def wrapped_lines(text: str, width_px: float) -> int:
         else:
             used += (space if used else 0.0) + px
     return lines
+
+
+def number_text(value: object, fmt: str | None) -> str:
+    """About the text the grid draws for `value` under a NumberColumn `fmt` (`bytes`, `localized`,
+    a printf format such as `%.3g`, or none): what a column must be wide enough for."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return str(value)
+    if fmt == "bytes":
+        size, unit = float(value), 0
+        while abs(size) >= 1000 and unit < len(_BYTE_UNITS) - 1:
+            size, unit = size / 1000, unit + 1
+        return f"{size:.1f}".rstrip("0").rstrip(".") + _BYTE_UNITS[unit]
+    if fmt == "localized":
+        return f"{value:,}" if isinstance(value, int) else f"{value:,.2f}"
+    if fmt and "%" in fmt:
+        return (fmt % value).replace("%%", "%")
+    return str(value) if isinstance(value, int) else f"{value:.4f}".rstrip("0").rstrip(".")
+
+
+_BYTE_UNITS = ("B", "KB", "MB", "GB", "TB", "PB")

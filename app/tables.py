@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from app.table_fit import PAGE_PX, Fit, fit_columns, is_figure_column
+from app.table_fit import PAGE_PX, Fit, fit_columns, is_figure_column, number_text
 
 INDEX = "_index"  # Streamlit's name for the index column in a column config
 MAX_ROWS = 30
@@ -34,11 +34,11 @@ def show_table(frame: pd.DataFrame, key: str | None = None, hide_index: bool = T
                budget_px: int = PAGE_PX, wrap: Iterable[str] = (), max_rows: int = MAX_ROWS) -> Fit:
     """`frame` as a Streamlit dataframe, no header or cell clipped and no column past the page.
 
-    `shown` is the text the grid will draw when `frame` holds numbers a `config` column formats
-    (default: `frame` itself, display text); `config` gives labels and formats, to which the
-    widths are added. Text columns of figures are right-aligned. Returns the fit, for tests."""
-    shown = frame if shown is None else shown
+    `config` gives labels and formats, to which the widths are added; `shown` is the text the grid
+    draws (default: `frame`'s cells, numbers as their `config` format writes them). Text columns
+    of figures are right-aligned. Returns the fit, for tests."""
     config = dict(config or {})
+    shown = drawn_text(frame, config) if shown is None else shown
     headers = {col: str(cfg.get("label") or col) for col, cfg in config.items() if isinstance(cfg, Mapping)}
     fit = table_fit(shown, hide_index, headers, budget_px, wrap)
     columns: dict[str, Any] = {}
@@ -53,3 +53,14 @@ def show_table(frame: pd.DataFrame, key: str | None = None, hide_index: bool = T
     st.dataframe(frame, hide_index=hide_index, key=key, column_config=columns, placeholder="-",
                  row_height=fit.row_px, height=fit.height_px(len(frame), max_rows))
     return fit
+
+
+def drawn_text(frame: pd.DataFrame, config: Mapping[str, Any]) -> pd.DataFrame:
+    """`frame`'s cells as the grid draws them: a number column under its config's format."""
+    shown = frame.copy()
+    for col, cfg in config.items():
+        type_config = cfg.get("type_config") if isinstance(cfg, Mapping) else None
+        if col in shown.columns and isinstance(type_config, Mapping) and type_config.get("type") == "number":
+            fmt = type_config.get("format")
+            shown[col] = [number_text(v.item() if hasattr(v, "item") else v, fmt) for v in frame[col]]
+    return shown

@@ -21,6 +21,7 @@ from app.palette import color_map
 from app.paper_compare import load_preset_bench, preset_phi_table, profile_phi_table
 from app.paper_figures import TABLE3_SOURCE, TABLE5_SOURCE
 from app.paper_view import show_text_table
+from app.tables import show_table
 from app.threshold_view import CASE_STUDY
 from emulator.errors import PrfaasError
 from emulator.paths import SCENARIOS_DIR
@@ -32,20 +33,21 @@ Only the growing part of a cache crosses the link in proportion to the prompt: f
 (GQA, MLA) layers add bytes with every token, while linear (KDA, GDN) and sliding-window layers
 keep a bounded state. Hybrid models therefore ship a fraction of a dense model's KV per token.
 """
+# Widths are fitted to the text (app.tables): every column whole on a 1280 px window.
 KV_COLUMNS = {
     "model": st.column_config.TextColumn("Model"),
     "source": st.column_config.TextColumn("Source"),
     "kind": st.column_config.TextColumn("Kind"),
-    "layers": st.column_config.TextColumn("Layers", width="medium"),
-    "kv_bytes_per_token": st.column_config.NumberColumn("KV bytes/token", format="localized", width="medium"),
+    "layers": st.column_config.TextColumn("Layers"),
+    "kv_bytes_per_token": st.column_config.NumberColumn("KV bytes/token", format="localized"),
     "fixed_bytes": st.column_config.NumberColumn("Fixed state", format="bytes"),
-    "cache_bytes": st.column_config.NumberColumn("Cache at context", format="bytes", width="medium"),
+    "cache_bytes": st.column_config.NumberColumn("Cache at context", format="bytes"),
 }
 EGRESS_COLUMNS = {
     "model": st.column_config.TextColumn("Model"),
-    "phi_kv_gbps": st.column_config.NumberColumn("Φ_kv(L_avg) (Gbit/s)", format="%.3g", width="medium"),
+    "phi_kv_gbps": st.column_config.NumberColumn("Φ_kv(L_avg) (Gbit/s)", format="%.3g"),
     "egress_gbps": st.column_config.NumberColumn("B_out (Gbit/s)", format="%.3g"),
-    "link_pct": st.column_config.NumberColumn("Share of the link", format="%.3g%%", width="medium"),
+    "link_pct": st.column_config.NumberColumn("Share of the link", format="%.3g%%"),
 }
 PHI_COLUMNS = {
     "model": st.column_config.TextColumn("Model"),
@@ -69,7 +71,7 @@ def _kv_section() -> None:
     except ValueError as err:
         st.error(str(err))
         return
-    st.dataframe(table, hide_index=True, column_config=KV_COLUMNS, height=36 * (len(table) + 1) + 2)
+    show_table(table, "kv_table", config=KV_COLUMNS)
     st.caption("Real models in their serving dtypes (KV bf16, recurrent state fp32), from "
                "`model_stub.kv_calculator`; presets in float32.")
     _curves(list(table["model"]), size)
@@ -103,10 +105,9 @@ def _curves(models: list[str], size: str) -> None:
 def _phi_section() -> None:
     st.subheader("Measured KV throughput Φ_kv (paper, Table 3)")
     phi = make_phi_table()
-    left, right = st.columns([1, 1])
-    left.dataframe(phi, hide_index=True, column_config=PHI_COLUMNS)
-    left.caption(f"Φ_kv = S_kv(l) / T_prefill(l) in Gbit/s at 1K..128K input tokens, as printed "
-                 f"(Qin et al., {TABLE3_SOURCE}).")
+    show_table(phi, "kv_phi", config=PHI_COLUMNS)
+    st.caption(f"Φ_kv = S_kv(l) / T_prefill(l) in Gbit/s at 1K..128K input tokens, as printed "
+               f"(Qin et al., {TABLE3_SOURCE}).")
     long = phi.melt(id_vars=["model", "layers", "kind"], var_name="length", value_name="gbps")
     long["tokens"] = long["length"].map({f"{n // 1024}K": n for n in PHI_LENGTHS})
     fig = px.line(long, x="tokens", y="gbps", color="model", line_dash="kind", markers=True,
@@ -114,7 +115,7 @@ def _phi_section() -> None:
                   labels={"tokens": "input length (tokens)", "gbps": "Φ_kv (Gbit/s)"})
     fig.update_xaxes(tickvals=list(PHI_LENGTHS), ticktext=[f"{n // 1024}K" for n in PHI_LENGTHS])
     fig.update_layout(legend=LEGEND_TOP, margin={"t": 40})
-    right.plotly_chart(fig, key="phi_chart")
+    st.plotly_chart(fig, key="phi_chart")
 
 
 def _egress_section() -> None:
@@ -134,11 +135,9 @@ def _egress_section() -> None:
         st.error(str(err))
         return
     shown = table.assign(link_pct=table["link_share"] * 100).drop(columns="link_share")
-    hybrid_col, dense_col = st.columns(2)
-    for col, kind in ((hybrid_col, "hybrid"), (dense_col, "dense")):
-        col.markdown(f"**{kind.capitalize()} models**")
-        col.dataframe(shown[shown["kind"] == kind].drop(columns="kind"), hide_index=True,
-                      column_config=EGRESS_COLUMNS)
+    for kind in ("hybrid", "dense"):
+        st.markdown(f"**{kind.capitalize()} models**")
+        show_table(shown[shown["kind"] == kind].drop(columns="kind"), f"kv_egress_{kind}", config=EGRESS_COLUMNS)
     fig = px.bar(table, x="model", y="egress_gbps", color="model", pattern_shape="kind",
                  color_discrete_map=color_map(table["model"]),
                  labels={"egress_gbps": "egress B_out (Gbit/s)"})

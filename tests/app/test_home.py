@@ -7,6 +7,7 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
+from app.table_fit import PAGE_PX, natural_px, number_text
 from model_stub.config import PRESET_NAMES, get_preset
 
 HOME = Path(__file__).resolve().parents[2] / "app" / "Home.py"
@@ -55,10 +56,15 @@ def test_tokens_input_changes_cache_bytes() -> None:
         assert table.loc[name, "cache_bytes"] == get_preset(name, "small").cache_bytes(1024)
 
 
-def test_no_header_is_clipped_in_the_presets_table() -> None:
-    """Headers longer than a small column's width ("Cache at contex") get a medium column."""
+def test_no_header_or_cell_is_clipped_in_the_presets_table() -> None:
+    """Every column as wide as its header ("Cache at contex" was cut) and its cells as the grid
+    writes them, and the table within a 1280 px window's page (it ran off the right edge)."""
     app = AppTest.from_file(str(HOME), default_timeout=30).run()
-    columns = json.loads(app.dataframe[0].proto.columns)
-    for key in ("kv_bytes_per_token", "cache_bytes"):
-        assert columns[key]["width"] == "medium", key
+    table, columns = app.dataframe[0].value, json.loads(app.dataframe[0].proto.columns)
     assert columns["cache_bytes"]["label"] == "Cache at context"
+    for key in table.columns:
+        fmt = (columns[key].get("type_config") or {}).get("format")
+        cells = [number_text(v.item() if hasattr(v, "item") else v, fmt) for v in table[key]]
+        assert columns[key]["width"] >= natural_px(columns[key]["label"], cells), key
+    assert sum(columns[key]["width"] for key in table.columns) <= PAGE_PX
+    assert set(table["pattern"]) >= {"(3 kda, mla) × 2", "8 full"}  # layouts at a glance, not 12 names

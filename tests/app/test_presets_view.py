@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.presets_view import CURVE_TOKENS, TABLE_COLUMNS, make_cache_curves, make_presets_table
+from app.presets_view import CURVE_TOKENS, TABLE_COLUMNS, compact_pattern, make_cache_curves, make_presets_table
 from model_stub.config import PRESET_NAMES
 
 
@@ -19,7 +19,7 @@ def test_kimi_linear_small_by_hand() -> None:
     kda_state = (4 * 64 * 64 + 3 * 4 * 64 * (4 - 1)) * 4  # (heads*dk*dv + conv q,k,v) * itemsize
     row = _row("small", 1000, "kimi-linear-mini")
     assert row["layers"] == 8
-    assert row["pattern"] == "kda,kda,kda,mla,kda,kda,kda,mla"
+    assert row["pattern"] == "(3 kda, mla) × 2"  # kda,kda,kda,mla,kda,kda,kda,mla
     assert row["d_model"] == 256
     assert row["kv_bytes_per_token"] == 2 * mla_per_token == 1280
     assert row["fixed_bytes"] == 6 * kda_state == 448_512
@@ -61,3 +61,14 @@ def test_curves_span_1k_to_128k_and_agree_with_table() -> None:
     at_4k = curves[curves["tokens"] == 4096].set_index("preset")["cache_bytes"]
     table = make_presets_table("tiny", 4096).set_index("preset")["cache_bytes"]
     assert at_4k.to_dict() == table.to_dict()
+
+
+@pytest.mark.parametrize(("pattern", "compact"), [
+    ("kda,kda,kda,mla,kda,kda,kda,mla", "(3 kda, mla) × 2"),
+    ("swa,swa,swa,swa,swa,full,swa,swa,swa,swa,swa,full", "(5 swa, full) × 2"),
+    ("full,full,full,full", "4 full"),
+    ("gdn,full", "gdn, full"),
+    ("kda,mla,kda", "kda, mla, kda"),  # no repeating unit: written whole
+])
+def test_a_pattern_is_written_by_its_repeating_unit(pattern: str, compact: str) -> None:
+    assert compact_pattern(pattern) == compact
