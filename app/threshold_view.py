@@ -29,6 +29,7 @@ from emulator.control.throughput_model import (
 from emulator.paths import SCENARIOS_DIR
 from emulator.scenario import Scenario, load_scenario
 from emulator.scenario.workload import LognormalLength
+from emulator.telemetry.labels import BOTTLENECK_LABELS
 
 CASE_STUDY = "paper-case-study.yaml"
 CURVE_POINTS = 400
@@ -117,7 +118,7 @@ def summary_numbers(plan: Plan) -> dict[str, str]:
         "Gain vs naive": _gain_text(plan.gain_vs_naive),
         "Egress used (Gbit/s)": _gbps_text(best.egress_gbps),
         "Share routed remote p": f"{best.p:.1%}",
-        "Bottleneck": best.bottleneck.value,
+        "Bottleneck": BOTTLENECK_LABELS[best.bottleneck.value],
     }
 
 
@@ -176,7 +177,7 @@ def split_curve(inputs: ModelInputs) -> pd.DataFrame:
         point = optimize_threshold(inputs, n_p)
         rows.append({"n_p": n_p, "n_d": point.n_d, "split": f"{n_p}:{point.n_d}",
                      "lambda_max": point.lambda_max, "t": point.t,
-                     "bottleneck": point.bottleneck.value})
+                     "bottleneck": BOTTLENECK_LABELS[point.bottleneck.value]})
     return pd.DataFrame(rows, columns=["n_p", "n_d", "split", "lambda_max", "t", "bottleneck"])
 
 
@@ -203,6 +204,21 @@ def bandwidth_bound_ranges(inputs: ModelInputs) -> list[tuple[float, float]]:
         ranges.append((float(grid[i]), float(end)))
         i = j + 1
     return ranges
+
+
+def shown_ranges(ranges: list[tuple[float, float]], x_lo: float, x_hi: float) -> list[tuple[float, float]]:
+    """The link-bound ranges that fall on a chart spanning [x_lo, x_hi], clipped to it."""
+    clipped = [(max(lo, x_lo), min(hi, x_hi)) for lo, hi in ranges]
+    return [(lo, hi) for lo, hi in clipped if hi > lo]
+
+
+def curves_caption(n_p: int, n_d: int, is_shaded: bool) -> str:
+    """What the t chart shows; it speaks of shading only when something is shaded."""
+    where = ("Shaded: thresholds where B_out/S_kv(l_long) is below N_prfaas/T_remote(l_long), so the "
+             "link limits the PrfaaS path." if is_shaded else
+             "No threshold on this chart is link-bound: B_out/S_kv(l_long) stays above "
+             "N_prfaas/T_remote(l_long), so compute, not the link, limits the PrfaaS path.")
+    return f"Curves at the optimum's split n_p:n_d = {n_p}:{n_d}. {where}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,12 +22,14 @@ from app.threshold_view import (
     Base,
     Exploration,
     LengthLaw,
+    curves_caption,
     explore,
     fitted_law,
     list_scenarios,
     load_base,
     own_figures,
     plan_json,
+    shown_ranges,
     summary_numbers,
     with_overrides,
 )
@@ -126,13 +128,12 @@ def _t_chart(found: Exploration) -> None:
     ceiling = 2.5 * max(best.lambda_max, found.plan.homogeneous.lambda_max,
                         found.plan.naive.lambda_max, 1e-9)
     x_lo, x_hi = float(curves["t"].min()), float(curves["t"].max())
-    for lo, hi in found.bound_ranges:
-        lo, hi = max(lo, x_lo), min(hi, x_hi)
-        if hi > lo:
-            fig.add_vrect(x0=lo, x1=hi, fillcolor="orange", opacity=0.15, line_width=0)
-            # Annotations on a log axis take log10(x); shapes take x itself.
-            fig.add_annotation(x=math.log10(lo), y=ceiling * 0.03, xanchor="left", yanchor="bottom",
-                               text="link-bound", showarrow=False, font={"color": "#b35900"})
+    shaded = shown_ranges(found.bound_ranges, x_lo, x_hi)
+    for lo, hi in shaded:
+        fig.add_vrect(x0=lo, x1=hi, fillcolor="orange", opacity=0.15, line_width=0)
+        # Annotations on a log axis take log10(x); shapes take x itself.
+        fig.add_annotation(x=math.log10(lo), y=ceiling * 0.03, xanchor="left", yanchor="bottom",
+                           text="link-bound", showarrow=False, font={"color": "#b35900"})
     _baseline_lines(fig, found)
     if best.p > 0:
         fig.add_vline(x=best.t, line_dash="dash", line_color=COLORS["lambda"])
@@ -145,9 +146,7 @@ def _t_chart(found: Exploration) -> None:
     fig.update_yaxes(range=[0, ceiling], title="requests per second")
     fig.update_layout(legend=LEGEND_TOP, margin={"t": 40})
     st.plotly_chart(fig, key="t_chart")
-    st.caption(f"Curves at the optimum's split n_p:n_d = {best.n_p}:{best.n_d}. Shaded: thresholds "
-               "where B_out/S_kv(l_long) is below N_prfaas/T_remote(l_long), so the link limits the "
-               "PrfaaS path.")
+    st.caption(curves_caption(best.n_p, best.n_d, is_shaded=bool(shaded)))
 
 
 def _tokens_label(tokens: float) -> str:

@@ -170,7 +170,7 @@ _SECTIONS = ("clusters", "workload", "scheduler", "model", "router", "transport"
 # The throughput model's bottleneck (control.throughput_model.Bottleneck values): the term of Eq. 6
 # that sets Λ_max.
 BOTTLENECK_LABELS: dict[str, str] = {
-    "prfaas-compute": "PrfaaS prefill compute",
+    "prfaas-compute": "PrfaaS compute",
     "egress": "link egress",
     "pd-prefill": "local prefill",
     "pd-decode": "decode",

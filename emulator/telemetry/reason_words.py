@@ -26,7 +26,7 @@ _FLIP = re.compile(r"drain, then flip \S+ to (?P<role>\w+)")
 
 def worded(text: str) -> str:
     """`text` with the bottleneck's code named: `bottleneck prfaas-compute` -> `bottleneck: PrfaaS
-    prefill compute`."""
+    compute`."""
     return _BOTTLENECK.sub(lambda m: f"bottleneck: {BOTTLENECK_LABELS.get(m['code'], m['code'])}", text)
 
 

@@ -42,9 +42,12 @@ def test_case_study_optimum_is_shown() -> None:
     metrics = _metrics(app)
     assert metrics["Threshold t (tokens)"] == "19,620"
     assert metrics["Split n_p:n_d"] == "3:5"
-    assert metrics["Bottleneck"] == "prfaas-compute"
+    assert metrics["Bottleneck"] == "PrfaaS compute"  # named (labels.py), not the code prfaas-compute
     assert metrics["PrfaaS path bound by"] == "compute"
     assert not app.error
+    # nothing is shaded at the case study's link, so the chart's caption does not speak of shading
+    caption = next(c.value for c in app.caption if c.value.startswith("Curves at the optimum"))
+    assert "Shaded" not in caption and "No threshold on this chart is link-bound" in caption
 
 
 def test_lambda_max_equals_the_optimizers() -> None:
@@ -72,11 +75,12 @@ def test_charts_mark_the_optimum_and_the_baselines() -> None:
 def test_a_thin_link_makes_egress_the_bottleneck_and_moves_t() -> None:
     app = _set(_page(), "te_b_out_gbps", 5.0)
     metrics = _metrics(app)
-    assert metrics["Bottleneck"] == "egress" and metrics["PrfaaS path bound by"] == "link"
+    assert metrics["Bottleneck"] == "link egress" and metrics["PrfaaS path bound by"] == "link"
     assert metrics["Threshold t (tokens)"] != "19,620"
     assert int(metrics["Threshold t (tokens)"].replace(",", "")) > 19_620
     shaded = [s for s in _charts(app)["t_chart"]["layout"]["shapes"] if s["type"] == "rect"]
     assert len(shaded) == 1
+    assert any(c.value.startswith("Curves at the optimum") and "Shaded: thresholds" in c.value for c in app.caption)
     app = _set(app, "te_b_out_gbps", 0.5)  # tiny: the PrfaaS path is still link-bound
     assert _metrics(app)["PrfaaS path bound by"] == "link"
 

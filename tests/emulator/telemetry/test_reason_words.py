@@ -21,7 +21,7 @@ def test_every_bottleneck_and_route_has_a_label() -> None:
 
 def test_a_bottleneck_code_is_named() -> None:
     text = "queue surge; model: 1.67 req/s, p 0.40, bottleneck prfaas-compute"
-    assert worded(text) == "queue surge; model: 1.67 req/s, p 0.40, bottleneck: PrfaaS prefill compute"
+    assert worded(text) == "queue surge; model: 1.67 req/s, p 0.40, bottleneck: PrfaaS compute"
     assert worded("no code here") == "no code here"
 
 
