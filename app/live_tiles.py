@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from app.live_view import TILES, RunView
+from app.live_view import ENDED_STATES, TILES, RunView
 from emulator.telemetry.labels import format_number
 from emulator.telemetry.outcome import outcome_of
 from emulator.telemetry.schemas import KnobState
@@ -66,7 +66,9 @@ def bus_tiles(view: RunView, phase: str, duration_s: float | None) -> list[Tile]
     counts = latest.requests if latest is not None else None
     of_duration = f" / {duration_s:g}" if duration_s is not None else ""
     return [
-        Tile(TILES["state"], status.state if status is not None and phase != "ended" else phase),
+        # a final state the run said (finished, stopped, failed) over the page's own `ended`
+        Tile(TILES["state"], status.state if status is not None and (phase != "ended" or status.state in ENDED_STATES)
+             else phase),
         Tile(TILES["run_time"], f"{latest.t_s:.1f}{of_duration}" if latest else "-", RUN_TIME_HELP),
         Tile(TILES["arrived"], f"{counts.completed} / {counts.arrived}" if counts else "-"),
         Tile(TILES["failed"], str(counts.failed) if counts else "-"),
@@ -76,13 +78,18 @@ def bus_tiles(view: RunView, phase: str, duration_s: float | None) -> list[Tile]
 
 def record_tiles(doc: Mapping[str, Any], view: RunView) -> list[Tile]:
     """Once the run has ended: how it ended (finished, stopped, failed) and its counts, from its record."""
+    return [*count_tiles(doc, TILES["run_time"]), *knob_tiles(view)]
+
+
+def count_tiles(doc: Mapping[str, Any], time_title: str) -> list[Tile]:
+    """How the run ended, its (run or simulated) time and its counts, from its record: a virtual
+    run's tiles once it has ended too, since it says nothing on the bus."""
     summary, meta = doc.get("summary") or {}, doc.get("meta") or {}
     completed, requests = summary.get("completed"), summary.get("requests")
     duration = summary.get("duration_s")
     return [
         Tile(TILES["state"], outcome_of(meta).value, RECORD_HELP),
-        Tile(TILES["run_time"], f"{duration:.1f}" if isinstance(duration, int | float) else "-", RECORD_HELP),
+        Tile(time_title, f"{duration:.1f}" if isinstance(duration, int | float) else "-", RECORD_HELP),
         Tile(TILES["arrived"], f"{format_number(completed)} / {format_number(requests)}", RECORD_HELP),
         Tile(TILES["failed"], format_number(summary.get("failed_count")), RECORD_HELP),
-        *knob_tiles(view),
     ]

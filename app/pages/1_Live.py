@@ -20,7 +20,7 @@ from app.decisions_view import TABLE_COLUMNS, TIME, WHY, decision_rows, note_row
 from app.knob_acks import AckState, ack_of
 from app.live_knobs import NOW_FRAGMENT, knobs_behind, knobs_sidebar, sent_knobs
 from app.live_results import show_results
-from app.live_tiles import Tile, bus_tiles, record_tiles
+from app.live_tiles import Tile, bus_tiles, count_tiles, record_tiles
 from app.live_view import TILES, RunView, metrics_frame, requests_table, roles_table, run_phase
 from app.mqtt_feed import MqttFeed, choose_broker, get_feed
 from app.run_registry import RunRefused, StartedRun, get_registry
@@ -251,7 +251,11 @@ def _now(run_id: str) -> None:
 
 
 def _virtual_status(started: StartedRun, phase: str, duration: str) -> None:
-    """A virtual run's progress, from the progress lines its CLI writes to its log."""
+    """A virtual run's progress, from the progress lines its CLI writes to its log; once it has
+    ended, its record, as the results below (a stopped one says `stopped`)."""
+    if phase == "ended" and (doc := started.summary()) is not None:
+        _tiles(count_tiles(doc, TILES["simulated_time"]))
+        return
     progress = started.progress()
     tiles = st.columns(3)
     tiles[0].metric(TILES["state"], "simulating" if phase == "virtual" else "ended")

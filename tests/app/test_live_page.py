@@ -232,12 +232,13 @@ def test_the_backend_reason_stays_when_a_knob_note_arrives(fake_run) -> None:
     assert "Why this backend: not root: no network namespaces" in _texts(app)
 
 
-def test_knobs_are_off_once_the_run_has_finished(fake_run) -> None:
+@pytest.mark.parametrize("final", ["finished", "stopped"])
+def test_knobs_are_off_once_the_run_has_finished(fake_run, final: str) -> None:
     app = _watching(fake_run)
-    fake_run.status("finished")
+    fake_run.status(final)
     _until(app, lambda a: a.slider(key="live_k_threshold").disabled)
     assert "This run is over; its knobs are off." in _texts(app)
-    assert _metrics(app)["State"] == "ended"
+    assert _metrics(app)["State"] == final  # the run's own last word, not the page's `ended`
 
 
 def test_starts_a_virtual_run_and_shows_its_results(live_env: str, tmp_path: Path) -> None:
