@@ -212,7 +212,8 @@ class LiveSession:
             t.add_killed([f"loop {name} (abandoned)" for name in stuck or []])
         stopped = self.outcome is RunOutcome.STOPPED
         detail = stopped_detail(self.stopped_by) if stopped else end_reason
-        await t.step(Step.STATUS, self._status("failed" if error else "draining", detail))
+        note = f"stopping ({self.stopped_by or 'stop'}): what is open fails `interrupted`" if stopped else end_reason
+        await t.step(Step.STATUS, self._status("failed" if error else "draining", note))
         reason = open_fail_reason(self.outcome)
         await t.step(Step.FAIL_OPEN, self.gateway.fail_open(reason, detail))  # also marks the gateway stopping
         self._fail_rest(reason, detail)
