@@ -42,6 +42,7 @@ from emulator.telemetry.labels import KNOB_LABELS, format_number
 MAX_SENT_SHOWN = 5
 NOW_FRAGMENT = "live_now"  # the Live page's fragment that shows the run's answer (tiles and acks)
 SYNCED = "live_knobs_synced"  # (run id, {knob: the run's value its widget was last set to})
+PENDING = "live_knobs_pending"  # {knob: the run's value} of the edits the sidebar names as not applied
 TCP_NOTE = ("TCP connections per KV link are set when a run starts (Advanced start options, or "
             "transport.connections in the scenario): live workers open them at start and cannot change "
             "them while running.")
@@ -130,21 +131,23 @@ def follow_run(run_id: str, view: RunView, scenario: Scenario | None, start_thre
     for name, value in updates.items():
         st.session_state[WIDGET_PREFIX + name] = value
     st.session_state[SYNCED] = (run_id, synced | updates)
-    return unapplied(run, widgets | updates, waiting)
+    st.session_state[PENDING] = unapplied(run, widgets | updates, waiting)
+    return st.session_state[PENDING]
 
 
 def knobs_behind(run_id: str, view: RunView, scenario: Scenario | None, start_threshold: int | None,
                  now_s: float) -> bool:
-    """Whether the run has moved a knob so that its widget must show another value (the page then
-    reruns whole, as only a whole run redraws the sidebar); a move the widget already shows is
-    recorded here, without a rerun."""
+    """Whether the run has moved a knob so that its widget must show another value, or the sidebar's
+    "Not applied" line is out of date (the page then reruns whole, as only a whole run redraws the
+    sidebar); a move the widget already shows is recorded here, without a rerun. While a sent knob
+    waits for its answer, the line waits too: a rerun then would only delay the answer."""
     run, synced, widgets, waiting = _sync(run_id, view, scenario, start_threshold, now_s)
     updates = widget_updates(run, synced, widgets, waiting)
     if must_redraw(updates, widgets):
         return True
     if updates:
         st.session_state[SYNCED] = (run_id, synced | updates)
-    return False
+    return not waiting and unapplied(run, widgets | updates) != st.session_state.get(PENDING, {})
 
 
 def _shown(value: Any) -> str:

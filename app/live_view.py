@@ -155,8 +155,10 @@ def run_phase(view: RunView, now_s: float, engine: str | None = None,
     if engine == "virtual":
         return "virtual"
     phase = bus_phase(view, now_s)
-    if process_running and phase == "ended" and view.status is None:
-        return "waiting"  # our own child, silent: still starting (or running without a broker)
+    if process_running and phase == "ended" and (view.status is None or view.status.state not in ENDED_STATES):
+        # our own child, silent but alive: still starting (calibrating its workers on a loaded
+        # machine can take longer than STALE_S), or running without a broker
+        return "running" if view.metrics else "waiting"
     return phase
 
 

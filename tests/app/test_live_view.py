@@ -112,6 +112,20 @@ def test_run_phase_knows_its_own_processes() -> None:
     assert run_phase(empty, 1.0, "virtual", process_running=True) == "virtual"
 
 
+def test_a_slow_start_is_not_taken_for_an_end() -> None:
+    """A live run that calibrates its workers can say `starting` and then nothing for longer than
+    STALE_S: while its process runs it is still starting, not over (the page kept polling only then)."""
+    buffer = FeedBuffer()
+    buffer.add("abc123", StatusMessage(run_id="abc123", t_s=0.0, state="starting", engine="live"), 0.0)
+    view = buffer.view("abc123")
+    assert bus_phase(view, 100.0) == "ended"  # from the bus alone: silent too long
+    assert run_phase(view, 100.0, "live", process_running=True) == "waiting"
+    buffer.add("abc123", snap(1.0), 100.0)
+    assert run_phase(buffer.view("abc123"), 200.0, "live", process_running=True) == "running"
+    buffer.add("abc123", StatusMessage(run_id="abc123", t_s=9.0, state="finished", engine="live"), 201.0)
+    assert run_phase(buffer.view("abc123"), 202.0, "live", process_running=True) == "ended"  # writing its record
+
+
 def test_metrics_frame_shares_and_gaps() -> None:
     frame = metrics_frame([snap(0.0), snap(5.0, prfaas=1, local=1, ttft_p50_s=0.5),
                            snap(10.0, prfaas=1, local=3), snap(15.0, prfaas=3, local=3,

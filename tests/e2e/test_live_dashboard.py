@@ -181,7 +181,8 @@ def test_live_page_drives_a_live_run(live_dashboard, tmp_path: Path) -> None:
             runs_dir = page.get_by_label("Runs directory", exact=True)
             runs_dir.fill(str(tmp_path / "runs"))
             runs_dir.press("Enter")
-            assert "live-quickstart" in _grid_text(page, "recorded")  # the listing of the two runs
+            listing = _grid_text(page, "live-bandwidth-drop")  # the listing of the two runs, how each ended
+            assert "live-quickstart" in listing and "finished" in listing
             page.get_by_role("tab", name="Compare runs").click()
             compare = _grid_text(page, "B - A")
             assert "TTFT P50" in compare
