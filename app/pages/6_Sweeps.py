@@ -11,6 +11,7 @@ files from `emulator.sweep`.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -29,6 +30,7 @@ from emulator.sweep import figures, findings
 from emulator.sweep.points import point_scenario
 from emulator.sweep.spec import Sweep, load_sweep
 from emulator.sweep.store import read_results
+from emulator.telemetry.labels import label, setting_label
 from emulator.telemetry.run_files import RunFolder
 
 REFRESH_S = 2.0
@@ -71,8 +73,25 @@ def _results(folder: RunFolder) -> tuple[pd.DataFrame, dict] | None:
     try:
         return read_results(folder)  # through run_files: no link followed, sizes and depth capped
     except PrfaasError as err:
-        st.info(str(err))
+        handle = _started().get(str(folder.path))
+        if handle is not None and handle.is_running:  # started here: its first points are coming
+            _starting(handle)
+        else:
+            st.info(str(err))
         return None
+
+
+def _starting(handle: SweepHandle) -> None:
+    """A sweep started from this page before its first point is written: that it is starting, for
+    how long, and the last line of its log (Ray and the first points take a while)."""
+    waited = time.monotonic() - handle.started_at
+    st.progress(0.0, text=f"Starting {handle.name}: {waited:.0f} s since Start · Ray starts its workers, "
+                          "then the points arrive here as they finish")
+    last = next((line for line in reversed(handle.log_tail(20).splitlines()) if line.strip()), "")
+    if last:
+        st.caption(f"Its log: `{last[:200]}`")
+    if st.button("Stop", key="sweeps_stop"):
+        handle.stop()
 
 
 def _progress(out_dir: Path, rows: pd.DataFrame, doc: dict) -> None:
@@ -105,16 +124,18 @@ def _findings(rows: pd.DataFrame, sweep: Sweep) -> None:
         st.plotly_chart(findings.crossover_figure(c), key="sweeps_crossover")
 
 
-def _figures(rows: pd.DataFrame, sweep: Sweep | None, axes: list[str], metrics: list[str]) -> None:
+def _figures(rows: pd.DataFrame, sweep: Sweep | None, axes: list[str], metrics: list[str]) -> str | None:
+    """The heatmap, the lines along an axis and the Pareto front; returns the metric they show."""
     if not metrics or rows.empty:
-        return
-    metric = st.selectbox("Metric", metrics, key="sweeps_metric")
+        return None
+    metric = st.selectbox("Metric", metrics, index=sweeps_view.default_metric(rows, metrics), key="sweeps_metric",
+                          format_func=label)
     if len(axes) >= 2 and (sweep is None or sweep.spec.mode != "oat"):  # oat fills a cross, not a grid
         left, right = st.columns(2)
-        x = left.selectbox("Heatmap x", axes, index=0, key="sweeps_x")
-        y = right.selectbox("Heatmap y", [a for a in axes if a != x], key="sweeps_y")
+        x = left.selectbox("Heatmap x", axes, index=0, key="sweeps_x", format_func=setting_label)
+        y = right.selectbox("Heatmap y", [a for a in axes if a != x], key="sweeps_y", format_func=setting_label)
         st.plotly_chart(figures.heatmap_figure(rows, x, y, metric), key="sweeps_heatmap")
-    along = st.selectbox("Along the axis", axes, key="sweeps_along")
+    along = st.selectbox("Along the axis", axes, key="sweeps_along", format_func=setting_label)
     others = [a for a in axes if a != along]
     shown = figures.along_axis(rows, sweep.spec, along) if sweep is not None else rows
     if "configuration" in others:
@@ -127,6 +148,7 @@ def _figures(rows: pd.DataFrame, sweep: Sweep | None, axes: list[str], metrics: 
     if {figures.THROUGHPUT, figures.LATENCY} <= set(rows.columns):
         st.markdown("**Pareto front**: throughput against TTFT P90, coloured by egress")
         st.plotly_chart(figures.pareto_figure(rows, hover=axes), key="sweeps_pareto")
+    return metric
 
 
 def _sweep_of(doc: dict) -> Sweep | None:
@@ -203,9 +225,12 @@ def _panel(folder: RunFolder) -> None:
     sweep = _sweep_of(doc)
     if sweep is not None:
         _findings(rows, sweep)
-    _figures(rows, sweep, axes, metrics)
+    metric = _figures(rows, sweep, axes, metrics)
     st.markdown("**Points**")
-    show_table(sweeps_view.points_table(rows, axes), "sweeps_rows")
+    every = st.toggle("Every kept metric", key="sweeps_every_metric",
+                      help="All of sweep.parquet's columns, wider than the page; off: the metric charted above")
+    columns = sweeps_view.point_columns(rows, axes, metrics, None if every else metric)
+    show_table(sweeps_view.points_table(rows[columns], axes), "sweeps_rows")
     if sweep is not None:
         _point_download(rows, sweep, axes)
 

@@ -4,7 +4,8 @@ the seeds, and the Pareto front of throughput against TTFT P90 coloured by egres
 Gbit/s, whichever suits the sweep's egress).
 
 Pure: a DataFrame in, a DataFrame or a Plotly figure out. Failed points are left out of every
-figure (the page and the report list them).
+figure (the page and the report list them). Axes and metrics are titled by their human names
+(labels.py), never by their keys.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import plotly.graph_objects as go
 
 from emulator.sweep.spec import SweepSpec
 from emulator.telemetry.figures import rate_label
+from emulator.telemetry.labels import label, setting_label
 
 OK = "ok"
 THROUGHPUT, LATENCY = "throughput_rps", "ttft_p90_s"
@@ -58,12 +60,13 @@ def over_seeds(rows: pd.DataFrame, axes: Sequence[str], metric: str) -> pd.DataF
 def heatmap_figure(rows: pd.DataFrame, x: str, y: str, metric: str) -> go.Figure:
     """The metric's mean over seeds on the (x, y) grid of two axes; a missing cell stays empty."""
     table = over_seeds(rows, (x, y), metric).pivot(index=y, columns=x, values="mean")
+    x_name, y_name, metric_name = setting_label(x), setting_label(y), label(metric)
     fig = go.Figure(data=[{
         "type": "heatmap", "x": [level_text(v) for v in table.columns], "y": [level_text(v) for v in table.index],
-        "z": table.to_numpy(), "colorscale": "Viridis", "colorbar": {"title": {"text": metric}},
-        "hovertemplate": f"{x} = %{{x}}<br>{y} = %{{y}}<br>{metric} = %{{z:.3g}}<extra></extra>",
-    }], layout={"height": HEIGHT, "xaxis": {"title": {"text": x}, "type": "category"},
-                "yaxis": {"title": {"text": y}, "type": "category"}, "margin": {"t": 30}})
+        "z": table.to_numpy(), "colorscale": "Viridis", "colorbar": {"title": {"text": metric_name}},
+        "hovertemplate": f"{x_name} = %{{x}}<br>{y_name} = %{{y}}<br>{metric_name} = %{{z:.3g}}<extra></extra>",
+    }], layout={"height": HEIGHT, "xaxis": {"title": {"text": x_name}, "type": "category"},
+                "yaxis": {"title": {"text": y_name}, "type": "category"}, "margin": {"t": 30}})
     return fig
 
 
@@ -74,15 +77,15 @@ def lines_figure(rows: pd.DataFrame, x: str, metric: str, by: str | None = None)
     traces: list[dict] = []
     for value, part in groups:
         stats = over_seeds(part, (x,), metric)
-        name = metric if value is None else f"{by} = {level_text(value)}"
+        name = label(metric) if value is None else f"{setting_label(by)} = {level_text(value)}"
         xs = stats[x].tolist()
         traces.append({"type": "scatter", "x": xs + xs[::-1], "y": stats["high"].tolist() + stats["low"].tolist()[::-1],
                        "fill": "toself", "opacity": 0.2, "line": {"width": 0}, "hoverinfo": "skip",
                        "showlegend": False, "legendgroup": name})
         traces.append({"type": "scatter", "x": xs, "y": stats["mean"].tolist(), "mode": "lines+markers",
                        "name": name, "legendgroup": name})
-    return go.Figure(data=traces, layout={"height": HEIGHT, "xaxis": {"title": {"text": x}},
-                                          "yaxis": {"title": {"text": metric}}, "margin": {"t": 30}})
+    return go.Figure(data=traces, layout={"height": HEIGHT, "xaxis": {"title": {"text": setting_label(x)}},
+                                          "yaxis": {"title": {"text": label(metric)}}, "margin": {"t": 30}})
 
 
 def pareto_mask(throughput: np.ndarray, latency: np.ndarray) -> np.ndarray:

@@ -26,6 +26,7 @@ from emulator.sweep.findings import (
     sweep_figure5,
 )
 from emulator.sweep.spec import Sweep
+from emulator.telemetry.labels import label, setting_label
 
 REPORT_FILE = "report.html"
 MAX_METRIC_CHARTS = 8  # charts along an axis: the first kept metrics, the rest are in the parquet
@@ -50,7 +51,8 @@ def write_report(out_dir: str | Path, sweep: Sweep, rows: pd.DataFrame, doc: dic
         along = along_axis(rows, spec, axis)
         varying = [m for m in spec.metrics if m in along.columns and not _constant(along[m])]
         for metric in varying[:MAX_METRIC_CHARTS]:
-            sections.append(_section(f"{metric} along {axis}", _figure(lines_figure(along, axis, metric, by=by))))
+            sections.append(_section(f"{label(metric)} along {setting_label(axis)}",
+                                     _figure(lines_figure(along, axis, metric, by=by))))
     if {THROUGHPUT, LATENCY} <= set(rows.columns):
         sections.append(_section("Pareto front: throughput against TTFT P90", _figure(pareto_figure(rows, axes))))
     sections.append(_section("Failed points", _failures(rows)))

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from app.sweeps_view import points_table
+from app.sweeps_view import default_metric, points_table
 from emulator.paths import REPO_ROOT
 from emulator.scenario.export import replay_yaml
 from emulator.sweep.points import point_scenario
@@ -61,13 +61,21 @@ def test_a_finished_sweep_shows_its_progress_figures_and_points(swept) -> None:
     charts = {c.proto.id.split("-", 2)[2] for c in app.get("plotly_chart")}
     assert charts == {"sweeps_heatmap", "sweeps_lines", "sweeps_pareto"}
     assert "8 of 8 points, 0 failed · complete" in [p.proto.text for p in app.get("progress")]
+    # the charts open on a metric that varies (TTFT P90), named, and so do the axes' pickers
+    assert app.selectbox(key="sweeps_metric").value == "ttft_p90_s"
+    assert "TTFT P90 (s)" in app.selectbox(key="sweeps_metric").options
+    assert "threshold t (tokens)" in app.selectbox(key="sweeps_along").options
     points = next(d.value for d in app.dataframe if "point" in d.value.columns)
     assert len(points) == 8 and set(points["status"]) == {"ok"}
-    # Read as the Runs page's tables: human names, axes under their own, 3 significant digits, no None.
-    assert list(points.columns) == ["point", "router.threshold_tokens", "workload.arrival.rate_per_s", "seed",
+    # Read as the Runs page's tables: human names (axes too), the charted metric, 3 significant digits.
+    assert list(points.columns) == ["point", "threshold t (tokens)", "arrival rate (req/s)", "seed", "engine",
+                                    "TTFT P90 (s)", "status"]
+    assert sorted(set(points["threshold t (tokens)"])) == ["40000", "8000"]
+    app.toggle(key="sweeps_every_metric").set_value(True).run()
+    points = next(d.value for d in app.dataframe if "point" in d.value.columns)
+    assert list(points.columns) == ["point", "threshold t (tokens)", "arrival rate (req/s)", "seed",
                                     "engine", "TTFT P50 (s)", "TTFT P90 (s)", "throughput (req/s)",
                                     "egress mean (Gbit/s)", "status", "reason", "wall (s)"]
-    assert sorted(set(points["router.threshold_tokens"])) == ["40000", "8000"]
     assert set(points["reason"]) == {"-"}
     cells = points.to_numpy().ravel().tolist()
     assert all(isinstance(c, str) for c in cells) and not {"None", "nan", "NaN", "<NA>"} & set(cells)
@@ -79,6 +87,23 @@ def test_a_finished_sweep_shows_its_progress_figures_and_points(swept) -> None:
 def test_a_directory_without_a_sweep_says_so(tmp_path: Path) -> None:
     app = _page(tmp_path)
     assert any("no sweep.json and sweep.parquet yet" in i.value for i in app.info)
+
+
+def test_a_sweep_just_started_says_it_is_starting(live_env: str, tmp_path: Path) -> None:
+    """Between Start and its first point (Ray starting: 14 s on a 2-core machine) the page says the
+    sweep is starting and how long it has been, not that the directory holds no sweep."""
+    app = AppTest.from_file(str(PAGE), default_timeout=60).run()
+    app.selectbox(key="sweeps_file").set_value("bandwidth-crossover.yaml").run()
+    app.button(key="sweeps_start").click().run()
+    assert not app.exception and not app.error
+    try:
+        texts = [p.proto.text for p in app.get("progress")]
+        assert any(t.startswith("Starting bandwidth-crossover: ") for t in texts), texts
+        assert not [i.value for i in app.info if "no sweep.json" in i.value]
+    finally:  # Stop is offered while it starts and while it runs; it may have ended by now
+        for stop in [b for b in app.button if b.key == "sweeps_stop"]:
+            stop.click().run()
+    assert not app.exception
 
 
 def test_a_point_saved_as_a_scenario_replays_its_row(swept, tmp_path: Path) -> None:
@@ -168,13 +193,14 @@ def test_the_points_and_failed_points_read_plainly() -> None:
         "reason": [None, "ScenarioError: link.bandwidth_mbit: 12.5 is below 100"], "wall_s": [0.618034, 0.01],
         "node_id": ["abc", None]})
     table = points_table(rows, AXES)
-    assert list(table.columns) == ["point", *AXES, "seed", "engine", "TTFT P90 (s)", "Θ_pd-p measured (req/s)",
+    named = ["threshold t (tokens)", "link bandwidth (Mbit/s)"]  # the axes by name, not `router.threshold_tokens`
+    assert list(table.columns) == ["point", *named, "seed", "engine", "TTFT P90 (s)", "Θ_pd-p measured (req/s)",
                                    "capacity (req/s)", "status", "reason", "wall (s)"]
     assert table.iloc[0].tolist() == ["p0", "40000", "100", "0", "virtual", "1.23", "3.14", "12,346", "ok", "-",
                                       "0.618"]
     assert table.iloc[1].tolist()[1:8] == ["8000", "12.5", "1", "virtual", "-", "-", "-"]
     failed = points_table(rows.loc[rows["status"] != "ok", ["point_id", *AXES, "seed", "reason"]], AXES)
-    assert list(failed.columns) == ["point", *AXES, "seed", "reason"]
+    assert list(failed.columns) == ["point", *named, "seed", "reason"]
     assert failed.iloc[0].tolist() == ["p1", "8000", "12.5", "1", rows.loc[1, "reason"]]
 
 
@@ -182,3 +208,13 @@ def test_every_metric_a_sweep_keeps_has_a_human_name() -> None:
     named = {**FIGURE_LABELS, **META_LABELS, **SWEEP_LABELS}
     assert not [m for m in (*VIRTUAL_METRICS, *ANALYTIC_METRICS, *CAPACITY_METRICS) if m not in named]
     assert label("configured_theta_pd_p") == "Θ_pd-p as configured (req/s)"
+
+
+def test_the_charts_open_on_a_metric_that_moves() -> None:
+    """A constant metric (the analytic `t` of a sweep that does not move it) draws a flat line: the
+    charts open on TTFT P90 when kept, else on the first metric that varies."""
+    rows = pd.DataFrame({"status": ["ok"] * 3, "t": [19620.0] * 3, "lambda_max": [1.0, 2.0, 3.0],
+                         "ttft_p90_s": [0.5, 0.5, 0.7], "n_p": [3, 3, 3]})
+    assert default_metric(rows, ["t", "n_p", "lambda_max", "ttft_p90_s"]) == 3
+    assert default_metric(rows, ["t", "n_p", "lambda_max"]) == 2
+    assert default_metric(rows, ["t", "n_p"]) == 0  # nothing varies: the first, as the sweep listed it

@@ -34,6 +34,8 @@ def test_heatmap_is_the_mean_over_seeds_on_the_axis_grid() -> None:
     floats = _rows().astype({"router.threshold_tokens": float})  # numeric axes are stored as floats
     assert list(heatmap_figure(floats, "workload.arrival.rate_per_s", "router.threshold_tokens",
                                "ttft_p90_s").data[0].y) == ["4096", "8192"]
+    layout = heatmap_figure(_rows(), "workload.arrival.rate_per_s", "router.threshold_tokens", "ttft_p90_s").layout
+    assert (layout.xaxis.title.text, layout.yaxis.title.text) == ("arrival rate (req/s)", "threshold t (tokens)")
     z = np.array(heat.z, dtype=float)
     assert z[0, 1] == pytest.approx(2 / 4096 * 1000 + 0.5) and z[1, 2] == pytest.approx(3 / 8192 * 1000 + 0.5)
 
@@ -41,7 +43,8 @@ def test_heatmap_is_the_mean_over_seeds_on_the_axis_grid() -> None:
 def test_lines_have_one_mean_line_and_one_band_per_value() -> None:
     fig = lines_figure(_rows(), "workload.arrival.rate_per_s", "ttft_p90_s", by="router.threshold_tokens")
     names = [t.name for t in fig.data if t.showlegend is not False]
-    assert names == ["router.threshold_tokens = 4096", "router.threshold_tokens = 8192"]
+    assert names == ["threshold t (tokens) = 4096", "threshold t (tokens) = 8192"]  # named, not keys
+    assert fig.layout.xaxis.title.text == "arrival rate (req/s)" and fig.layout.yaxis.title.text == "TTFT P90 (s)"
     band = fig.data[0]
     assert band.fill == "toself" and len(band.x) == 6  # up the highs, back down the lows
 
