@@ -66,7 +66,7 @@ def test_refused_point_is_a_failed_row_and_the_rest_finish(write_sweep: Callable
     assert rows.loc[(8000, "analytic"), "lambda_max"] > 0 and pd.isna(rows.loc[(8000, "analytic"), "throughput_rps"])
     report = (tmp_path / "out" / "report.html").read_text()  # the failures with their reasons, offline
     assert "Failed points" in report and html.escape(bad["reason"], quote=False) in report
-    assert "throughput_rps along router.threshold_tokens" in report and "<script src" not in report
+    assert "throughput (req/s) along threshold t (tokens)" in report and "<script src" not in report
 
 
 def test_out_dir_of_another_sweep_is_refused(write_sweep: Callable[..., Path], tmp_path: Path) -> None:
