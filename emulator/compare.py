@@ -1,22 +1,24 @@
 """Two recorded runs side by side (live vs virtual, or two settings of one engine): headline numbers
 with relative differences (TTFT with and without queueing, offloaded share, prefix hits, egress in
 the link's unit), failures lined up by reason, the per-node figures, and a self-contained HTML page
-of both TTFT CDFs.
+of both TTFT CDFs (an inline SVG chart: a few kilobytes, opens offline).
 
-Reads run directories through telemetry's `load_run`; it runs nothing and computes no new metrics.
+Runs are named by what tells them apart (telemetry.run_names), and the table fits the terminal's
+width. Reads run directories through telemetry's `load_run`; it runs nothing and computes no new
+metrics.
 """
 
 from __future__ import annotations
 
 import html
+import shutil
+import textwrap
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import plotly.graph_objects as go
-from plotly.offline import get_plotlyjs
 
 from emulator.control.types import FailReason, RequestStatus
 from emulator.telemetry.figures import (
@@ -32,9 +34,13 @@ from emulator.telemetry.figures import (
     rate_label,
 )
 from emulator.telemetry.labels import format_number
+from emulator.telemetry.palette import run_color
 from emulator.telemetry.recorder import load_run
+from emulator.telemetry.run_names import run_names
+from emulator.telemetry.svg_chart import StepLine, step_chart_svg
 
 LABEL_WIDTH = 28
+VALUE_WIDTH = 10  # a figure's column at its narrowest: `12,345,678`, `0.00338`
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,13 +86,15 @@ class NodeDiff:
 
 @dataclass(frozen=True, slots=True)
 class Comparison:
-    label_a: str
+    label_a: str  # each run's name by what tells it apart from the other (run_names)
     label_b: str
     rows: tuple[MetricDiff, ...]
     ttft_a: np.ndarray  # sorted TTFTs of completed requests
     ttft_b: np.ndarray
     failures: tuple[FailureCounts, ...] = ()  # every reason either run met, in FailReason's order
     nodes: tuple[NodeDiff, ...] = ()  # prefill nodes then decode nodes, either run's
+    dir_a: str = ""  # the run directories as given
+    dir_b: str = ""
 
     def row(self, name: str) -> MetricDiff:
         return next(r for r in self.rows if r.name == name)
@@ -102,8 +110,15 @@ def compare_runs(run_a: str | Path, run_b: str | Path) -> Comparison:
     unit, per_unit = rate_label(egress)
     rows += (MetricDiff(EGRESS_KEY, egress_label(unit), *egress, per_unit=per_unit),)
     failures = line_up_failures(summary_failures(doc_a), summary_failures(doc_b))
-    return Comparison(_label(run_a, doc_a), _label(run_b, doc_b), rows, _ttfts(req_a), _ttfts(req_b), failures,
-                      line_up_nodes(node_figures(sum_a), node_figures(sum_b)))
+    name_a, name_b = run_names([_meta(doc_a), _meta(doc_b)], [Path(run_a).resolve().name, Path(run_b).resolve().name])
+    return Comparison(name_a, name_b, rows, _ttfts(req_a), _ttfts(req_b), failures,
+                      line_up_nodes(node_figures(sum_a), node_figures(sum_b)), str(run_a), str(run_b))
+
+
+def default_out(run_a: str | Path, run_b: str | Path) -> Path:
+    """Where the page goes unless told: beside the first run, named after both folders."""
+    a, b = Path(run_a).resolve(), Path(run_b).resolve()
+    return a.parent / f"compare-{a.name}-vs-{b.name}.html"
 
 
 def line_up_nodes(a: tuple[NodeFigures, ...], b: tuple[NodeFigures, ...]) -> tuple[NodeDiff, ...]:
@@ -127,60 +142,75 @@ def reason_order(reasons: Iterable[str]) -> list[str]:
     return [r for r in known if r in met] + sorted(met - set(known))
 
 
-def format_table(comparison: Comparison) -> str:
-    """A plain-text table: metric, A, B, relative difference of B against A; then failures by
-    reason and the per-node figures, and the note on TTFT without queueing."""
-    width = LABEL_WIDTH
-    head = f"{'metric':<{width}}  {comparison.label_a[:16]:>16}  {comparison.label_b[:16]:>16}  {'B vs A':>8}"
-    lines = [head, "-" * len(head)]
+def format_table(comparison: Comparison, width: int | None = None) -> str:
+    """A plain-text table that fits `width` columns (default: the terminal's): which run is A and
+    which B, then metric, A, B and the relative difference of B against A, the columns headed by
+    the runs' names when they fit and by A and B when not; then failures by reason, the per-node
+    figures, and the note on TTFT without queueing."""
+    width = width or shutil.get_terminal_size().columns
+    names = (comparison.label_a, comparison.label_b)
+    lines = []
+    for letter, name, where in zip("AB", names, (comparison.dir_a, comparison.dir_b), strict=True):
+        one = f"{letter}: {name} ({where})"  # a path is never cut: it takes its own line if need be
+        lines += [one] if len(one) <= width else [textwrap.fill(f"{letter}: {name}", width), f"   {where}"]
+    cell = max(VALUE_WIDTH, *(len(name) for name in names))
+    heads = names if LABEL_WIDTH + 2 * (cell + 2) + 10 <= width else ("A", "B")
+    cell = max(VALUE_WIDTH, *(len(head) for head in heads))
+    head = f"{'metric':<{LABEL_WIDTH}}  {heads[0]:>{cell}}  {heads[1]:>{cell}}  {'B vs A':>8}"
+    lines += ["", head, "-" * len(head)]
     for row in comparison.rows:
         rel = "" if row.relative is None else f"{row.relative:+.1%}"
         a, b = (None if v is None else v / row.per_unit for v in (row.a, row.b))
-        lines.append(f"{row.label:<{width}}  {format_number(a):>16}  {format_number(b):>16}  {rel:>8}")
-    lines.append(f"{'failed, by reason':<{width}}  {'A':>16}  {'B':>16}  {'B - A':>8}")
+        lines.append(f"{row.label:<{LABEL_WIDTH}}  {format_number(a):>{cell}}  {format_number(b):>{cell}}  {rel:>8}")
+    lines.append(f"{'failed, by reason':<{LABEL_WIDTH}}  {'A':>{cell}}  {'B':>{cell}}  {'B - A':>8}")
     for fail in comparison.failures:
-        lines.append(f"{'  ' + fail.reason[:width - 2]:<{width}}  {fail.a:>16}  {fail.b:>16}  {fail.b - fail.a:>+8}")
+        reason = "  " + fail.reason[:LABEL_WIDTH - 2]
+        lines.append(f"{reason:<{LABEL_WIDTH}}  {fail.a:>{cell}}  {fail.b:>{cell}}  {fail.b - fail.a:>+8}")
     if not comparison.failures:
-        lines.append(f"{'  (none)':<{width}}  {0:>16}  {0:>16}  {'':>8}")
+        lines.append(f"{'  (none)':<{LABEL_WIDTH}}  {0:>{cell}}  {0:>{cell}}  {'':>8}")
     lines += _node_lines(comparison.nodes, width)
-    lines.append(NOQUEUE_NOTE)
+    lines.append(textwrap.fill(NOQUEUE_NOTE, width))
     return "\n".join(lines)
 
 
 def _node_lines(nodes: tuple[NodeDiff, ...], width: int) -> list[str]:
-    """Per node: requests served, and a prefill node's busy fraction and mean queue, A then B."""
+    """Per node: requests served, and a prefill node's busy fraction and mean queue, A then B: side
+    by side where both fit the width, else A's line and B's line under the node's name."""
     if not nodes:
-        return [f"{'per node':<{width}}  (not in these summaries: recorded before per-node figures)"]
+        return [f"{'per node':<{LABEL_WIDTH}}  (not in these summaries: recorded before per-node figures)"]
     cells = [(format_node(n.a), format_node(n.b)) for n in nodes]
     cell = max(len(text) for pair in cells for text in pair)
-    lines = [f"{'per node':<{width}}  {'A':>{cell}}  {'B':>{cell}}"]
+    if LABEL_WIDTH + 2 * (cell + 2) <= width:
+        lines = [f"{'per node':<{LABEL_WIDTH}}  {'A':>{cell}}  {'B':>{cell}}"]
+        for node, (a, b) in zip(nodes, cells, strict=True):
+            lines.append(f"{'  ' + node.node[:LABEL_WIDTH - 2]:<{LABEL_WIDTH}}  {a:>{cell}}  {b:>{cell}}")
+        return lines
+    lines = ["per node (A, then B)"]
     for node, (a, b) in zip(nodes, cells, strict=True):
-        lines.append(f"{'  ' + node.node[:width - 2]:<{width}}  {a:>{cell}}  {b:>{cell}}")
+        lines += [f"  {node.node}", f"    A  {a}", f"    B  {b}"]
     return lines
 
 
 def write_cdf_html(comparison: Comparison, path: str | Path) -> Path:
-    """Both TTFT CDFs on one Plotly chart, plotly.js inlined so the page opens offline."""
-    figure = go.Figure(layout={"xaxis_title": "TTFT (s)", "yaxis_title": "fraction of completed requests",
-                               "margin": {"t": 30}})
-    for label, ttfts in ((comparison.label_a, comparison.ttft_a), (comparison.label_b, comparison.ttft_b)):
-        fractions = np.arange(1, ttfts.size + 1) / max(ttfts.size, 1)
-        figure.add_trace(go.Scatter(x=ttfts, y=fractions, mode="lines", name=label, line_shape="hv"))
+    """The table and both TTFT CDFs (an inline SVG chart, in the runs' colours) as one page that
+    opens offline; a few kilobytes."""
+    lines = [StepLine(name, run_color(i), ttfts, np.arange(1, ttfts.size + 1) / max(ttfts.size, 1))
+             for i, (name, ttfts) in enumerate(((comparison.label_a, comparison.ttft_a),
+                                                 (comparison.label_b, comparison.ttft_b)))]
+    chart = step_chart_svg(lines, "TTFT (s)", "fraction of completed requests")
     title = html.escape(f"{comparison.label_a} vs {comparison.label_b}")
-    table = html.escape(format_table(comparison))
-    page = (f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{title}</title>"
-            f"<script type='text/javascript'>{get_plotlyjs()}</script></head>\n"
+    table = html.escape(format_table(comparison, width=120))
+    page = (f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{title}</title></head>\n"
             f"<body style='font-family: system-ui, sans-serif'><h1>{title}</h1>\n<pre>{table}</pre>\n"
-            f"<h2>TTFT CDF</h2>\n{figure.to_html(full_html=False, include_plotlyjs=False)}</body></html>\n")
+            f"<h2>TTFT CDF</h2>\n{chart}\n</body></html>\n")
     path = Path(path)
     path.write_text(page, encoding="utf-8")
     return path
 
 
-def _label(run_dir: str | Path, doc: dict) -> str:
-    engine = doc.get("meta", {}).get("engine")
-    name = Path(run_dir).resolve().name
-    return f"{name} ({engine})" if engine else name
+def _meta(doc: dict) -> dict:
+    meta = doc.get("meta")
+    return meta if isinstance(meta, dict) else {}
 
 
 def summary_failures(doc: dict) -> dict[str, int]:

@@ -1,6 +1,7 @@
 """The colours of a route and of a pool, one each on every chart: report.html, the dashboard's Runs,
 Live, Threshold explorer and Sweeps pages all read them here (app/palette.py re-exports them), so
 red means the PrfaaS path wherever it is drawn. Model colours are the dashboard's own (app/palette.py).
+Runs set side by side (`compare`, the Runs page's Compare tab) take RUN_COLORS in their order.
 """
 
 from __future__ import annotations
@@ -17,6 +18,17 @@ POOL_COLORS: dict[str, str] = {"prfaas": ROUTE_COLORS[Route.PRFAAS.value],
 # Queue depths by the pool they wait for, as the Live frame and timeseries.parquet (`queue_` prefixed) name them.
 QUEUE_COLORS: dict[str, str] = {"remote_prefill": POOL_COLORS["prfaas"], "local_prefill": POOL_COLORS["pd_p"],
                                 "decode": POOL_COLORS["pd_d"]}
+
+
+# Runs compared, in order (A, B, ...): far apart in hue and lightness, and neither route's red nor
+# blue, so a run's line is never read as a route (ColorBrewer Dark2).
+RUN_COLORS: tuple[str, ...] = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d",
+                               "#666666")
+
+
+def run_color(index: int) -> str:
+    """The colour of the `index`-th run compared (0 is A)."""
+    return RUN_COLORS[index % len(RUN_COLORS)]
 
 
 def route_color(route: object) -> str:

@@ -49,8 +49,11 @@ def test_compare_lines_up_the_summaries_with_relative_differences(two_runs: tupl
     noqueue, queued = comparison.row("ttft_noqueue_p90_s"), comparison.row("ttft_p90_s")
     assert noqueue.b is not None and queued.b is not None and noqueue.b <= queued.b
     assert comparison.ttft_a.size == comparison.ttft_b.size > 0
-    table = format_table(comparison)
-    assert "TTFT P90 (s)" in table and "a (virtual)" in table and "%" in table
+    table = format_table(comparison, width=120)
+    # named by what tells them apart (the policy), headed by those names where they fit
+    assert (comparison.label_a, comparison.label_b) == ("policy prfaas", "policy local-only")
+    assert f"A: policy prfaas ({two_runs[0]})" in table and "TTFT P90 (s)" in table and "%" in table
+    assert table.splitlines()[3].split() == ["metric", "policy", "prfaas", "policy", "local-only", "B", "vs", "A"]
     # local-only: nothing prefilled remote in B; each node a run names is lined up, A's first
     nodes = {n.node: n for n in comparison.nodes}
     assert nodes["remote-prefill-0"].a is not None and nodes["remote-prefill-0"].b is None
@@ -67,7 +70,9 @@ def test_a_run_recorded_in_mbit_still_compares(two_runs: tuple[Path, Path]) -> N
 
 
 def test_the_command_prints_the_table_and_writes_both_cdfs(two_runs: tuple[Path, Path], tmp_path: Path,
-                                                            capsys: pytest.CaptureFixture[str]) -> None:
+                                                            capsys: pytest.CaptureFixture[str],
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "200")  # a wide terminal: the nodes of A and B side by side
     parser = argparse.ArgumentParser()
     compare_cli.add_parser(parser.add_subparsers(dest="command"))
     out = tmp_path / "cmp.html"
@@ -86,7 +91,33 @@ def test_the_command_prints_the_table_and_writes_both_cdfs(two_runs: tuple[Path,
     row = next(line for line in lines if line.strip().startswith("remote-prefill-0"))
     assert "req, busy " in row and ", queue " in row and row.split()[-1] == "-"
     page = out.read_text()
-    assert page.count("a (virtual)") >= 1 and "b (virtual)" in page and "TTFT CDF" in page
+    assert "policy prfaas" in page and "policy local-only" in page and "TTFT CDF" in page
+    assert page.count("<path ") == 2 and "<script" not in page  # both CDFs, drawn without plotly.js
+
+
+def test_the_table_fits_a_narrow_terminal_and_the_page_goes_beside_run_a(
+        two_runs: tuple[Path, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """At 80 columns nothing runs past the edge and no name is cut: the columns are A and B, and the
+    lines above say which run each is; the page is written beside run A, not into the current
+    folder, says where, and is small (it was 4.8 MB of inlined plotly.js)."""
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.chdir(two_runs[1])
+    parser = argparse.ArgumentParser()
+    compare_cli.add_parser(parser.add_subparsers(dest="command"))
+    assert compare_cli.run(parser.parse_args(["compare", str(two_runs[0]), str(two_runs[1])])) == 0
+    printed = capsys.readouterr().out
+    lines = printed.splitlines()
+    paths = {f"   {two_runs[0]}", f"   {two_runs[1]}"}  # a path too long for the line takes its own
+    assert max(len(line) for line in lines[:-1] if line not in paths) <= 80, [line for line in lines if len(line) > 80]
+    legend = "\n".join(lines[:4])
+    assert "A: policy prfaas" in legend and str(two_runs[0]) in legend and "B: policy local-only" in legend
+    head = next(line for line in lines if line.startswith("metric"))
+    assert "policy prfaas" in head and "policy local-only" in head  # whole names, never cut at 16
+    narrow = format_table(compare_runs(*two_runs), width=60).splitlines()  # names do not fit: A and B
+    assert next(line for line in narrow if line.startswith("metric")).split() == ["metric", "A", "B", "B", "vs", "A"]
+    page = two_runs[0].parent / "compare-a-vs-b.html"
+    assert str(page) in lines[-1] and not (two_runs[1] / "compare.html").exists()
+    assert 0 < page.stat().st_size < 100_000
 
 
 def test_a_run_recorded_before_the_trace_study_figures_still_compares(two_runs: tuple[Path, Path]) -> None:
