@@ -11,9 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from emulator.control.types import RequestSpec
+from emulator.errors import ScenarioError
 from emulator.limits import MAX_REQUESTS
 from emulator.scenario import Scenario
 from emulator.scenario.workload import (
+    AUTO_RATE,
     EmpiricalLength as EmpiricalLengthSpec,
     FixedLength as FixedLengthSpec,
     GammaArrival,
@@ -38,6 +40,9 @@ from emulator.workload.traces import Stop, TraceSpec, check_trace, read_trace
 
 
 def arrival_process(spec: PoissonArrival | GammaArrival | OnOffArrival) -> ArrivalSpec:
+    if spec.rate_per_s == AUTO_RATE:  # an engine resolves it first (emulator/auto_rate.py)
+        raise ScenarioError("workload.arrival.rate_per_s: auto is sized to the machine when a run starts; "
+                            "run the scenario, or give a number of requests per second to draw its requests")
     if isinstance(spec, PoissonArrival):
         return PoissonArrivals(spec.rate_per_s)
     if isinstance(spec, GammaArrival):

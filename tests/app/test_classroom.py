@@ -1,4 +1,5 @@
-"""The Classroom tour: every step's scenario still validates, and the page starts a step's run."""
+"""The Classroom tour: every step's scenario still validates, its buttons state the measured time,
+and the page starts a step's run."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
-from app.classroom_view import STEPS, Step, Variant, check_steps, unknown_names
+from app.classroom_view import STEPS, Step, Variant, button_label, check_steps, unknown_names
 
 PAGE = Path(__file__).resolve().parents[2] / "app" / "pages" / "5_Classroom.py"
 
@@ -41,7 +42,7 @@ def test_page_renders_every_step_with_its_buttons(live_env: str) -> None:
     assert [h.value for h in app.subheader] == [f"Step {i}. {s.title}" for i, s in enumerate(STEPS, 1)]
     for number, step in enumerate(STEPS, start=1):
         for i, variant in enumerate(step.variants):
-            assert app.button(key=f"class_start_{number}_{i}").label == variant.label
+            assert app.button(key=f"class_start_{number}_{i}").label == button_label(step, variant)
 
 
 def test_a_step_starts_its_run_and_points_to_the_pages(live_env: str, tmp_path: Path) -> None:

@@ -32,8 +32,8 @@ def test_a_bad_scenario_is_refused_before_anything_starts(tmp_path: Path) -> Non
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root: namespaces and TUN need CAP_NET_ADMIN")
 def test_a_stopped_live_run_fails_what_is_open_and_cleans_up(tmp_path: Path) -> None:
-    handle = start_run(SCENARIOS_DIR / "classroom-basic.yaml", overrides=("duration_s=600",),
-                       out_dir=tmp_path / "run")
+    handle = start_run(SCENARIOS_DIR / "classroom-basic.yaml",  # at 0.5/s, not auto: arrivals known below
+                       overrides=("duration_s=600", "workload.arrival.rate_per_s=0.5"), out_dir=tmp_path / "run")
     summary = tmp_path / "run" / "summary.json"
     log = tmp_path / "run" / "run.log"
     for _ in range(120):  # wait until requests flow (the workers load the model first)
@@ -41,7 +41,7 @@ def test_a_stopped_live_run_fails_what_is_open_and_cleans_up(tmp_path: Path) -> 
             break
         time.sleep(0.5)
     assert handle.is_running, handle.log_tail()
-    time.sleep(12)  # the first arrivals come at 6.6 and 8.1 s (seed 0); some are still open at the stop
+    time.sleep(12)  # the first arrivals come at 2.7, 3.1 and 4.2 s (seed 34); some are still open at the stop
     assert handle.stop() == 130, handle.log_tail()  # stopped by SIGINT, as Ctrl-C; its expect not judged
     doc = json.loads(summary.read_text())
     assert doc["meta"]["outcome"] == "stopped" and doc["expect_failures"] == []

@@ -79,6 +79,7 @@ def test_a_bad_length_line_names_file_and_line_without_its_content(tmp_path):
     doc = yaml.safe_load((SCENARIOS / "live-quickstart.yaml").read_text())
     doc["engine"] = "virtual"
     doc["workload"]["input_len"] = {"kind": "empirical", "path": "lengths.txt"}
+    doc["workload"]["arrival"]["rate_per_s"] = 0.5  # shipped as auto, which only a run resolves
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(doc))
     with pytest.raises(ScenarioError) as err:
         build_requests(load_scenario(tmp_path / "s.yaml"))

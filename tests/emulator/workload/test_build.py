@@ -23,7 +23,7 @@ def test_generated_workload_is_seeded_and_bounded() -> None:
 
 
 def test_timeline_bursts_join_the_arrivals() -> None:
-    base = load_scenario(SCENARIOS / "classroom-basic.yaml")
+    base = apply_overrides(load_scenario(SCENARIOS / "classroom-basic.yaml"), ["workload.arrival.rate_per_s=0.5"])
     data = base.model_dump(mode="json")
     data["timeline"] = [*data["timeline"], {"at_s": 30, "burst": {"requests": 20, "over_s": 1}}]
     data["timeline"].sort(key=lambda e: e["at_s"])
