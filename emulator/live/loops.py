@@ -216,10 +216,14 @@ class RunLoops:
             await self.bus.publish_metrics(snapshot)
 
     def _read_link(self) -> CounterRead:
-        """The remote -> local byte counter, bracketed by the run's clock (in a thread)."""
+        """The remote -> local byte counter, bracketed by the run's clock (in a thread), or at the
+        instant a relay read it when its stamp lies within the bracket (the shared monotonic clock)."""
         start_s = self.gateway.now()
-        counters = self.topology.counters().directions.get(TO_LOCAL)
+        link = self.topology.counters()
         end_s = self.gateway.now()
+        if link.read_at_monotonic is not None and start_s <= (at := self.gateway.rel(link.read_at_monotonic)) <= end_s:
+            start_s = end_s = at
+        counters = link.directions.get(TO_LOCAL)
         if counters is not None:
             self.link_bytes_to_local = counters.bytes
         return CounterRead(start_s, end_s, counters.bytes if counters is not None else 0)

@@ -38,9 +38,12 @@ class DirectionCounters:
 
 @dataclass(frozen=True, slots=True)
 class LinkCounters:
-    """Per direction, keyed TO_LOCAL / TO_REMOTE; what crossed the link and what it dropped."""
+    """Per direction, keyed TO_LOCAL / TO_REMOTE; what crossed the link and what it dropped.
+    `read_at_monotonic`: when a relay process read them (CLOCK_MONOTONIC, shared by the host's
+    processes), so a rate is counted between reads, not between late answers (issue 26)."""
 
     directions: dict[str, DirectionCounters] = field(default_factory=dict)
+    read_at_monotonic: float | None = None
 
 
 class LinkBackend(Protocol):

@@ -19,6 +19,7 @@ import logging
 import os
 import random
 import selectors
+import time
 from typing import Any
 
 from emulator.errors import PrfaasError
@@ -79,7 +80,8 @@ class ProxyRelay:
                 raise RequestError(f"route: dst_port {port!r} must be an integer in 1..65535")
             return {"host": HOST, "port": self._on_loop(self._route(port))}
         if op == "counters":
-            return {"counters": {name: d.counters() for name, d in self.directions.items()}}
+            return {"counters": {name: d.counters() for name, d in self.directions.items()},
+                    "at": time.monotonic()}  # when they were read
         if op == "status":
             return {"status": self._status()}
         if op == "stop":

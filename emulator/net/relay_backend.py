@@ -7,6 +7,7 @@ counters, status and stopping are the same for both.
 from __future__ import annotations
 
 import logging
+import math
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,9 @@ def counters_from_reply(reply: dict[str, Any]) -> LinkCounters:
         directions[direction] = DirectionCounters(
             bytes=int(entry.get("bytes", 0)), packets=int(entry.get("packets", 0)), drops=int(entry.get("drops", 0))
         )
-    return LinkCounters(directions=directions)
+    at = reply.get("at")
+    is_time = isinstance(at, int | float) and not isinstance(at, bool) and math.isfinite(at)
+    return LinkCounters(directions=directions, read_at_monotonic=float(at) if is_time else None)
 
 
 class RelayBackend:

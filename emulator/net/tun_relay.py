@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import random
+import time
 from typing import Any
 
 from emulator.errors import PrfaasError
@@ -79,7 +80,7 @@ class TunRelay:
             log.info("link reshaped: %s", spec.model_dump_json(exclude_defaults=True))
             return {}
         if op == "counters":
-            return {"counters": self._counters()}
+            return {"counters": self._counters(), "at": time.monotonic()}  # when they were read
         if op == "status":
             return {"status": {"backend": "tun", "pid": os.getpid(),
                                "uptime_s": round(self._lifecycle.uptime_s(), 3),

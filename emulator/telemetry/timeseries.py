@@ -34,7 +34,11 @@ class TimeseriesRow(NamedTuple):
       virtual leaves `egress_bit_per_s` and `link_utilization` empty in its first sample (no
       interval yet), where live reports 0.
     - `link_utilization` is the busy fraction of the interval on virtual's fluid link, and egress
-      over capacity on live.
+      over the interval's time-weighted capacity on live (so a sample across a link change is not
+      measured against the new capacity alone).
+    - `egress_bit_per_s` never exceeds the capacity in force over its interval (the higher one across
+      a link change), beyond the link's own granularity: both samplers measure through
+      emulator.telemetry.egress.EgressMeter, which refuses such a sample as a bug (issue 26).
     - `num_local_prefill`: live counts the snapshot's roles (local nodes in the prefill role).
     """
 
