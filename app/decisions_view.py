@@ -4,7 +4,8 @@ Plotly figure whose x axis is run time in seconds (the Runs page's threshold and
 Live page's Vega-Lite charts mark them from the same rows and labels, `app.live_charts`).
 
     rows = decision_rows(meta)            # DataFrame: "time (s)", "what", "why" (+ "source")
-    st.dataframe(rows[list(TABLE_COLUMNS)], hide_index=True)
+    show_table(as_text(rows[list(TABLE_COLUMNS)]), key, wrap=WRAPPED)   # app.tables: long reasons wrap
+    st.markdown("\n".join(decision_details(rows)))                      # each one whole, in a detail view
     add_decision_markers(fig, rows)       # one dotted line per timed row, hover says what and why
 
 The lines are read by `emulator.telemetry.decision_log`, which report.html shares. No Streamlit here.
@@ -25,6 +26,8 @@ from emulator.telemetry.schemas import NoteEvent
 
 TIME, WHAT, WHY, SOURCE = "time (s)", "what", "why", "source"
 TABLE_COLUMNS = (TIME, WHAT, WHY)
+WRAPPED = (WHY, WHAT)  # the table's free text: it wraps in the table rather than being cut
+DETAILS_TITLE = "Each decision in full"
 MAX_LABELLED = 12  # more markers than this are numbered, not worded, so their labels do not overlap
 
 
@@ -46,6 +49,22 @@ def entry_rows(entries: Sequence[LogEntry]) -> pd.DataFrame:
         WHAT: [e.what for e in entries], WHY: [e.why for e in entries],
         SOURCE: [e.source for e in entries],
     }, columns=[TIME, WHAT, WHY, SOURCE])
+
+
+def decision_details(rows: pd.DataFrame) -> list[str]:
+    """One markdown line per row, nothing shortened: `- **t = 33.0 s** (scheduler) threshold 2965 ->
+    3411 tokens: why ...`; the detail view under a decisions table."""
+    lines = []
+    for _, row in rows.iterrows():
+        when = "no time" if pd.isna(row[TIME]) else f"t = {float(row[TIME]):.1f} s"
+        source = f" ({row[SOURCE]})" if row.get(SOURCE) else ""
+        lines.append(f"- **{when}**{source} {_plain(row[WHAT])}" + (f": {_plain(row[WHY])}" if row[WHY] else ""))
+    return lines
+
+
+def _plain(text: object) -> str:
+    """Text as markdown shows it literally (a `*` or `_` in a reason is not emphasis)."""
+    return "".join(f"\\{ch}" if ch in "\\`*_[]<>#|" else ch for ch in str(text))
 
 
 def add_decision_markers(fig: go.Figure, rows: pd.DataFrame) -> go.Figure:

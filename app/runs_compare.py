@@ -1,5 +1,7 @@
 """Several recorded runs side by side for the Runs page's Compare tab: the headline numbers with each
 run's difference to the first (A), absolute and relative, both TTFT CDFs and egress on one chart.
+Runs are named by what tells them apart (scenario, engine, model, then their settings:
+`emulator.telemetry.run_names`, as `compare` names them) and drawn in the run colours.
 
 Pure functions over loaded runs (`app.runs_view.Run`); the figures are named and written as
 `emulator.telemetry.labels` says, the differences are `emulator.compare.MetricDiff`'s.
@@ -16,6 +18,8 @@ from app.runs_view import Run, link_backend, timeseries_lines, ttft_cdf
 from emulator.compare import MetricDiff, reason_order, summary_failures
 from emulator.telemetry.figures import HEADLINE, egress_bit_per_s, egress_label, number, rate_label
 from emulator.telemetry.labels import format_number, label
+from emulator.telemetry.palette import run_color
+from emulator.telemetry.run_names import run_names
 
 COMPARE_TAB = "Compare runs"  # the Runs page tab this module fills (the Classroom tour names it)
 
@@ -26,6 +30,16 @@ COUNT_KEYS = ("requests", "completed", "failed_count")
 def run_letters(names: Sequence[str]) -> dict[str, str]:
     """{run name: A, B, ...}: the short names the difference columns use (A is the reference)."""
     return {name: ascii_uppercase[i % 26] * (1 + i // 26) for i, name in enumerate(names)}
+
+
+def compare_names(runs: Mapping[str, Run]) -> dict[str, str]:
+    """{run folder name: the run's name by what tells it apart from the others}."""
+    return dict(zip(runs, run_names([run.meta for run in runs.values()], list(runs)), strict=True))
+
+
+def compare_colors(runs: Mapping[str, Run]) -> dict[str, str]:
+    """{the run's name (compare_names): its colour}, A's first: the charts' lines and the legend."""
+    return {name: run_color(i) for i, name in enumerate(compare_names(runs).values())}
 
 
 def format_difference(value: float | None) -> str:
@@ -49,9 +63,9 @@ def compare_table(runs: Mapping[str, Run]) -> pd.DataFrame:
     (`B - A`) and relative difference (`B - A (%)`); failures by reason last."""
     names = list(runs)
     letters = run_letters(names)
-    text_rows = {"scenario": [str(run.meta.get("scenario", "-")) for run in runs.values()],
-                 "engine": [str(run.meta.get("engine", "-")) for run in runs.values()],
-                 label("link_backend"): [link_backend(run.meta) for run in runs.values()]}
+    text_rows = {label(key): [str(run.meta.get(key) or "-") for run in runs.values()]
+                 for key in ("scenario", "engine", "model")}
+    text_rows[label("link_backend")] = [link_backend(run.meta) for run in runs.values()]
     figures: list[tuple[str, list[float | None], float]] = [
         (label(key), [number(run.summary, key) for run in runs.values()], 1.0)
         for key in (*COUNT_KEYS, *(key for key, _ in HEADLINE))]
@@ -79,18 +93,19 @@ def compare_table(runs: Mapping[str, Run]) -> pd.DataFrame:
 
 
 def compare_cdfs(runs: Mapping[str, Run]) -> pd.DataFrame:
-    """Every run's TTFT CDF over all routes, labelled by run name."""
-    parts = [ttft_cdf(run.requests, by=None).assign(group=name) for name, run in runs.items()]
+    """Every run's TTFT CDF over all routes, labelled by the run's name (compare_names)."""
+    names = compare_names(runs)
+    parts = [ttft_cdf(run.requests, by=None).assign(group=names[key]) for key, run in runs.items()]
     if not parts:
         return pd.DataFrame(columns=["group", "ttft_s", "fraction"])
     return pd.concat(parts, ignore_index=True)
 
 
 def compare_egress(runs: Mapping[str, Run]) -> tuple[pd.DataFrame, str]:
-    """(t_s, run, value) of every run's egress over time, in the Mbit/s or Gbit/s that suits the
-    largest (figures.rate_label); returns (lines, unit label)."""
+    """(t_s, run, value) of every run's egress over time, the run by its name (compare_names), in
+    the Mbit/s or Gbit/s that suits the largest (figures.rate_label); returns (lines, unit label)."""
     parts = []
-    for name, run in runs.items():
+    for name, run in zip(compare_names(runs).values(), runs.values(), strict=True):
         lines = timeseries_lines(run.timeseries, {"egress_bit_per_s": name})
         parts.append(lines.rename(columns={"series": "run"}))
     lines = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["t_s", "run", "value"])

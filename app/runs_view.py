@@ -319,17 +319,6 @@ def as_text(frame: pd.DataFrame, percent: tuple[str, ...] = ()) -> pd.DataFrame:
     return out.apply(lambda col: col.map(shown(str(col.name))))
 
 
-def column_widths(frame: pd.DataFrame, max_px: int = 420) -> dict[str, int]:
-    """Pixels per column (and `_index`, Streamlit's name for the index) that fit its header and
-    its longest cell, so no header is clipped."""
-    def width(header: object, cells: pd.Series | pd.Index) -> int:
-        longest = max([len(str(header)), *(len(str(c)) for c in cells)])
-        return min(max_px, 8 * longest + 28)
-    widths = {str(col): width(col, frame[col]) for col in frame.columns}
-    widths["_index"] = width(frame.index.name or "", frame.index)
-    return widths
-
-
 def csv_bytes(frame: pd.DataFrame) -> bytes:
     return frame.to_csv(index=False).encode("utf-8")
 

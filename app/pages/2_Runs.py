@@ -8,6 +8,7 @@ the files from `emulator.telemetry.recorder` and `.run_files` (no link followed,
 
 from __future__ import annotations
 
+import html
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +17,26 @@ import plotly.express as px
 import plotly.graph_objects as go
 import streamlit as st
 
-from app.decisions_view import TABLE_COLUMNS, add_decision_markers, decision_rows
+from app.decisions_view import (
+    DETAILS_TITLE,
+    TABLE_COLUMNS,
+    WRAPPED,
+    add_decision_markers,
+    decision_details,
+    decision_rows,
+)
 from app.outcome_view import show_outcome
 from app.palette import STAGE_COLORS, route_color
 from app.paper_view import PAPER_SCENARIO, show_run_vs_paper
-from app.runs_compare import COMPARE_TAB, compare_cdfs, compare_egress, compare_table, run_letters
+from app.runs_compare import (
+    COMPARE_TAB,
+    compare_cdfs,
+    compare_colors,
+    compare_egress,
+    compare_names,
+    compare_table,
+    run_letters,
+)
 from app.runs_view import (
     DEFAULT_RUNS_DIR,
     MAX_GANTT_REQUESTS,
@@ -100,26 +116,37 @@ def _tile(key: str) -> str:
     return text[:1].upper() + text[1:]
 
 
+# Tiles per row: a figure's value (36 px type, e.g. `6.61 Mbit/s`) and its label stay whole in a
+# quarter of a 1280 px window's page; a name (a scenario) gets half of it.
+FIGURES_PER_ROW, NAMES_PER_ROW = 4, 2
+
+
+def _tile_rows(tiles: list[tuple[str, str, str | None]], per_row: int) -> None:
+    """(label, value, help) tiles, `per_row` to a row."""
+    for start in range(0, len(tiles), per_row):
+        for col, (title, value, why) in zip(st.columns(per_row), tiles[start:start + per_row], strict=False):
+            col.metric(title, value, help=why)
+
+
 def _summary_tiles(run: Run) -> None:
     summary, meta = run.summary, run.meta
-    what = st.columns(4)
-    what[0].metric(_tile("engine"), str(meta.get("engine", "-")))
-    what[1].metric(_tile("scenario"), str(meta.get("scenario", "-")))
-    what[2].metric(_tile("link_backend"), link_backend(meta))
-    what[3].metric(_tile("outcome"), outcome_of(meta).value, help="finished, stopped by its user, or failed")
-    numbers = st.columns(7)
-    for col, key in zip(numbers[:6], ("completed", "failed_count", "ttft_mean_s", "ttft_p50_s", "ttft_p90_s",
-                                      "throughput_rps"), strict=True):
-        col.metric(_tile(key), format_number(summary.get(key)))
-    numbers[6].metric(_tile("egress_bit_per_s_mean"), format_rate(egress_bit_per_s(summary)))
-    shares = st.columns(5)
-    for col, key in zip(shares[:2], ("ttft_noqueue_mean_s", "ttft_noqueue_p90_s"), strict=True):
-        col.metric(_tile(key), format_number(summary.get(key)), help=NOQUEUE_NOTE)
-    shares[2].metric("Offloaded (requests / tokens)", f"{format_percent(summary.get('prfaas_fraction'))} / "
-                     f"{format_percent(summary.get('prfaas_input_token_fraction'))}")
-    shares[3].metric("Prefix hit", format_percent(summary.get("prefix_hit_fraction")), help="cached / input tokens")
-    shares[4].metric("Prefix hit (remote / local)", f"{format_percent(summary.get('prefix_hit_fraction_remote'))} / "
-                     f"{format_percent(summary.get('prefix_hit_fraction_local'))}")
+    _tile_rows([(_tile("scenario"), str(meta.get("scenario", "-")), None),
+                (_tile("engine"), str(meta.get("engine", "-")), None),
+                (_tile("link_backend"), link_backend(meta), None),
+                (_tile("outcome"), outcome_of(meta).value, "finished, stopped by its user, or failed")], NAMES_PER_ROW)
+    figures = [(_tile(key), format_number(summary.get(key)), None)
+               for key in ("completed", "failed_count", "throughput_rps")]
+    figures.append((_tile("egress_bit_per_s_mean"), format_rate(egress_bit_per_s(summary)), None))
+    figures += [(_tile(key), format_number(summary.get(key)), None)
+                for key in ("ttft_mean_s", "ttft_p50_s", "ttft_p90_s")]
+    figures += [(_tile(key), format_number(summary.get(key)), NOQUEUE_NOTE)
+                for key in ("ttft_noqueue_mean_s", "ttft_noqueue_p90_s")]
+    figures += [("Offloaded (requests / tokens)", f"{format_percent(summary.get('prfaas_fraction'))} / "
+                 f"{format_percent(summary.get('prfaas_input_token_fraction'))}", None),
+                ("Prefix hit", format_percent(summary.get("prefix_hit_fraction")), "cached / input tokens"),
+                ("Prefix hit (remote / local)", f"{format_percent(summary.get('prefix_hit_fraction_remote'))} / "
+                 f"{format_percent(summary.get('prefix_hit_fraction_local'))}", None)]
+    _tile_rows(figures, FIGURES_PER_ROW)
     note = meta.get("link_note") or meta.get("link_backend_reason")
     if note:
         st.caption(str(note))
@@ -148,11 +175,12 @@ def _node_table(run: Run) -> None:
     st.caption(NODE_NOTE)
 
 
-def _cdf_chart(cdf: pd.DataFrame, key: str, color_title: str) -> None:
+def _cdf_chart(cdf: pd.DataFrame, key: str, color_title: str, colors: dict[str, str] | None = None) -> None:
+    """TTFT CDFs, one per group: by route in the routes' colours, or by run in `colors`."""
     if cdf.empty:
         st.info("No completed request has a TTFT.")
         return
-    by_route = {group: route_color(group) for group in cdf["group"].unique()} if color_title == "route" else None
+    by_route = {group: route_color(group) for group in cdf["group"].unique()} if color_title == "route" else colors
     fig = px.line(cdf, x="ttft_s", y="fraction", color="group", line_shape="hv", color_discrete_map=by_route,
                   labels={"ttft_s": "TTFT (s)", "fraction": "fraction of requests", "group": color_title})
     fig.update_layout(legend=LEGEND_TOP, margin={"t": 40})
@@ -186,14 +214,14 @@ def _gantt_chart(run: Run) -> None:
                "arrival; the thin orange bar is the KV transfer, which may overlap the prefill.")
 
 
-def _line_chart(lines: pd.DataFrame, key: str, y_title: str, shape: str,
-                decisions: pd.DataFrame | None = None, color: str = "series") -> go.Figure | None:
-    """`lines` as timeseries_lines gives them, one colour per series, the run's decisions marked;
-    a token axis gets whole-number ticks."""
+def _line_chart(lines: pd.DataFrame, key: str, y_title: str, shape: str, decisions: pd.DataFrame | None = None,
+                color: str = "series", colors: dict[str, str] | None = None) -> go.Figure | None:
+    """`lines` as timeseries_lines gives them, one colour per series (`colors` where given), the
+    run's decisions marked; a token axis gets whole-number ticks."""
     if lines.empty:
         st.info(f"No {y_title} samples recorded.")
         return None
-    fig = px.line(lines, x="t_s", y="value", color=color, line_shape=shape,
+    fig = px.line(lines, x="t_s", y="value", color=color, line_shape=shape, color_discrete_map=colors,
                   labels={"t_s": "time (s)", "value": y_title, color: ""})
     fig.update_layout(legend=LEGEND_TOP, margin={"t": 40})
     if y_title == "tokens":
@@ -208,7 +236,9 @@ def _decisions(rows: pd.DataFrame) -> None:
     if rows.empty:
         st.caption("No scheduler decisions or knob changes recorded in this run.")
         return
-    show_table(as_text(rows[list(TABLE_COLUMNS)]), "runs_decisions")
+    show_table(as_text(rows[list(TABLE_COLUMNS)]), "runs_decisions", wrap=WRAPPED)
+    with st.expander(DETAILS_TITLE):
+        st.markdown("\n".join(decision_details(rows)))
     st.caption("Dotted lines on the egress and threshold charts mark these times: purple the scheduler, "
                "grey the scenario's timeline, pink a control message.")
 
@@ -270,17 +300,20 @@ def _compare(listing: RunListing) -> None:
         st.info("Pick two or more runs to compare.")
         return
     picked = {name: runs[name] for name in chosen}
-    st.caption("Differences are to A: " + ", ".join(f"{letter} = `{name}`"
-                                                     for name, letter in run_letters(chosen).items()))
-    show_table(compare_table(picked), "runs_compare_table", hide_index=False)
+    colors, letters = compare_colors(picked), run_letters(chosen)
+    st.markdown("Differences are to A. " + " ".join(
+        f"<span style='color:{color}'>■</span> **{letters[folder]}** {html.escape(name)} (`{folder}`)"
+        for (folder, name), color in zip(compare_names(picked).items(), colors.values(), strict=True)),
+        unsafe_allow_html=True)
+    show_table(compare_table(picked), "runs_compare_table", hide_index=False, max_rows=100)
     left, right = st.columns(2)
     with left:
         st.markdown("**TTFT CDF**")
-        _cdf_chart(compare_cdfs(picked), "compare_cdf", "run")
+        _cdf_chart(compare_cdfs(picked), "compare_cdf", "run", colors)
     with right:
         st.markdown("**Egress over time**")
         lines, unit = compare_egress(picked)
-        _line_chart(lines, "compare_egress", unit, "linear", color="run")
+        _line_chart(lines, "compare_egress", unit, "linear", color="run", colors=colors)
 
 
 st.set_page_config(page_title="Runs · PrfaaS Lab", layout="wide")

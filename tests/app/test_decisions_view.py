@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from app.decisions_view import TABLE_COLUMNS, add_decision_markers, decision_rows
+from app.decisions_view import TABLE_COLUMNS, add_decision_markers, decision_details, decision_rows
 
 META = {"decisions": ["t=125.0s scheduler: window mean 24431 tokens: t 19620 -> 17140 (model: 3.58 req/s)"],
         "knob_changes": ["t=20.0s timeline: link -> 10 Mbit/s, 10 ms, 0 % loss", "unstamped line"]}
@@ -32,3 +32,15 @@ def test_many_markers_are_numbered() -> None:
     meta = {"decisions": [f"t={t}.0s scheduler: x: t 100 -> 200" for t in range(20)]}
     fig = add_decision_markers(go.Figure(), decision_rows(meta))
     assert [a.text for a in fig.layout.annotations] == [str(i) for i in range(1, 21)]
+
+
+def test_the_detail_view_has_every_decision_whole() -> None:
+    """The table wraps its reasons and the chart shortens its markers: the detail view says it all."""
+    meta = {**META, "decisions": [*META["decisions"],
+                                  "t=130.0s scheduler: queue surge (local_prefill 9 >= 8): t 17140 -> 19620 "
+                                  "(model: 1.67 req/s, p 0.40, bottleneck prfaas-compute)"]}
+    lines = decision_details(decision_rows(meta))
+    assert len(lines) == 4 and lines[-1] == "- **no time** unstamped line"
+    assert lines[0] == r"- **t = 20.0 s** (timeline) link -\> 10 Mbit/s, 10 ms, 0 % loss: the scenario's timeline"
+    assert lines[2].endswith(r"queue surge (local\_prefill 9 \>= 8); model: 1.67 req/s, p 0.40, "
+                             "bottleneck: PrfaaS compute")  # whole, its code named, markdown kept literal

@@ -10,6 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from streamlit.testing.v1 import AppTest
 
+from emulator.telemetry.palette import RUN_COLORS
+
 PAGE = Path(__file__).resolve().parents[2] / "app" / "pages" / "2_Runs.py"
 
 
@@ -133,14 +135,18 @@ def test_compares_two_runs(runs_dir: Path) -> None:
     assert app.multiselect(key="runs_compare").value == ["slow-virtual", "fast-live"]
     table = _compare_table(app)
     assert table.columns.tolist() == ["A", "B", "B - A", "B - A (%)"]
-    assert "Differences are to A: A = `slow-virtual`, B = `fast-live`" in [c.value for c in app.caption]
+    # runs named by what tells them apart (their scenario here), each in its own run colour
+    legend = next(m.value for m in app.markdown if m.value.startswith("Differences are to A."))
+    assert f"color:{RUN_COLORS[0]}'>■</span> **A** fixture-2 (`slow-virtual`)" in legend
+    assert f"color:{RUN_COLORS[1]}'>■</span> **B** fixture-1 (`fast-live`)" in legend
+    assert table.loc["engine"].tolist()[:2] == ["virtual", "live"] and "model" in table.index
     assert table.loc["TTFT P50 (s)"].tolist() == ["1.6", "0.8", "-0.8", "-50%"]
     assert table.loc["TTFT no-queue P90 (s)"].tolist() == ["0.6", "0.6", "0", "0%"]  # TTFTs scale, service not
-    assert "A = `slow-virtual`, B = `fast-live`" in " ".join(c.value for c in app.caption)
     charts = _charts(app)
-    assert sorted(t["name"] for t in charts["compare_cdf"]["data"]) == ["fast-live", "slow-virtual"]
+    cdf = {t["name"]: t["line"]["color"] for t in charts["compare_cdf"]["data"]}
+    assert cdf == {"fixture-2": RUN_COLORS[0], "fixture-1": RUN_COLORS[1]}
     egress = charts["compare_egress"]
-    assert sorted(t["name"] for t in egress["data"]) == ["fast-live", "slow-virtual"]
+    assert {t["name"]: t["line"]["color"] for t in egress["data"]} == cdf
     assert egress["layout"]["yaxis"]["title"]["text"] == "Mbit/s"  # 0..500 Mbit/s, by magnitude
 
     app.multiselect(key="runs_compare").set_value(["fast-live"]).run()

@@ -10,10 +10,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from app.runs_compare import compare_cdfs, compare_egress, compare_table, format_difference, format_relative
+from app.runs_compare import (
+    compare_cdfs,
+    compare_colors,
+    compare_egress,
+    compare_names,
+    compare_table,
+    format_difference,
+    format_relative,
+)
 from app.runs_view import (
     as_text,
-    column_widths,
     csv_bytes,
     egress_lines,
     find_run_dirs,
@@ -30,6 +37,7 @@ from app.runs_view import (
 )
 from emulator.errors import TelemetryError
 from emulator.telemetry.labels import format_number
+from emulator.telemetry.palette import RUN_COLORS
 
 
 def test_lists_runs_newest_first_and_flags_foreign_dirs(runs_dir: Path) -> None:
@@ -136,8 +144,12 @@ def test_compare_table_and_cdfs_side_by_side(runs_dir: Path) -> None:
     assert table.loc["engine"].tolist() == ["virtual", "live", "-", "-"]
     assert table.loc["failed"].tolist() == ["1", "1", "0", "0%"]
     assert table.loc["failed: link_down"].tolist() == ["1", "1", "0", "0%"]  # failures lined up by reason
-    cdfs = compare_cdfs(runs)
-    assert cdfs.groupby("group").size().to_dict() == {"fast-live": 5, "slow-virtual": 5}
+    assert table.loc["model"].tolist()[:2] == [runs["slow-virtual"].meta.get("model") or "-",
+                                                runs["fast-live"].meta.get("model") or "-"]
+    cdfs = compare_cdfs(runs)  # each run by what tells it apart: the scenario here, not its folder
+    assert cdfs.groupby("group").size().to_dict() == {"fixture-1": 5, "fixture-2": 5}
+    assert compare_names(runs) == {"slow-virtual": "fixture-2", "fast-live": "fixture-1"}
+    assert compare_colors(runs) == {"fixture-2": RUN_COLORS[0], "fixture-1": RUN_COLORS[1]}
 
 
 def test_node_table_by_hand(runs_dir: Path) -> None:
@@ -237,8 +249,8 @@ def test_format_relative(value: float | None, text: str) -> None:
 def test_compare_egress_overlays_the_runs_in_one_unit(runs_dir: Path) -> None:
     lines, unit = compare_egress(list_runs(runs_dir).by_name())  # egress 0..500 Mbit/s in both
     assert unit == "Mbit/s"
-    assert set(lines["run"]) == {"fast-live", "slow-virtual"}
-    assert lines[lines["run"] == "fast-live"]["value"].tolist() == pytest.approx([0, 100, 200, 300, 400, 500])
+    assert set(lines["run"]) == {"fixture-1", "fixture-2"}  # fast-live is fixture-1
+    assert lines[lines["run"] == "fixture-1"]["value"].tolist() == pytest.approx([0, 100, 200, 300, 400, 500])
 
 
 def test_a_killed_run_folder_is_listed_as_incomplete_with_its_log_tail(runs_dir: Path) -> None:
@@ -268,10 +280,3 @@ def test_as_text_rounds_and_shows_a_dash_for_missing(runs_dir: Path) -> None:
     assert nodes["requests"].tolist() == ["3", "2", "5"]
     frame = pd.DataFrame({"TTFT P50 (s)": [6.2785, None], "x": [12_345.0, float("nan")]})
     assert as_text(frame).to_dict("list") == {"TTFT P50 (s)": ["6.28", "-"], "x": ["12,345", "-"]}
-
-
-def test_column_widths_fit_the_header() -> None:
-    frame = pd.DataFrame({"offloaded (of input tokens)": ["0.5"], "x": ["a long cell value here"]})
-    widths = column_widths(frame)
-    assert widths["offloaded (of input tokens)"] >= 8 * len("offloaded (of input tokens)")
-    assert widths["x"] >= 8 * len("a long cell value here")
