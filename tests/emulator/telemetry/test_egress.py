@@ -173,7 +173,7 @@ def scenes(draw: st.DrawFn) -> tuple[ModelLink, list[tuple[float, str, object]]]
     return ModelLink(changes, first, lag_s, packet_bytes), ops
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(scenes())
 def test_reads_at_any_phase_around_changes_never_exceed_capacity(scene: tuple[ModelLink, list]) -> None:
     link, ops = scene
