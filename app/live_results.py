@@ -15,6 +15,7 @@ from app.outcome_view import show_outcome
 from app.page_links import page_link
 from app.paper_view import PAPER_SCENARIO, show_run_vs_paper
 from app.run_registry import StartedRun
+from emulator.auto_rate import is_auto, recorded_rate, with_rate
 from emulator.errors import PrfaasError
 from emulator.scenario import Scenario
 from emulator.scenario.export import replay_yaml
@@ -56,11 +57,14 @@ def show_results(started: StartedRun, scenario: Scenario | None) -> None:
 
 
 def replay_file(scenario: Scenario, engine: str, meta: dict, run_id: str) -> str:
-    """The run as a scenario file: its scenario on the engine it ran on, its start options and the
-    knobs sent during it; pauses and resumes, which no timeline event replays, are named in its header."""
+    """The run as a scenario file: its scenario on the engine it ran on (at the arrival rate it ran
+    at, where its rate was `auto`), its start options and the knobs sent during it; pauses and
+    resumes, which no timeline event replays, are named in its header."""
     events = [e for e in meta.get("control_events", []) if isinstance(e, dict)]
     untimed = [f"at {entry.t_s:g} s: {entry.what}" for entry in log_entries(meta)
                if entry.what in UNTIMED_KNOBS and entry.t_s is not None]
+    if is_auto(scenario) and (rate := recorded_rate(meta)) is not None:  # the rate `auto` became in this run
+        scenario = with_rate(scenario, rate)
     return replay_yaml(scenario.model_copy(update={"engine": engine}), events,
                        source=f"dashboard run {run_id}", untimed=untimed)
 

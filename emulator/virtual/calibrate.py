@@ -14,6 +14,7 @@ import pandas as pd
 import yaml
 
 from emulator.analytic import ProfileTables
+from emulator.auto_rate import is_auto, recorded_rate, with_rate
 from emulator.errors import TelemetryError
 from emulator.scenario import Scenario, parse_scenario
 from emulator.telemetry.recorder import load_run
@@ -65,11 +66,14 @@ def profile_from_run(run_dir: str | Path, remote_device: str = "remote",
 def calibrated_scenario(scenario: Scenario, run_dir: str | Path, name: str = "calibrated") -> Scenario:
     """`scenario` on the virtual engine with the profile fitted to `run_dir` (a run of it): each
     cluster gets its own table (devices `remote` and `local`) at speed factor 1, since the
-    measured times already include any slow-down the run applied. Same seed, same arrivals."""
+    measured times already include any slow-down the run applied. Same seed, same arrivals (at the
+    run's own rate where the scenario's is `auto`)."""
     tables = profile_from_run(run_dir, remote_device="remote", local_device="local")
     if "local" not in tables.decode_step_s:
         raise TelemetryError(f"run dir {str(run_dir)!r}: no decode step to calibrate from (no request "
                              "with more than one output token completed); record a longer run")
+    if is_auto(scenario) and (rate := recorded_rate(load_run(run_dir)[2].get("meta", {}))) is not None:
+        scenario = with_rate(scenario, rate)  # the rate `auto` became in that run: the same arrivals
     doc = scenario.model_dump(mode="json")
     doc["engine"] = "virtual"
     doc["model"] = {"profile": profile_document(tables, name, digits=6)}

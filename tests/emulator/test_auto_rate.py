@@ -4,6 +4,7 @@ out), at the tightest state the timeline sets, and the record says what it becam
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -130,3 +131,17 @@ def test_every_shipped_live_scenario_sizes_its_rate_to_the_machine(name: str) ->
     assert is_auto(sc), f"{name}: use workload.arrival.rate_per_s: auto"
     virtual, rate = modelled_rate(sc, make_control_plane(sc))  # the virtual engine's meaning
     assert MIN_RATE_PER_S <= virtual.workload.arrival.rate_per_s == rate.rate_per_s <= MAX_RATE_PER_S
+
+
+def test_a_calibrated_replay_keeps_the_rate_the_run_resolved(tmp_path: Path) -> None:
+    """`calibrate` replays a run on the virtual engine with the same arrivals: at the rate `auto`
+    became in that run, not at the virtual engine's own meaning of it."""
+    from emulator.virtual.calibrate import calibrated_scenario
+
+    sc = quickstart()
+    live_like = with_rate(sc, 0.3)  # a run whose workers sustained 0.5/s
+    doc = run_virtual(live_like, tmp_path / "run")
+    doc["meta"]["workload"]["arrival_rate"] = {"rate_per_s": 0.3}
+    (tmp_path / "run" / "summary.json").write_text(json.dumps(doc))
+    replay = calibrated_scenario(sc, tmp_path / "run")
+    assert replay.workload.arrival.rate_per_s == 0.3 and not is_auto(replay)
