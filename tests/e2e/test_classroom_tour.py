@@ -77,6 +77,9 @@ def _burst(page, run_dir: Path) -> None:
     while "running" not in (run_dir / "run.log").read_text(errors="replace"):
         assert time.monotonic() < deadline, "the burst's run never started its arrivals"
         time.sleep(0.5)
+    # the rate `auto` chose, and how it was measured, on the Live page's workload line
+    page.get_by_text(re.compile(r"arrival rate auto = [0-9.e-]+/s, 60% of the .* \(measured: timed on the workers")
+                     ).first.wait_for(timeout=30_000)
     time.sleep(BURST_AFTER_S)
     rate = float(knob.input_value())  # the knob follows the run: the rate auto chose, to 2 decimals
     for value, hold_s in ((round(rate * BURST_FACTOR, 2), BURST_S), (rate, 0.0)):
