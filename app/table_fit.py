@@ -71,25 +71,26 @@ def natural_px(header: str, cells: Sequence[object]) -> int:
 
 
 def fit_columns(columns: Mapping[str, tuple[str, Sequence[object]]], budget_px: int = PAGE_PX,
-                wrap: Iterable[str] = ()) -> Fit:
+                wrap: Iterable[str] = (), min_wrap_px: int = MIN_WRAP_PX) -> Fit:
     """Widths for `columns` ({key: (header, display texts)}). When they do not fit `budget_px`, the
-    `wrap` columns share what the others leave (at least MIN_WRAP_PX each) and the rows grow to hold
-    their longest text wrapped; a table that still does not fit keeps its natural widths (wider
-    than the page: tests/app/test_readable.py catches it)."""
+    `wrap` columns share what the others leave: each its least (`min_wrap_px`, or its header, which
+    does not wrap), the rest in proportion to what each lacks of its natural width; the rows grow to hold
+    their longest text wrapped; a table that still does not fit keeps its natural widths (wider than
+    the page: the readability tests catch it)."""
     widths = {key: natural_px(header, cells) for key, (header, cells) in columns.items()}
     wrapping = [key for key in wrap if key in widths]
     if sum(widths.values()) <= budget_px or not wrapping:
         return Fit(widths, None)
-    fixed = sum(px for key, px in widths.items() if key not in wrapping)
-    share = (budget_px - fixed) // len(wrapping)
-    if share < MIN_WRAP_PX:
+    room = budget_px - sum(px for key, px in widths.items() if key not in wrapping)
+    least = {key: min(widths[key], max(min_wrap_px, natural_px(columns[key][0], []))) for key in wrapping}
+    spare, wanted = room - sum(least.values()), sum(widths[key] - least[key] for key in wrapping)
+    if spare < 0:
         return Fit(widths, None)
+    shares = {key: least[key] + (widths[key] - least[key]) * spare // max(wanted, 1) for key in wrapping}
     lines = 1
     for key in wrapping:
-        if widths[key] > share:
-            widths[key] = share
-            header, cells = columns[key]
-            lines = max(lines, *(wrapped_lines(str(cell), share - PAD_PX) for cell in cells))
+        widths[key] = shares[key]
+        lines = max(lines, *(wrapped_lines(str(cell), shares[key] - PAD_PX) for cell in columns[key][1]))
     return Fit(widths, max(WRAP_ROW_MIN_PX, lines * LINE_PX + 2 * 8) if lines > 1 else None)
 
 

@@ -103,6 +103,26 @@ def _listing(text: str) -> RunListing | None:
     return listing
 
 
+# The listing's longer headers, shortened so every column fits a 1280 px window; each says its
+# full name (labels.py) on hover.
+LISTING_HEADERS = {"link backend": "link", "requests": "req.", "completed": "done", "TTFT P50 (s)": "P50 (s)",
+                   "TTFT P90 (s)": "P90 (s)", "recorded at": "recorded"}
+LISTING_HELP = {"link backend": label("link_backend"), "requests": "requests that arrived",
+                "completed": label("completed"), "TTFT P50 (s)": label("ttft_p50_s"),
+                "TTFT P90 (s)": label("ttft_p90_s"), "recorded at": "when summary.json was written"}
+
+
+def _listing_table(listing: RunListing) -> None:
+    """The runs, one a row: long names wrap; the scenario column is left out where every run's
+    name already starts with its scenario (as `run` and the dashboard name them)."""
+    table = listing_table(listing)
+    config = {col: st.column_config.TextColumn(short, help=LISTING_HELP[col]) for col, short in LISTING_HEADERS.items()}
+    redundant = all(scenario == "-" or str(run).startswith(str(scenario))
+                    for run, scenario in zip(table["run"], table["scenario"], strict=True))
+    show_table(table, "runs_listing", config=config, wrap=("run", "scenario", "recorded at"), min_wrap_px=70,
+               hidden=("scenario",) if redundant else ())
+
+
 def _incomplete(listing: RunListing) -> None:
     """Each run folder without summary.json: why, and the end of its log."""
     for folder in listing.incomplete:
@@ -302,7 +322,8 @@ def _compare(listing: RunListing) -> None:
     picked = {name: runs[name] for name in chosen}
     colors, letters = compare_colors(picked), run_letters(chosen)
     st.markdown("Differences are to A. " + " ".join(
-        f"<span style='color:{color}'>■</span> **{letters[folder]}** {html.escape(name)} (`{folder}`)"
+        f"<span style='color:{color}'>■</span> **{letters[folder]}** {html.escape(name)}"
+        + (f" (`{folder}`)" if name != folder else "")
         for (folder, name), color in zip(compare_names(picked).items(), colors.values(), strict=True)),
         unsafe_allow_html=True)
     show_table(compare_table(picked), "runs_compare_table", hide_index=False, max_rows=100)
@@ -324,7 +345,7 @@ runs_text = st.text_input("Runs directory", value=DEFAULT_RUNS_DIR, key="runs_di
                           help="A folder of run folders, or one run folder; relative to the repository root")
 found = _listing(runs_text)
 if found is not None:
-    show_table(listing_table(found), "runs_listing")
+    _listing_table(found)
     _incomplete(found)
 if found is not None and found.runs:
     open_tab, compare_tab = st.tabs(["Open a run", COMPARE_TAB])
