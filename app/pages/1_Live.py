@@ -16,7 +16,15 @@ import pandas as pd
 import streamlit as st
 
 from app import live_charts
-from app.decisions_view import TABLE_COLUMNS, TIME, WHY, decision_rows, note_rows
+from app.decisions_view import (
+    DETAILS_TITLE,
+    TABLE_COLUMNS,
+    TIME,
+    WRAPPED,
+    decision_details,
+    decision_rows,
+    note_rows,
+)
 from app.knob_acks import AckState, ack_of
 from app.live_knobs import NOW_FRAGMENT, knobs_behind, knobs_sidebar, sent_knobs
 from app.live_results import show_results
@@ -24,10 +32,12 @@ from app.live_tiles import Tile, bus_tiles, count_tiles, record_tiles
 from app.live_view import TILES, RunView, metrics_frame, requests_table, roles_table, run_phase
 from app.mqtt_feed import MqttFeed, choose_broker, get_feed
 from app.run_registry import RunRefused, StartedRun, get_registry
+from app.tables import show_table
 from emulator.api import SCENARIOS_DIR, ScenarioInfo, list_scenarios, live_capability
 from emulator.errors import PrfaasError
 from emulator.scenario import Scenario, apply_overrides, load_scenario
 from emulator.scenario.parts import MAX_CONNECTIONS
+from emulator.telemetry.reason_words import route_summary
 
 INTRO = """
 Start a scenario, then steer it while it runs: every knob is published on the run's MQTT control
@@ -313,12 +323,24 @@ def _charts(frame: pd.DataFrame, caption: str, decisions: pd.DataFrame, view: Ru
     if decisions.empty:
         st.caption("None yet: no knob has been turned and the scheduler has not moved anything.")
     else:
-        st.dataframe(decisions[list(TABLE_COLUMNS)], hide_index=True, key="live_decisions", placeholder="-",
-                     column_config={TIME: st.column_config.NumberColumn(TIME, format="%.1f", width="small"),
-                                    WHY: st.column_config.TextColumn(WHY, width="large")})
+        # reasons wrap in the table and read whole in the detail view (app.tables, app.decisions_view)
+        show_table(decisions[list(TABLE_COLUMNS)], "live_decisions", wrap=WRAPPED,
+                   config={TIME: st.column_config.NumberColumn(TIME, format="%.1f")})
+        with st.expander(DETAILS_TITLE):
+            st.markdown("\n".join(decision_details(decisions)))
     if view is not None:
         st.markdown(f"**{LAST_REQUESTS}** (queue, prefill and exposed transfer make up the TTFT)")
-        st.dataframe(requests_table(view.events), hide_index=True, column_config=REQUEST_COLUMNS, placeholder="-")
+        _last_requests(requests_table(view.events))
+
+
+def _last_requests(table: pd.DataFrame) -> None:
+    """The last requests, the router's reason summed up in its column (`30,000 new tokens > t 19,400
+    -> remote`) and whole in the detail view below."""
+    shown = table.assign(reason=table["reason"].map(route_summary))
+    show_table(shown, "live_requests", config=REQUEST_COLUMNS, wrap=("reason", "node"), min_wrap_px=120)
+    with st.expander("Each request's routing reason in full"):
+        st.markdown("\n".join(f"- `{rid}`: {reason}" for rid, reason in zip(table["request"], table["reason"],
+                                                                            strict=True)))
 
 
 def _panel(run_id: str) -> None:
