@@ -13,7 +13,7 @@ from emulator.telemetry.labels import BOTTLENECK_LABELS, ROUTE_LABELS
 
 MARKER_CHARS = 18  # a marker label along the Live charts' ~100 px plot height at 10 px (~5 px a character)
 
-_BOTTLENECK = re.compile(r"bottleneck (?P<code>[a-z-]+)")
+_BOTTLENECK = re.compile(r"bottleneck (?P<code>" + "|".join(map(re.escape, BOTTLENECK_LABELS)) + r")\b")
 # control.router.RouteDecision.reason: "incremental 30000 (input ...) > t 19400 -> prfaas (...)"
 _ROUTED = re.compile(r"incremental (?P<n>\d+) \(.*?\) (?P<cmp>>|<=) t (?P<t>\d+) -> (?P<route>\w+)")
 _POLICY = re.compile(r"policy (?P<policy>[\w-]+) -> (?P<route>\w+)")
@@ -27,7 +27,7 @@ _FLIP = re.compile(r"drain, then flip \S+ to (?P<role>\w+)")
 def worded(text: str) -> str:
     """`text` with the bottleneck's code named: `bottleneck prfaas-compute` -> `bottleneck: PrfaaS
     compute`."""
-    return _BOTTLENECK.sub(lambda m: f"bottleneck: {BOTTLENECK_LABELS.get(m['code'], m['code'])}", text)
+    return _BOTTLENECK.sub(lambda m: f"bottleneck: {BOTTLENECK_LABELS[m['code']]}", text)
 
 
 def route_summary(reason: str) -> str:

@@ -222,7 +222,7 @@ def test_the_schedulers_decisions_are_marked_and_listed_as_they_happen(fake_run)
                                           "req/s, p 0.30, bottleneck prfaas"]
     charts = _charts(app)
     for key in ("live_ttft", "live_egress"):  # a dotted marker at 0.9 s on the threshold and egress charts
-        assert charts[key][1]["decisions"][["t_s", "label"]].values.tolist() == [[0.9, "threshold 2048 -> 3200 tokens"]]
+        assert charts[key][1]["decisions"][["t_s", "label"]].values.tolist() == [[0.9, "t 2,048→3,200"]]
 
 
 def test_the_backend_reason_stays_when_a_knob_note_arrives(fake_run) -> None:

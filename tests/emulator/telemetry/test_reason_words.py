@@ -23,6 +23,7 @@ def test_a_bottleneck_code_is_named() -> None:
     text = "queue surge; model: 1.67 req/s, p 0.40, bottleneck prfaas-compute"
     assert worded(text) == "queue surge; model: 1.67 req/s, p 0.40, bottleneck: PrfaaS compute"
     assert worded("no code here") == "no code here"
+    assert worded("bottleneck prfaas") == "bottleneck prfaas"  # not a code: left as written
 
 
 @pytest.mark.parametrize(("reason", "summary"), [
