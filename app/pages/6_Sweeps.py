@@ -113,8 +113,7 @@ def _findings(rows: pd.DataFrame, sweep: Sweep) -> None:
     if (f5 := findings.sweep_figure5(rows, sweep)) is not None:
         st.markdown("**The paper's Figure 5**: the throughput model's curves (lines) and the simulation's "
                     "points (circles) through the optimum")
-        st.dataframe(sweeps_view.optimum_table(f5, sweep.base_path.name == CASE_STUDY_FILE), hide_index=True,
-                     key="sweeps_optimum")
+        show_table(sweeps_view.optimum_table(f5, sweep.base_path.name == CASE_STUDY_FILE), "sweeps_optimum")
         left, right = st.columns(2)
         split, curves = findings.figure5_figures(f5)
         left.plotly_chart(split, key="sweeps_figure5a")
