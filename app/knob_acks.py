@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -20,6 +21,7 @@ from emulator.telemetry.control_messages import Knob
 from emulator.telemetry.schemas import MetricsSnapshot
 
 ACK_TIMEOUT_S = 10.0  # no answer by then: say so instead of waiting forever
+ANSWER_WAIT_S = 1.0  # how long after sending a knob the page may hold a redraw for the run's answer
 
 
 class AckState(StrEnum):
@@ -65,6 +67,15 @@ def ack_of(sent: SentKnob, view: RunView, now_s: float) -> Ack:
     if now_s - sent.sent_at_s >= ACK_TIMEOUT_S:
         return Ack(AckState.SILENT, f"no answer within {ACK_TIMEOUT_S:g} s; is the run still going?")
     return Ack(AckState.WAITING, "sent; waiting for the run's answer")
+
+
+def answer_wait_s(sent: Sequence[SentKnob], view: RunView, now_s: float, wait_s: float = ANSWER_WAIT_S) -> float:
+    """How long the page may still hold its redraw for the run's answer: up to `wait_s` after the
+    newest sent knob that has none yet; 0 when every one is answered. Holding the redraw (on the
+    feed's news, not a timer) puts the answer on screen as it arrives, instead of at the next tick
+    after whatever else the page is drawing."""
+    waiting = [s.sent_at_s for s in sent if ack_of(s, view, now_s).state is AckState.WAITING]
+    return max(0.0, max(waiting) + wait_s - now_s) if waiting else 0.0
 
 
 def shows(message: KnobMessage, snapshot: MetricsSnapshot) -> bool:

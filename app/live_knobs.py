@@ -85,8 +85,10 @@ def sent_knobs(run_id: str) -> list[SentKnob]:
 
 
 def _send(feed: MqttFeed | None, why_no_feed: str, run_id: str, knob: Knob, payload: dict[str, Any]) -> None:
-    """Check, then publish one knob; a refusal is kept for the sidebar to show. Once sent, only the
-    answer's fragment reruns (`st.rerun(NOW_FRAGMENT)`): a whole-page rerun would delay the answer."""
+    """Check, then publish one knob; a refusal is kept for the sidebar to show. The page's rerun
+    that follows draws the run's answer as it arrives (the tiles' fragment waits on the feed for it).
+    Not `st.rerun(NOW_FRAGMENT)`: in Streamlit 1.67 a keyed rerun from a callback stops every
+    fragment's `run_every` timer in the browser until the next whole-page run."""
     st.session_state["live_refusal"] = None
     try:
         view = feed.buffer.view(run_id) if feed is not None else RunView(run_id)
@@ -102,7 +104,6 @@ def _send(feed: MqttFeed | None, why_no_feed: str, run_id: str, knob: Knob, payl
     if kept is not None and kept[0] == run_id:
         for name in sent_names(knob):  # once answered, the widget shows the run's value again
             kept[1].pop(name, None)
-    st.rerun(NOW_FRAGMENT)
 
 
 def _from_widgets(feed: MqttFeed | None, why_no_feed: str, run_id: str, knob: Knob,

@@ -80,6 +80,10 @@ class FeedBuffer:
     max_events: int = MAX_EVENTS
     _runs: OrderedDict[str, _RunBuffer] = field(default_factory=OrderedDict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _changed: threading.Condition = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._changed = threading.Condition(self._lock)  # notified on every message filed
 
     def add(self, run_id: str, message: BaseModel, at_s: float) -> None:
         """File one parsed message (metrics, request or error event, status) under its run."""
@@ -106,6 +110,7 @@ class FeedBuffer:
                 raise TypeError(f"feed buffer: cannot file a {type(message).__name__}")
             run.version += 1
             run.last_at_s = at_s
+            self._changed.notify_all()
 
     def view(self, run_id: str) -> RunView:
         """The run's messages so far; an empty view for a run never heard from."""
@@ -122,8 +127,18 @@ class FeedBuffer:
 
     def version(self, run_id: str) -> int:
         with self._lock:
-            run = self._runs.get(run_id)
-            return run.version if run is not None else 0
+            return self._version(run_id)
+
+    def wait_for_news(self, run_id: str, version: int, timeout_s: float) -> int:
+        """Block until a message of `run_id` newer than `version` is filed, or `timeout_s` passes;
+        returns the run's version then. Lets a page redraw the moment the run answers (push)."""
+        with self._changed:
+            self._changed.wait_for(lambda: self._version(run_id) != version, timeout=max(timeout_s, 0.0))
+            return self._version(run_id)
+
+    def _version(self, run_id: str) -> int:
+        run = self._runs.get(run_id)
+        return run.version if run is not None else 0
 
     def run_ids(self) -> list[str]:
         """Runs heard from, the most recent first."""

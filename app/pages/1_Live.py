@@ -25,7 +25,7 @@ from app.decisions_view import (
     decision_rows,
     note_rows,
 )
-from app.knob_acks import AckState, ack_of
+from app.knob_acks import AckState, ack_of, answer_wait_s
 from app.live_knobs import NOW_FRAGMENT, knobs_behind, knobs_sidebar, sent_knobs
 from app.live_results import show_results
 from app.live_tiles import Tile, bus_tiles, count_tiles, record_tiles
@@ -246,9 +246,15 @@ def _status_row(view: RunView, phase: str, started: StartedRun | None) -> None:
 
 def _now(run_id: str) -> None:
     """The run's tiles and its answers to the knobs, redrawn every NOW_EVERY_S while it runs (a few
-    small elements: cheap), so a snapshot or an answer shows within that of its arrival. The page
-    reruns whole when the run changes phase, or moves a knob its widget does not show yet."""
+    small elements: cheap), so a snapshot shows within that of its arrival; in the page's rerun right
+    after a knob is sent, the redraw waits on the feed for the run's answer and draws it as it is
+    filed (push: not the next tick, which can queue behind the charts' redraw). The page reruns whole
+    when the run changes phase, or moves a knob its widget does not show yet."""
     view = _view(run_id)
+    if FEED is not None:  # a knob just sent: draw the moment its answer is filed (push, not the next tick)
+        while (wait_s := answer_wait_s(sent_knobs(run_id), view, time.monotonic())) > 0:
+            FEED.buffer.wait_for_news(run_id, view.version, wait_s)
+            view = _view(run_id)
     phase = _phase(run_id, view)
     if st.session_state.get("live_shown") != (run_id, phase, view.latest is not None):
         st.rerun()  # the run changed phase: redraw the whole page (knobs on/off, fragment timers)

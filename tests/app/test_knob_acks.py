@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.knob_acks import ACK_TIMEOUT_S, AckState, SentKnob, ack_of
+from app.knob_acks import ACK_TIMEOUT_S, ANSWER_WAIT_S, AckState, SentKnob, ack_of, answer_wait_s
 from app.knobs_view import (
     arrival_rate_payload,
     check_knob,
@@ -104,3 +104,14 @@ def test_link_ack_matches_every_field() -> None:
     assert ack_of(unshaped, _view(applied), 1.5).state is AckState.WAITING
     assert ack_of(unshaped, _view(_snap(1.3, 2.2, link=LINK | {"bandwidth_mbit": None})), 1.5).state \
         is AckState.APPLIED
+
+
+def test_the_page_holds_its_redraw_only_while_a_sent_knob_awaits_its_answer() -> None:
+    first = _sent(Knob.THRESHOLD, threshold_payload(3072), at_s=10.0)
+    second = _sent(Knob.LINK, link_payload(50.0, 10, 0, 0), at_s=10.4)
+    quiet = _view(_snap(10.5, 5.0, threshold_tokens=2048))
+    assert answer_wait_s([], quiet, 10.5) == 0.0
+    assert answer_wait_s([first, second], quiet, 10.5) == pytest.approx(10.4 + ANSWER_WAIT_S - 10.5)
+    assert answer_wait_s([first, second], quiet, 20.0) == 0.0  # past the wait: draw what there is
+    answered = _view(_snap(10.5, 5.0, threshold_tokens=3072, link=LINK | {"bandwidth_mbit": 50.0}))
+    assert answer_wait_s([first, second], answered, 10.6) == 0.0

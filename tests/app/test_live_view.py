@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 
 import pandas as pd
 import pytest
@@ -218,3 +219,20 @@ def test_a_record_draws_with_the_live_columns() -> None:
 def test_a_request_not_yet_routed_reads_dashes_not_none() -> None:
     table = requests_table([RequestEvent(run_id="r1", t_s=0.1, request_id="rq-1", event="arrived")])
     assert table.loc[0, ["status", "route", "node", "reason"]].tolist() == ["queued", "-", "-", "-"]
+
+
+def test_wait_for_news_wakes_when_the_run_says_something() -> None:
+    """The Live page holds a redraw for a knob's answer on this, so the answer shows as it is filed."""
+    buffer = FeedBuffer()
+    buffer.add("abc123", snap(1.0), 0.0)
+    version = buffer.version("abc123")
+    assert buffer.wait_for_news("abc123", version, timeout_s=0.05) == version  # nothing new: times out
+    timer = threading.Timer(0.1, lambda: buffer.add("other", snap(2.0), 1.0))  # another run's news
+    later = threading.Timer(0.3, lambda: buffer.add("abc123", snap(2.0), 1.0))
+    timer.start()
+    later.start()
+    started = time.monotonic()
+    assert buffer.wait_for_news("abc123", version, timeout_s=10.0) == version + 1
+    assert time.monotonic() - started < 5.0  # woken by the filing, not by the timeout
+    timer.join()
+    later.join()
