@@ -91,6 +91,8 @@ def test_every_page_reads_whole(live_dashboard, tmp_path: Path) -> None:
             page.get_by_text(re.compile(r"threshold 2965 (->|→) 3411 tokens: .*bottleneck: local prefill")).wait_for(
                 timeout=30_000)
             _whole(page, "Runs, a run open")
+            page.get_by_role("heading", name="Runs").first.scroll_into_view_if_needed()  # its tiles in the picture
+            page.wait_for_timeout(500)
             shoot(page, tmp_path, "runs.png")
 
             page.set_viewport_size(READABLE_VIEWPORT)
