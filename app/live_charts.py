@@ -196,7 +196,9 @@ def _decision_layers() -> list[dict[str, Any]]:
         {"data": {"name": DECISIONS}, "mark": {"type": "rule", "strokeDash": DOT, "strokeWidth": 1},
          "encoding": {"x": _x(), "stroke": stroke, "tooltip": tooltip}},
         {"data": {"name": DECISIONS},
-         "mark": {"type": "text", "angle": 270, "align": "right", "baseline": "bottom", "fontSize": 10,
-                  "dx": -4, "color": "#555555"},
+         # to the right of its line (a marker at t = 0 would put a label on its left under the axis),
+         # reading upwards from the top of the plot
+         "mark": {"type": "text", "angle": 270, "align": "right", "baseline": "top", "fontSize": 10,
+                  "dx": -4, "dy": 2, "color": "#555555"},
          "encoding": {"x": _x(), "y": {"value": 0}, "text": {"field": "label"}, "tooltip": tooltip}},
     ]
