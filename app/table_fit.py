@@ -131,3 +131,35 @@ def number_text(value: object, fmt: str | None) -> str:
 
 
 _BYTE_UNITS = ("B", "KB", "MB", "GB", "TB", "PB")
+
+
+TILE_VALUE_PX, TILE_TITLE_PX = 36, 14  # a metric tile's value and its title
+TILE_GAP_PX, TILE_HELP_PX = 16, 24  # between columns; a help icon beside the title
+
+
+def tile_px(title: str, value: str, has_help: bool = False) -> int:
+    """The width a metric tile needs to show its title and its value whole."""
+    return math.ceil(max(text_px(value, TILE_VALUE_PX),
+                         text_px(title, TILE_TITLE_PX) + (TILE_HELP_PX if has_help else 0))) + 8
+
+
+def tile_rows(needs: Sequence[int], per_row: int, budget_px: int = PAGE_PX) -> list[tuple[list[int], list[float]]]:
+    """Tiles (by the width each needs) in rows of at most `per_row`: (their indices, the column
+    weights for `st.columns`). A row whose tiles all fit an equal share keeps equal columns (in line
+    with the other rows); a row with a wider tile weighs its columns by need, which gives each at
+    least its need; a tile that does not fit beside the others starts the next row."""
+    share = (budget_px - (per_row - 1) * TILE_GAP_PX) / per_row
+    rows: list[list[int]] = [[]]
+    for index, need in enumerate(needs):
+        row = rows[-1]
+        widths = [*(needs[i] for i in row), need]
+        if row and (len(row) == per_row or sum(widths) + (len(widths) - 1) * TILE_GAP_PX > budget_px):
+            rows.append([])
+        rows[-1].append(index)
+    out = []
+    for row in rows:
+        if all(needs[i] <= share for i in row):
+            out.append((row, [1.0] * per_row))
+        else:
+            out.append((row, [float(needs[i]) for i in row]))
+    return out

@@ -32,6 +32,7 @@ from app.live_tiles import Tile, bus_tiles, count_tiles, record_tiles
 from app.live_view import TILES, RunView, metrics_frame, requests_table, roles_table, run_phase
 from app.mqtt_feed import MqttFeed, choose_broker, get_feed
 from app.run_registry import RunRefused, StartedRun, get_registry
+from app.table_fit import tile_px, tile_rows
 from app.tables import show_table
 from emulator.api import SCENARIOS_DIR, ScenarioInfo, list_scenarios, live_capability
 from emulator.errors import PrfaasError
@@ -217,9 +218,12 @@ def _acks(run_id: str, view: RunView) -> None:
 
 
 def _tiles(tiles: list[Tile]) -> None:
-    for row in range(0, len(tiles), TILES_PER_ROW):  # two rows: eight tiles in one clip their titles
-        for col, tile in zip(st.columns(TILES_PER_ROW), tiles[row:row + TILES_PER_ROW], strict=False):
-            col.metric(tile.title, tile.value, help=tile.help)
+    # rows of TILES_PER_ROW (eight in one clip their titles), a tile whose value needs more room
+    # (the link's `120 Mbit/s · 10 ms`) given it (app.table_fit.tile_rows)
+    needs = [tile_px(tile.title, tile.value, tile.help is not None) for tile in tiles]
+    for indices, spec in tile_rows(needs, TILES_PER_ROW):
+        for col, index in zip(st.columns(spec), indices, strict=False):
+            col.metric(tiles[index].title, tiles[index].value, help=tiles[index].help)
 
 
 def _status_row(view: RunView, phase: str, started: StartedRun | None) -> None:

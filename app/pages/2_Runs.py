@@ -58,6 +58,7 @@ from app.runs_view import (
     timeseries_lines,
     ttft_cdf,
 )
+from app.table_fit import tile_px, tile_rows
 from app.tables import show_table
 from emulator.errors import TelemetryError
 from emulator.telemetry.figures import NODE_NOTE, NOQUEUE_NOTE, egress_bit_per_s, format_rate
@@ -136,15 +137,15 @@ def _tile(key: str) -> str:
     return text[:1].upper() + text[1:]
 
 
-# Tiles per row: a figure's value (36 px type, e.g. `6.61 Mbit/s`) and its label stay whole in a
-# quarter of a 1280 px window's page; a name (a scenario) gets half of it.
-FIGURES_PER_ROW, NAMES_PER_ROW = 4, 2
+TILES_PER_ROW = 4  # at most; a tile whose value needs more room gets it (app.table_fit.tile_rows)
 
 
-def _tile_rows(tiles: list[tuple[str, str, str | None]], per_row: int) -> None:
-    """(label, value, help) tiles, `per_row` to a row."""
-    for start in range(0, len(tiles), per_row):
-        for col, (title, value, why) in zip(st.columns(per_row), tiles[start:start + per_row], strict=False):
+def _tile_rows(tiles: list[tuple[str, str, str | None]]) -> None:
+    """(label, value, help) tiles in rows, each wide enough for its value and label."""
+    needs = [tile_px(title, value, why is not None) for title, value, why in tiles]
+    for indices, spec in tile_rows(needs, TILES_PER_ROW):
+        for col, index in zip(st.columns(spec), indices, strict=False):
+            title, value, why = tiles[index]
             col.metric(title, value, help=why)
 
 
@@ -153,7 +154,7 @@ def _summary_tiles(run: Run) -> None:
     _tile_rows([(_tile("scenario"), str(meta.get("scenario", "-")), None),
                 (_tile("engine"), str(meta.get("engine", "-")), None),
                 (_tile("link_backend"), link_backend(meta), None),
-                (_tile("outcome"), outcome_of(meta).value, "finished, stopped by its user, or failed")], NAMES_PER_ROW)
+                (_tile("outcome"), outcome_of(meta).value, "finished, stopped by its user, or failed")])
     figures = [(_tile(key), format_number(summary.get(key)), None)
                for key in ("completed", "failed_count", "throughput_rps")]
     figures.append((_tile("egress_bit_per_s_mean"), format_rate(egress_bit_per_s(summary)), None))
@@ -166,7 +167,7 @@ def _summary_tiles(run: Run) -> None:
                 ("Prefix hit", format_percent(summary.get("prefix_hit_fraction")), "cached / input tokens"),
                 ("Prefix hit (remote / local)", f"{format_percent(summary.get('prefix_hit_fraction_remote'))} / "
                  f"{format_percent(summary.get('prefix_hit_fraction_local'))}", None)]
-    _tile_rows(figures, FIGURES_PER_ROW)
+    _tile_rows(figures)
     note = meta.get("link_note") or meta.get("link_backend_reason")
     if note:
         st.caption(str(note))

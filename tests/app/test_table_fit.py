@@ -9,11 +9,14 @@ from app.table_fit import (
     MIN_WRAP_PX,
     PAD_PX,
     PAGE_PX,
+    TILE_GAP_PX,
     WRAP_ROW_MIN_PX,
     fit_columns,
     is_figure_column,
     natural_px,
     text_px,
+    tile_px,
+    tile_rows,
     wrapped_lines,
 )
 
@@ -65,3 +68,21 @@ def test_wrapped_lines(text: str, width: float, lines: int) -> None:
 def test_figure_columns_are_told_from_text() -> None:
     assert is_figure_column(["1,024", "-", "+1.1%", "0.720", "3:5", "1.54x"])
     assert not is_figure_column(["1,024", "kimi-linear-mini"])
+
+
+def test_a_tile_whose_value_needs_room_gets_it_in_its_row() -> None:
+    """The Live page's link tile (`120 Mbit/s · 10 ms` was cut to `120 Mbit/s · …`) and the Runs
+    page's egress tile: each tile's column at least as wide as its value and title need."""
+    tiles = [("Threshold (tokens)", "1,664", True), ("Link", "unshaped · 10 ms · 1 % loss", True),
+             ("Arrivals", "paused", True), ("Link backend", "tun", False), ("Egress mean", "6.61 Mbit/s", False)]
+    needs = [tile_px(*tile) for tile in tiles]
+    assert needs[1] >= text_px("unshaped · 10 ms · 1 % loss", 36)
+    rows = tile_rows(needs, 4)
+    assert [indices for indices, _ in rows] == [[0, 1, 2], [3, 4]]  # the fourth has no room beside the link
+    for indices, spec in rows:
+        gaps = (len(spec) - 1) * TILE_GAP_PX
+        for index, weight in zip(indices, spec, strict=False):
+            assert weight / sum(spec) * (PAGE_PX - gaps) >= needs[index], tiles[index]
+    # tiles that fit a quarter keep equal columns, in line with the rows above and below
+    assert tile_rows([100, 120, 90], 4) == [([0, 1, 2], [1.0, 1.0, 1.0, 1.0])]
+    assert [indices for indices, _ in tile_rows([500, 400, 100], 4)] == [[0], [1, 2]]
