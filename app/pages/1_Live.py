@@ -16,15 +16,7 @@ import pandas as pd
 import streamlit as st
 
 from app import live_charts
-from app.decisions_view import (
-    DETAILS_TITLE,
-    TABLE_COLUMNS,
-    TIME,
-    WRAPPED,
-    decision_details,
-    decision_rows,
-    note_rows,
-)
+from app.decisions_view import DETAILS_TITLE, TABLE_COLUMNS, TIME, WRAPPED, decision_details, decision_rows, note_rows
 from app.knob_acks import AckState, ack_of, answer_wait_s
 from app.live_knobs import NOW_FRAGMENT, knobs_behind, knobs_sidebar, sent_knobs
 from app.live_results import show_results
