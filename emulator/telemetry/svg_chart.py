@@ -11,8 +11,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 MAX_POINTS = 2000  # per line: a CDF of more requests is drawn through evenly spaced quantiles
 MARGIN = {"left": 64, "right": 24, "top": 24, "bottom": 56}
 LEGEND_ROW_PX = 20
@@ -25,8 +23,8 @@ class StepLine:
 
     name: str
     color: str
-    xs: np.ndarray
-    ys: np.ndarray
+    xs: Sequence[float]
+    ys: Sequence[float]
 
 
 def nice_ticks(low: float, high: float, count: int = 6) -> list[float]:
@@ -40,11 +38,12 @@ def nice_ticks(low: float, high: float, count: int = 6) -> list[float]:
     return [round(first + i * step, 12) for i in range(int((high - first) / step + 1e-9) + 1)]
 
 
-def _thin(line: StepLine) -> tuple[np.ndarray, np.ndarray]:
-    if line.xs.size <= MAX_POINTS:
-        return line.xs, line.ys
-    keep = np.unique(np.linspace(0, line.xs.size - 1, MAX_POINTS).round().astype(int))
-    return line.xs[keep], line.ys[keep]
+def _thin(line: StepLine) -> tuple[list[float], list[float]]:
+    """At most MAX_POINTS evenly spaced points of the line, its first and last among them."""
+    size = len(line.xs)
+    keep = range(size) if size <= MAX_POINTS else sorted({round(i * (size - 1) / (MAX_POINTS - 1))
+                                                          for i in range(MAX_POINTS)})
+    return [float(line.xs[i]) for i in keep], [float(line.ys[i]) for i in keep]
 
 
 def step_chart_svg(lines: Sequence[StepLine], x_title: str, y_title: str, *, width: int = 760,
@@ -53,7 +52,7 @@ def step_chart_svg(lines: Sequence[StepLine], x_title: str, y_title: str, *, wid
     legend_px = LEGEND_ROW_PX * len(lines)
     top = MARGIN["top"] + legend_px
     plot_w, plot_h = width - MARGIN["left"] - MARGIN["right"], height - top - MARGIN["bottom"]
-    x_max = max((float(line.xs.max()) for line in lines if line.xs.size), default=1.0) or 1.0
+    x_max = max((float(max(line.xs)) for line in lines if len(line.xs)), default=1.0) or 1.0
     x_ticks = nice_ticks(0.0, x_max)
     x_max = max(x_max, x_ticks[-1])
 
@@ -77,7 +76,7 @@ def step_chart_svg(lines: Sequence[StepLine], x_title: str, y_title: str, *, wid
                  f"text-anchor='middle'>{html.escape(y_title)}</text>")
     for row, line in enumerate(lines):
         xs, ys = _thin(line)
-        path = "".join(f"H{px(float(x)):.1f}V{py(float(y)):.1f}" for x, y in zip(xs, ys, strict=True))
+        path = "".join(f"H{px(x):.1f}V{py(y):.1f}" for x, y in zip(xs, ys, strict=True))
         parts.append(f"<path d='M{px(0.0):.1f} {py(0.0):.1f}{path}' fill='none' stroke='{line.color}' "
                      f"stroke-width='2'/>")
         y = MARGIN["top"] + row * LEGEND_ROW_PX

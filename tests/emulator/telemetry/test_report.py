@@ -71,7 +71,7 @@ def test_the_decision_timeline_is_a_table(tmp_path: Path, records: list[RequestR
     assert rows == [
         ("20", "link -&gt; 10 Mbit/s, 10 ms, 0 % loss", "the scenario&#x27;s timeline"),
         ("125", "threshold 19620 -&gt; 17140 tokens",
-         "traffic window mean 24431 tokens (held 2 intervals); model: 3.58 req/s, p 0.50, bottleneck pd-prefill"),
+         "traffic window mean 24431 tokens (held 2 intervals); model: 3.58 req/s, p 0.50, bottleneck: local prefill"),
     ]
 
 
