@@ -59,9 +59,9 @@ def run(args: argparse.Namespace) -> int:
     engine = args.engine or scenario.engine
     out = args.out or Path("runs") / f"{scenario.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     if engine == "live":  # a run the machine cannot hold is refused before it leaves a folder behind
-        from emulator.live.capacity import check_live_capacity, machine_figures
+        from emulator.live.capacity import check_live_start
 
-        check_live_capacity(scenario, *machine_figures())
+        check_live_start(scenario)
     make_dir(out)  # a folder that cannot be made is one line now, not a lost run later
     bar = ProgressReporter("requests ended", sys.stderr.isatty(), log_every_s=args.progress_every)
 

@@ -44,3 +44,11 @@ def machine_figures() -> tuple[int, int]:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     return cores, memory
+
+
+def check_live_start(scenario: Scenario) -> None:
+    """What a live run checks before it makes a folder or spawns anything: a preset to run, and
+    workers this machine can hold (the CLI and run_live both call it, so the first error is the same)."""
+    if scenario.model.preset is None:
+        raise ScenarioError("model.preset: the live engine runs a model_stub preset; set model.preset")
+    check_live_capacity(scenario, *machine_figures())

@@ -23,7 +23,7 @@ from emulator.auto_rate import is_auto
 from emulator.control.types import Cluster, FailReason
 from emulator.errors import PrfaasError, RecordError
 from emulator.live.calibration import Calibration, calibration_lengths, resolve_live_workload
-from emulator.live.capacity import check_live_capacity, machine_figures
+from emulator.live.capacity import check_live_start
 from emulator.live.gateway import Gateway, GatewaySettings
 from emulator.live.launcher import WorkerProcesses, plan_workers, speed_notes
 from emulator.live.loops import RunLoops
@@ -64,9 +64,7 @@ async def run_live(scenario: Scenario, out_dir: Path, broker_url: str | None = N
     teardown (emulator/live/teardown.py) runs in order with a budget per step; the record is written
     once as soon as every request has ended, before anything that can hang, and again, complete,
     after the link is gone."""
-    if scenario.model.preset is None:
-        raise PrfaasError("model.preset: the live engine runs a model_stub preset; set model.preset")
-    check_live_capacity(scenario, *machine_figures())  # before anything is spawned
+    check_live_start(scenario)  # before anything is spawned
     placement = await asyncio.to_thread(place_workers, scenario.clusters)  # before any namespace exists
     run_id = check_run_id(run_id, "run_id") if run_id is not None else new_run_id()  # RunIdError: one line
     workload = None if is_auto(scenario) else build_workload(  # auto: drawn once the workers are timed
