@@ -41,6 +41,7 @@ from emulator.telemetry.labels import KNOB_LABELS, format_number
 
 MAX_SENT_SHOWN = 5
 NOW_FRAGMENT = "live_now"  # the Live page's fragment that shows the run's answer (tiles and acks)
+KEYED_RERUN = "live_keyed_rerun"  # set by a knob's callback: the fragment's run then reruns the page
 SYNCED = "live_knobs_synced"  # (run id, {knob: the run's value its widget was last set to})
 PENDING = "live_knobs_pending"  # {knob: the run's value} of the edits the sidebar names as not applied
 TCP_NOTE = ("TCP connections per KV link are set when a run starts (Advanced start options, or "
@@ -85,25 +86,29 @@ def sent_knobs(run_id: str) -> list[SentKnob]:
 
 
 def _send(feed: MqttFeed | None, why_no_feed: str, run_id: str, knob: Knob, payload: dict[str, Any]) -> None:
-    """Check, then publish one knob; a refusal is kept for the sidebar to show. The page's rerun
-    that follows draws the run's answer as it arrives (the tiles' fragment waits on the feed for it).
-    Not `st.rerun(NOW_FRAGMENT)`: in Streamlit 1.67 a keyed rerun from a callback stops every
-    fragment's `run_every` timer in the browser until the next whole-page run."""
+    """Check, then publish one knob; a refusal is kept for the sidebar to show. Once sent, only the
+    answer's fragment reruns (`st.rerun(NOW_FRAGMENT)`, not the whole page with its charts): it waits
+    on the feed for the run's answer, draws it, and then reruns the page (KEYED_RERUN), since in
+    Streamlit 1.67 a keyed rerun from a callback stops every fragment's `run_every` timer in the
+    browser until the next whole-page run."""
     st.session_state["live_refusal"] = None
     try:
         view = feed.buffer.view(run_id) if feed is not None else RunView(run_id)
         message = check_knob(run_id, knob, payload, link_base(view))
         if feed is None:
             raise TelemetryError(f"mqtt: no broker ({why_no_feed}); knobs need one")
+        sent_at_s = time.monotonic()  # before publishing: the run may answer before publish() returns
         feed.publish(message.topic, message.data)
     except TelemetryError as err:
         st.session_state["live_refusal"] = f"Not sent: {err}"
         return
-    st.session_state["live_sent"] = [*sent_knobs(run_id), SentKnob(message, time.monotonic())][-MAX_SENT_SHOWN:]
+    st.session_state["live_sent"] = [*sent_knobs(run_id), SentKnob(message, sent_at_s)][-MAX_SENT_SHOWN:]
     kept = st.session_state.get(SYNCED)
     if kept is not None and kept[0] == run_id:
         for name in sent_names(knob):  # once answered, the widget shows the run's value again
             kept[1].pop(name, None)
+    st.session_state[KEYED_RERUN] = True
+    st.rerun(NOW_FRAGMENT)
 
 
 def _from_widgets(feed: MqttFeed | None, why_no_feed: str, run_id: str, knob: Knob,
@@ -205,14 +210,15 @@ def knobs_sidebar(run_id: str, view: RunView, phase: str, feed: MqttFeed | None,
                       "longest-prefix (the longest cached prefix, whatever its queue) or off (least loaded)",
                  **wire(Knob.AFFINITY, affinity_payload, "live_k_affinity"))
     st.markdown("**Cross-datacenter link**")
-    st.number_input(KNOB_LABELS["bandwidth_mbit"], key=LINK_KEYS[0], step=10.0, format="%.1f",
-                    help=f"{LINK_WORDS['bandwidth_mbit']}; {bounds_help('bandwidth_mbit')}", **on)
-    for col, key in zip(st.columns(3), LINK_KEYS[1:], strict=True):
-        name = key.removeprefix(WIDGET_PREFIX)
-        col.number_input(KNOB_LABELS[name], key=key, step=1.0, format="%.1f",
-                         help=f"{LINK_WORDS[name]}; {bounds_help(name)}", **on)
-    st.button("Apply link", key="live_apply_link", width="stretch", on_click=_from_widgets,
-              args=(feed, why_no_feed, run_id, Knob.LINK, link_payload, *LINK_KEYS), **on)
+    with st.form("live_link_form", border=False):  # the four fields in one message, on Apply
+        st.number_input(KNOB_LABELS["bandwidth_mbit"], key=LINK_KEYS[0], step=10.0, format="%.1f",
+                        help=f"{LINK_WORDS['bandwidth_mbit']}; {bounds_help('bandwidth_mbit')}", **on)
+        for col, key in zip(st.columns(3), LINK_KEYS[1:], strict=True):
+            name = key.removeprefix(WIDGET_PREFIX)
+            col.number_input(KNOB_LABELS[name], key=key, step=1.0, format="%.1f",
+                             help=f"{LINK_WORDS[name]}; {bounds_help(name)}", **on)
+        st.form_submit_button("Apply link", key="live_apply_link", width="stretch", on_click=_from_widgets,
+                              args=(feed, why_no_feed, run_id, Knob.LINK, link_payload, *LINK_KEYS), **on)
     st.caption(TCP_NOTE)
     if pending and not off:
         st.warning("Not applied: " + "; ".join(f"{KNOB_LABELS[name]} (the run is at {_shown(value)})"

@@ -18,7 +18,7 @@ import streamlit as st
 from app import live_charts
 from app.decisions_view import DETAILS_TITLE, TABLE_COLUMNS, TIME, WRAPPED, decision_details, decision_rows, note_rows
 from app.knob_acks import AckState, ack_of, answer_wait_s
-from app.live_knobs import NOW_FRAGMENT, knobs_behind, knobs_sidebar, sent_knobs
+from app.live_knobs import KEYED_RERUN, NOW_FRAGMENT, knobs_behind, knobs_sidebar, sent_knobs
 from app.live_results import show_results
 from app.live_tiles import Tile, bus_tiles, count_tiles, record_tiles
 from app.live_view import TILES, RunView, metrics_frame, requests_table, roles_table, run_phase
@@ -242,10 +242,10 @@ def _status_row(view: RunView, phase: str, started: StartedRun | None) -> None:
 
 def _now(run_id: str) -> None:
     """The run's tiles and its answers to the knobs, redrawn every NOW_EVERY_S while it runs (a few
-    small elements: cheap), so a snapshot shows within that of its arrival; in the page's rerun right
-    after a knob is sent, the redraw waits on the feed for the run's answer and draws it as it is
-    filed (push: not the next tick, which can queue behind the charts' redraw). The page reruns whole
-    when the run changes phase, or moves a knob its widget does not show yet."""
+    small elements: cheap), so a snapshot shows within that of its arrival; a knob's Apply reruns this
+    fragment alone, which waits on the feed for the run's answer and draws it as it is filed (push:
+    not the next tick, which can queue behind the charts' redraw), then reruns the page. The page
+    also reruns whole when the run changes phase, or moves a knob its widget does not show yet."""
     view = _view(run_id)
     if FEED is not None:  # a knob just sent: draw the moment its answer is filed (push, not the next tick)
         while (wait_s := answer_wait_s(sent_knobs(run_id), view, time.monotonic())) > 0:
@@ -257,9 +257,10 @@ def _now(run_id: str) -> None:
     started = REGISTRY.get(run_id)
     _status_row(view, phase, started)
     _acks(run_id, view)
-    if phase == "running" and knobs_behind(run_id, view, _scenario_of(started), _start_threshold(started, view),
-                                           time.monotonic()):
-        st.rerun()  # after drawing: the tiles show the run's value now, the sidebar follows
+    behind = phase == "running" and knobs_behind(run_id, view, _scenario_of(started),
+                                                 _start_threshold(started, view), time.monotonic())
+    if st.session_state.pop(KEYED_RERUN, False) or behind:
+        st.rerun()  # after drawing: the tiles show the run's answer now; the sidebar and timers follow
 
 
 def _virtual_status(started: StartedRun, phase: str, duration: str) -> None:

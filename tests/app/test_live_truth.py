@@ -30,14 +30,17 @@ def test_the_knobs_follow_what_the_timeline_did_to_the_run(fake_run) -> None:
 
 
 def test_an_edit_not_applied_is_kept_and_named_until_the_run_moves(fake_run) -> None:
+    """A value the page refused to send stays in its widget, named as not applied, while the run stays
+    put; once the run moves (another client, the timeline), the widget shows the run's value."""
     app = _watching(fake_run)
-    _ok(app.number_input(key="live_k_bandwidth_mbit").set_value(120.0).run())
-    fake_run.snapshot(2.0)  # the run stays at 200: the edit is the user's, and stays
+    _ok(app.number_input(key="live_k_rate_per_s").set_value(0.0).run())
+    assert any(e.value.startswith("Not sent: control/arrival_rate") for e in app.error)
+    fake_run.snapshot(2.0, knobs=KNOBS)  # the run stays at 0.5/s: the edit is the user's, and stays
     _until(app, lambda a: "Last snapshot: t = 2.00 s" in _texts(a))
-    assert app.number_input(key="live_k_bandwidth_mbit").value == 120.0
-    assert any("Not applied: Bandwidth (Mbit/s; empty = unshaped) (the run is at 200)" in w.value for w in app.warning)
-    fake_run.snapshot(3.0, link=LINK | {"bandwidth_mbit": 30.0})  # someone else moved it: the run wins
-    _until(app, lambda a: a.number_input(key="live_k_bandwidth_mbit").value == 30.0)
+    assert app.number_input(key="live_k_rate_per_s").value == 0.0
+    assert any("Not applied: Arrival rate (req/s) (the run is at 0.5)" in w.value for w in app.warning)
+    fake_run.snapshot(3.0, knobs=KNOBS.model_copy(update={"rate_per_s": 1.5}))  # someone else moved it
+    _until(app, lambda a: a.number_input(key="live_k_rate_per_s").value == 1.5)
     assert not any("Not applied" in w.value for w in app.warning)
 
 
