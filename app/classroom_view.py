@@ -82,12 +82,13 @@ STEPS: tuple[Step, ...] = (
     ),
     Step(
         "Dense vs hybrid on the same link", "live-dense-vs-hybrid.yaml",
-        "The same workload on a 40 Mbit/s link, once with a dense GQA model (8 full-attention layers, "
+        "The same workload on a 25 Mbit/s link, once with a dense GQA model (8 full-attention layers, "
         "about 6x the hybrid's KV per token) and once with the hybrid.",
         "Start both, then on the Runs page pick both under *Compare runs*: the TTFT CDFs, the egress "
         "overlay and the difference column of the table.",
-        "Dense: egress sits at the link's 40 Mbit/s and remote TTFT grows to many times one transfer's "
-        "time as transfers share the link. Hybrid: egress stays well under the link. This is why dense "
+        "Dense: egress sits at the link's 25 Mbit/s and remote TTFT grows to many times one transfer's "
+        "time as transfers share the link. Hybrid: egress stays under the link and remote TTFT near one "
+        "transfer's time. This is why dense "
         "models cannot leave the datacenter and hybrid ones can.",
         "How fast would the link have to be for the dense model to match the hybrid's TTFT, and what "
         "does the KV explorer's Φ_kv say about it?",
