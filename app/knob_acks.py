@@ -22,6 +22,7 @@ from emulator.telemetry.schemas import MetricsSnapshot
 
 ACK_TIMEOUT_S = 10.0  # no answer by then: say so instead of waiting forever
 ANSWER_WAIT_S = 1.0  # how long after sending a knob the page may hold a redraw for the run's answer
+REPLAY_S = 2.0  # the same message again within this long is Streamlit replaying a callback, not a new turn
 
 
 class AckState(StrEnum):
@@ -76,6 +77,15 @@ def answer_wait_s(sent: Sequence[SentKnob], view: RunView, now_s: float, wait_s:
     after whatever else the page is drawing."""
     waiting = [s.sent_at_s for s in sent if ack_of(s, view, now_s).state is AckState.WAITING]
     return max(0.0, max(waiting) + wait_s - now_s) if waiting else 0.0
+
+
+def is_replay(sent: Sequence[SentKnob], message: KnobMessage, now_s: float, within_s: float = REPLAY_S) -> bool:
+    """Whether `message` repeats the last one sent for its knob within `within_s`: Streamlit runs an
+    interaction's callbacks again when the run that handled them ends in `st.rerun()` (the page's
+    own rerun after an answer), which would send the knob twice. Sending the same value again so
+    soon changes nothing on the run either (every knob is a set, not a step)."""
+    last = next((s for s in reversed(sent) if s.message.knob is message.knob), None)
+    return last is not None and last.message.payload == message.payload and now_s - last.sent_at_s < within_s
 
 
 def shows(message: KnobMessage, snapshot: MetricsSnapshot) -> bool:

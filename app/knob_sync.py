@@ -8,6 +8,8 @@ The rule, per knob (`synced` holds the run value each widget was last set to):
   truth, and Apply must never send a value chosen against one the run has left.
 - While the run's value stays put, the widget keeps what the user set: an edit in progress, or one
   made and not applied, is left alone (and named beside the knobs as not applied).
+- A widget that must show another value is made anew under a new key (`renewed`), never set in
+  place (see there why).
 - A knob this page sent waits for the run's answer (`app.knob_acks`); once answered (applied,
   refused, or silent), its widget shows the run's value again, so a refused value never stays on
   screen as if the run had taken it.
@@ -38,9 +40,12 @@ def widget_updates(run: Mapping[str, Any], synced: Mapping[str, Any], widgets: M
             if name not in waiting and (name not in widgets or synced.get(name, _UNSET) != value)}
 
 
-def must_redraw(updates: Mapping[str, Any], widgets: Mapping[str, Any]) -> bool:
-    """Whether any update changes what a widget shows (else only `synced` needs to move on)."""
-    return any(widgets.get(name, _UNSET) != value for name, value in updates.items())
+def renewed(updates: Mapping[str, Any], widgets: Mapping[str, Any]) -> set[str]:
+    """The knobs whose widget is made anew, under a new key, to show the run's value: those that
+    exist and show another value. A live widget's value is never set in place: a rerun already on its
+    way from the browser (the page's fragments rerun ten times a second) carries the old value back,
+    which Streamlit reads as the user's change, firing its callback (a knob sent that nobody turned)."""
+    return {name for name, value in updates.items() if name in widgets and widgets[name] != value}
 
 
 def unapplied(run: Mapping[str, Any], widgets: Mapping[str, Any], waiting: Collection[str] = ()) -> dict[str, Any]:

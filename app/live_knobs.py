@@ -13,11 +13,12 @@ from typing import Any
 
 import streamlit as st
 
-from app.knob_acks import SentKnob, ack_of
-from app.knob_sync import WIDGET_PREFIX, must_redraw, sent_names, unapplied, widget_updates
+from app.knob_acks import SentKnob, ack_of, is_replay
+from app.knob_sync import WIDGET_PREFIX, renewed, sent_names, unapplied, widget_updates
 from app.knobs_view import (
     AFFINITIES,
     BOUNDS,
+    LINK_FIELDS,
     POLICIES,
     THRESHOLD_STEP,
     affinity_payload,
@@ -43,6 +44,7 @@ MAX_SENT_SHOWN = 5
 NOW_FRAGMENT = "live_now"  # the Live page's fragment that shows the run's answer (tiles and acks)
 KEYED_RERUN = "live_keyed_rerun"  # set by a knob's callback: the fragment's run then reruns the page
 SYNCED = "live_knobs_synced"  # (run id, {knob: the run's value its widget was last set to})
+GENERATIONS = "live_knob_generations"  # {knob: times its widget was made anew}: its key's suffix
 PENDING = "live_knobs_pending"  # {knob: the run's value} of the edits the sidebar names as not applied
 TCP_NOTE = ("TCP connections per KV link are set when a run starts (Advanced start options, or "
             "transport.connections in the scenario): live workers open them at start and cannot change "
@@ -54,13 +56,17 @@ PHASE_NOTES = {
     "virtual": "A virtual run takes no knobs: it is simulated and done in seconds.",
     "ended": "This run is over; its knobs are off.",
 }
-LINK_KEYS = ("live_k_bandwidth_mbit", "live_k_delay_ms", "live_k_jitter_ms", "live_k_loss_pct")
 LINK_WORDS = {"bandwidth_mbit": "the rate the remote cluster's KV caches cross to the local one; "
                                 "lower it to watch egress pin at the line and TTFT climb",
               "delay_ms": "one-way delay the link adds to every packet",
               "jitter_ms": "random variation of that delay",
               "loss_pct": "share of packets the link drops (TCP resends them; the KV arrives later)"}
-SCHEDULER_KEYS = ("live_k_short_term", "live_k_long_term")
+
+
+def knob_key(name: str) -> str:
+    """The widget key of knob `name` now: `live_k_<name>`, with a suffix once it was made anew."""
+    generation = st.session_state.get(GENERATIONS, {}).get(name, 0)
+    return f"{WIDGET_PREFIX}{name}" + (f"_{generation}" if generation else "")
 
 
 def bounds_help(name: str) -> str:
@@ -85,16 +91,21 @@ def sent_knobs(run_id: str) -> list[SentKnob]:
     return [s for s in st.session_state.get("live_sent", []) if s.message.run_id == run_id]
 
 
-def _send(feed: MqttFeed | None, why_no_feed: str, run_id: str, knob: Knob, payload: dict[str, Any]) -> None:
-    """Check, then publish one knob; a refusal is kept for the sidebar to show. Once sent, only the
-    answer's fragment reruns (`st.rerun(NOW_FRAGMENT)`, not the whole page with its charts): it waits
-    on the feed for the run's answer, draws it, and then reruns the page (KEYED_RERUN), since in
-    Streamlit 1.67 a keyed rerun from a callback stops every fragment's `run_every` timer in the
-    browser until the next whole-page run."""
+def _send(feed: MqttFeed | None, why_no_feed: str, run_id: str, knob: Knob, payload: dict[str, Any],
+          is_button: bool = False) -> None:
+    """Check, then publish one knob; a refusal is kept for the sidebar to show. After a button's
+    message (Apply, Pause, Resume) only the answer's fragment reruns (`st.rerun(NOW_FRAGMENT)`, not
+    the page with its charts): it waits on the feed for the run's answer, draws it, then reruns the
+    page (KEYED_RERUN), since in Streamlit 1.67 a keyed rerun from a callback stops every fragment's
+    `run_every` timer in the browser until the next whole-page run. A widget's own change (policy,
+    rate, a toggle) takes the page's rerun instead: after a keyed rerun, that whole-page run would
+    fire the widget's callback a second time and send the knob twice."""
     st.session_state["live_refusal"] = None
     try:
         view = feed.buffer.view(run_id) if feed is not None else RunView(run_id)
         message = check_knob(run_id, knob, payload, link_base(view))
+        if is_replay(sent_knobs(run_id), message, time.monotonic()):
+            return
         if feed is None:
             raise TelemetryError(f"mqtt: no broker ({why_no_feed}); knobs need one")
         sent_at_s = time.monotonic()  # before publishing: the run may answer before publish() returns
@@ -107,13 +118,21 @@ def _send(feed: MqttFeed | None, why_no_feed: str, run_id: str, knob: Knob, payl
     if kept is not None and kept[0] == run_id:
         for name in sent_names(knob):  # once answered, the widget shows the run's value again
             kept[1].pop(name, None)
-    st.session_state[KEYED_RERUN] = True
-    st.rerun(NOW_FRAGMENT)
+    if is_button:
+        st.session_state[KEYED_RERUN] = True
+        st.rerun(NOW_FRAGMENT)
 
 
 def _from_widgets(feed: MqttFeed | None, why_no_feed: str, run_id: str, knob: Knob,
                   build: Callable[..., dict[str, Any]], *keys: str) -> None:
+    """A widget's on_change: its knob, from the widgets' values."""
     _send(feed, why_no_feed, run_id, knob, build(*(st.session_state[k] for k in keys)))
+
+
+def _apply(feed: MqttFeed | None, why_no_feed: str, run_id: str, knob: Knob,
+           build: Callable[..., dict[str, Any]], *keys: str) -> None:
+    """An Apply button: its form's knob, from the form's values."""
+    _send(feed, why_no_feed, run_id, knob, build(*(st.session_state[k] for k in keys)), is_button=True)
 
 
 def _sync(run_id: str, view: RunView, scenario: Scenario | None, start_threshold: int | None,
@@ -122,7 +141,7 @@ def _sync(run_id: str, view: RunView, scenario: Scenario | None, start_threshold
     run = knob_values(scenario, view.latest, start_threshold)
     kept = st.session_state.get(SYNCED)
     synced = dict(kept[1]) if kept is not None and kept[0] == run_id else {}
-    widgets = {name: st.session_state[WIDGET_PREFIX + name] for name in run if WIDGET_PREFIX + name in st.session_state}
+    widgets = {name: st.session_state[knob_key(name)] for name in run if knob_key(name) in st.session_state}
     waiting = {name for sent in sent_knobs(run_id) if not ack_of(sent, view, now_s).is_settled
                for name in sent_names(sent.message.knob)}
     return run, synced, widgets, waiting
@@ -134,8 +153,12 @@ def follow_run(run_id: str, view: RunView, scenario: Scenario | None, start_thre
     Returns the knobs whose widget holds an edit the run is not at: name -> the run's value."""
     run, synced, widgets, waiting = _sync(run_id, view, scenario, start_threshold, now_s)
     updates = widget_updates(run, synced, widgets, waiting)
+    generations = st.session_state.setdefault(GENERATIONS, {})
+    for name in renewed(updates, widgets):
+        generations[name] = generations.get(name, 0) + 1
     for name, value in updates.items():
-        st.session_state[WIDGET_PREFIX + name] = value
+        if knob_key(name) not in st.session_state:  # a new widget (or one made anew): its first value
+            st.session_state[knob_key(name)] = value
     st.session_state[SYNCED] = (run_id, synced | updates)
     st.session_state[PENDING] = unapplied(run, widgets | updates, waiting)
     return st.session_state[PENDING]
@@ -149,7 +172,7 @@ def knobs_behind(run_id: str, view: RunView, scenario: Scenario | None, start_th
     waits for its answer, the line waits too: a rerun then would only delay the answer."""
     run, synced, widgets, waiting = _sync(run_id, view, scenario, start_threshold, now_s)
     updates = widget_updates(run, synced, widgets, waiting)
-    if must_redraw(updates, widgets):
+    if renewed(updates, widgets):
         return True
     if updates:
         st.session_state[SYNCED] = (run_id, synced | updates)
@@ -169,6 +192,9 @@ def knobs_sidebar(run_id: str, view: RunView, phase: str, feed: MqttFeed | None,
     """The knobs of `run_id`, live only while it runs. Call it inside `with st.sidebar:`.
     `start_threshold` is the t the run started at when its scenario says `auto`."""
     pending = follow_run(run_id, view, scenario, start_threshold, time.monotonic())
+    keys = {name: knob_key(name) for name in KNOB_LABELS}
+    link_keys = tuple(keys[name] for name in LINK_FIELDS)
+    scheduler_keys = (keys["short_term"], keys["long_term"])
     off = phase != "running"
     on = {"disabled": off}
 
@@ -179,46 +205,45 @@ def knobs_sidebar(run_id: str, view: RunView, phase: str, feed: MqttFeed | None,
     st.caption(f"Run {run_id}. {PHASE_NOTES[phase]}")
     with st.form("live_threshold_form", border=False):  # one message on Apply, not one per key press
         st.slider(KNOB_LABELS["threshold"], 0, threshold_max(scenario, start_threshold), step=THRESHOLD_STEP,
-                  key="live_k_threshold", disabled=off,
+                  key=keys["threshold"], disabled=off,
                   help="prompts whose uncached part is longer go to the remote PrfaaS cluster; the range "
                        "ends at the longest prompt the scenario can draw")
         st.form_submit_button("Apply threshold", key="live_apply_threshold", width="stretch", disabled=off,
-                              on_click=_from_widgets,
-                              args=(feed, why_no_feed, run_id, Knob.THRESHOLD, threshold_payload, "live_k_threshold"))
-    st.selectbox(KNOB_LABELS["policy"], POLICIES, key="live_k_policy",
+                              on_click=_apply,
+                              args=(feed, why_no_feed, run_id, Knob.THRESHOLD, threshold_payload, keys["threshold"]))
+    st.selectbox(KNOB_LABELS["policy"], POLICIES, key=keys["policy"],
                  help="prfaas: by threshold; local-only: homogeneous PD; all-remote: naive heterogeneous",
-                 **wire(Knob.POLICY, policy_payload, "live_k_policy"))
+                 **wire(Knob.POLICY, policy_payload, keys["policy"]))
     is_trace = scenario is not None and scenario.workload.is_trace
     label, help_text = RATE_KNOB[is_trace]
-    st.number_input(label, help=help_text, step=0.1, format="%.2f", key="live_k_rate_per_s",
-                    **wire(Knob.ARRIVAL_RATE, arrival_rate_payload, "live_k_rate_per_s"))
+    st.number_input(label, help=help_text, step=0.1, format="%.2f", key=keys["rate_per_s"],
+                    **wire(Knob.ARRIVAL_RATE, arrival_rate_payload, keys["rate_per_s"]))
     pause, resume = st.columns(2)
     for col, label, key, knob in ((pause, KNOB_TITLES["pause"], "live_pause", Knob.PAUSE),
                                   (resume, "Resume", "live_resume", Knob.RESUME)):
         col.button(label, key=key, width="stretch", on_click=_send,
-                   args=(feed, why_no_feed, run_id, knob, empty_payload()), **on)
-    st.toggle(KNOB_LABELS["short_term"], key=SCHEDULER_KEYS[0],
+                   args=(feed, why_no_feed, run_id, knob, empty_payload(), True), **on)
+    st.toggle(KNOB_LABELS["short_term"], key=scheduler_keys[0],
               help="its triggers are start-time settings: Advanced start options, e.g. "
                    "scheduler.short_term.queue_depth_trigger=8",
-              **wire(Knob.SCHEDULER, scheduler_payload, *SCHEDULER_KEYS))
-    st.toggle(KNOB_LABELS["long_term"], key=SCHEDULER_KEYS[1],
+              **wire(Knob.SCHEDULER, scheduler_payload, *scheduler_keys))
+    st.toggle(KNOB_LABELS["long_term"], key=scheduler_keys[1],
               help="every few minutes, re-plans how many local instances prefill and how many decode "
                    "(a node drains before it changes role)",
-              **wire(Knob.SCHEDULER, scheduler_payload, *SCHEDULER_KEYS))
-    st.selectbox(KNOB_LABELS["affinity"], AFFINITIES, key="live_k_affinity",
+              **wire(Knob.SCHEDULER, scheduler_payload, *scheduler_keys))
+    st.selectbox(KNOB_LABELS["affinity"], AFFINITIES, key=keys["affinity"],
                  help="which prefill node takes a request: cost (least estimated time to first token), "
                       "longest-prefix (the longest cached prefix, whatever its queue) or off (least loaded)",
-                 **wire(Knob.AFFINITY, affinity_payload, "live_k_affinity"))
+                 **wire(Knob.AFFINITY, affinity_payload, keys["affinity"]))
     st.markdown("**Cross-datacenter link**")
     with st.form("live_link_form", border=False):  # the four fields in one message, on Apply
-        st.number_input(KNOB_LABELS["bandwidth_mbit"], key=LINK_KEYS[0], step=10.0, format="%.1f",
+        st.number_input(KNOB_LABELS["bandwidth_mbit"], key=link_keys[0], step=10.0, format="%.1f",
                         help=f"{LINK_WORDS['bandwidth_mbit']}; {bounds_help('bandwidth_mbit')}", **on)
-        for col, key in zip(st.columns(3), LINK_KEYS[1:], strict=True):
-            name = key.removeprefix(WIDGET_PREFIX)
-            col.number_input(KNOB_LABELS[name], key=key, step=1.0, format="%.1f",
+        for col, name in zip(st.columns(3), LINK_FIELDS[1:], strict=True):
+            col.number_input(KNOB_LABELS[name], key=keys[name], step=1.0, format="%.1f",
                              help=f"{LINK_WORDS[name]}; {bounds_help(name)}", **on)
-        st.form_submit_button("Apply link", key="live_apply_link", width="stretch", on_click=_from_widgets,
-                              args=(feed, why_no_feed, run_id, Knob.LINK, link_payload, *LINK_KEYS), **on)
+        st.form_submit_button("Apply link", key="live_apply_link", width="stretch", on_click=_apply,
+                              args=(feed, why_no_feed, run_id, Knob.LINK, link_payload, *link_keys), **on)
     st.caption(TCP_NOTE)
     if pending and not off:
         st.warning("Not applied: " + "; ".join(f"{KNOB_LABELS[name]} (the run is at {_shown(value)})"

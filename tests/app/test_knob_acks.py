@@ -6,7 +6,16 @@ from __future__ import annotations
 
 import pytest
 
-from app.knob_acks import ACK_TIMEOUT_S, ANSWER_WAIT_S, AckState, SentKnob, ack_of, answer_wait_s
+from app.knob_acks import (
+    ACK_TIMEOUT_S,
+    ANSWER_WAIT_S,
+    REPLAY_S,
+    AckState,
+    SentKnob,
+    ack_of,
+    answer_wait_s,
+    is_replay,
+)
 from app.knobs_view import (
     arrival_rate_payload,
     check_knob,
@@ -115,3 +124,14 @@ def test_the_page_holds_its_redraw_only_while_a_sent_knob_awaits_its_answer() ->
     assert answer_wait_s([first, second], quiet, 20.0) == 0.0  # past the wait: draw what there is
     answered = _view(_snap(10.5, 5.0, threshold_tokens=3072, link=LINK | {"bandwidth_mbit": 50.0}))
     assert answer_wait_s([first, second], answered, 10.6) == 0.0
+
+
+def test_the_same_message_again_at_once_is_a_replayed_callback_not_a_new_turn() -> None:
+    """Streamlit runs a callback again when its run ends in st.rerun(): the knob must go out once."""
+    pause = _sent(Knob.PAUSE, empty_payload(), at_s=10.0)
+    on = _sent(Knob.SCHEDULER, scheduler_payload(True, False), at_s=10.0)
+    again = check_knob("abc123", Knob.PAUSE, empty_payload())
+    assert is_replay([pause, on], again, 10.5)
+    assert not is_replay([pause, on], again, 10.0 + REPLAY_S)  # a new press, later
+    assert not is_replay([pause, on], check_knob("abc123", Knob.RESUME, empty_payload()), 10.5)
+    assert not is_replay([on], check_knob("abc123", Knob.SCHEDULER, scheduler_payload(False, False)), 10.5)

@@ -3,7 +3,7 @@ case: the run moves a knob, the user edits one, a sent knob is answered or refus
 
 from __future__ import annotations
 
-from app.knob_sync import KNOB_WIDGETS, must_redraw, unapplied, widget_updates
+from app.knob_sync import KNOB_WIDGETS, renewed, unapplied, widget_updates
 from app.knobs_view import LINK_FIELDS
 from emulator.telemetry.control_messages import Knob
 
@@ -11,7 +11,8 @@ RUN = {"threshold": 2048, "bandwidth_mbit": 200.0, "policy": "prfaas", "short_te
 
 
 def test_new_widgets_take_the_runs_values() -> None:
-    assert widget_updates(RUN, synced={}, widgets={}) == RUN
+    updates = widget_updates(RUN, synced={}, widgets={})
+    assert updates == RUN and not renewed(updates, {})
 
 
 def test_widgets_follow_whatever_moved_the_run() -> None:
@@ -19,7 +20,7 @@ def test_widgets_follow_whatever_moved_the_run() -> None:
     moved = RUN | {"threshold": 4096, "bandwidth_mbit": 50.0}
     updates = widget_updates(moved, synced=RUN, widgets=RUN)
     assert updates == {"threshold": 4096, "bandwidth_mbit": 50.0}
-    assert must_redraw(updates, RUN)
+    assert renewed(updates, RUN) == {"threshold", "bandwidth_mbit"}  # made anew, never set in place
 
 
 def test_an_unapplied_edit_stays_while_the_run_stays_put() -> None:
@@ -42,9 +43,9 @@ def test_a_sent_knob_waits_for_the_answer_then_shows_the_runs_value() -> None:
     assert widget_updates(RUN, synced, toggled, waiting={"short_term", "long_term"}) == {}
     assert unapplied(RUN, toggled, waiting={"short_term"}) == {}
     refused = widget_updates(RUN, synced, toggled)
-    assert refused == {"short_term": False} and must_redraw(refused, toggled)
+    assert refused == {"short_term": False} and renewed(refused, toggled) == {"short_term"}
     applied = widget_updates(toggled, synced, toggled)
-    assert applied == {"short_term": True} and not must_redraw(applied, toggled)
+    assert applied == {"short_term": True} and not renewed(applied, toggled)
 
 
 def test_each_knob_names_the_widgets_its_message_sets() -> None:

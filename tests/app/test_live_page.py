@@ -4,6 +4,7 @@ so each knob's control message is read off the bus as the run would read it."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +20,12 @@ from emulator.telemetry.labels import format_number
 
 PAGE = Path(__file__).resolve().parents[2] / "app" / "pages" / "1_Live.py"
 CHART_KEYS = {"live_ttft", "live_egress", "live_queues", "live_share", "live_link"}
+
+
+def _knob(app: AppTest, kind: str, name: str):
+    """The knob widget `name`: its key is `live_k_<name>`, with a suffix once the run has moved it
+    (a widget is made anew, never set in place: app.knob_sync.renewed)."""
+    return next(w for w in app.get(kind) if re.fullmatch(f"live_k_{name}(_[0-9]+)?", w.key or ""))
 
 
 def _ok(app: AppTest) -> AppTest:
@@ -86,7 +93,7 @@ def _watching(fake_run) -> AppTest:
     fake_run.event("rq-1", "first_token", 1.0, route="prfaas", node="local-decode-1",
                    detail={"ttft_s": 0.8})
     return _until(app, lambda a: "Last snapshot: t = 1.00 s" in _texts(a)
-                  and not a.slider(key="live_k_threshold").disabled and _first_token_shown(a))
+                  and not _knob(a, "slider", "threshold").disabled and _first_token_shown(a))
 
 
 def _first_token_shown(app: AppTest) -> bool:
@@ -136,11 +143,11 @@ def test_a_run_seen_only_on_the_bus_shows_its_progress(fake_run) -> None:
 
 def test_threshold_knob_publishes_and_shows_the_runs_answer(fake_run) -> None:
     app = _watching(fake_run)
-    assert app.slider(key="live_k_threshold").value == 2048  # from the run's snapshot
+    assert _knob(app, "slider", "threshold").value == 2048  # from the run's snapshot
     for tokens in (2176, 2304, 2432):  # steps of the slider: nothing is sent until Apply
-        _ok(app.slider(key="live_k_threshold").set_value(tokens).run())
+        _ok(_knob(app, "slider", "threshold").set_value(tokens).run())
     assert not fake_run.sent("threshold")
-    app.slider(key="live_k_threshold").set_value(3072)  # a form sends its values with the submit
+    _knob(app, "slider", "threshold").set_value(3072)  # a form sends its values with the submit
     _ok(app.button(key="live_apply_threshold").click().run())
     assert fake_run.control("threshold") == {"v": 1, "tokens": 3072}
     assert fake_run.sent("threshold") == [{"v": 1, "tokens": 3072}]  # one message, not one per step
@@ -151,13 +158,13 @@ def test_threshold_knob_publishes_and_shows_the_runs_answer(fake_run) -> None:
 
 
 @pytest.mark.parametrize(("knob", "act", "payload"), [
-    ("policy", lambda a: a.selectbox(key="live_k_policy").set_value("local-only"),
+    ("policy", lambda a: _knob(a, "selectbox", "policy").set_value("local-only"),
      {"v": 1, "policy": "local-only"}),
-    ("scheduler", lambda a: a.toggle(key="live_k_short_term").set_value(True),
+    ("scheduler", lambda a: _knob(a, "toggle", "short_term").set_value(True),
      {"v": 1, "short_term": True, "long_term": False}),
-    ("affinity", lambda a: a.selectbox(key="live_k_affinity").set_value("longest-prefix"),
+    ("affinity", lambda a: _knob(a, "selectbox", "affinity").set_value("longest-prefix"),
      {"v": 1, "mode": "longest-prefix"}),
-    ("arrival_rate", lambda a: a.number_input(key="live_k_rate_per_s").set_value(3.0),
+    ("arrival_rate", lambda a: _knob(a, "number_input", "rate_per_s").set_value(3.0),
      {"v": 1, "rate_per_s": 3.0}),
     ("pause", lambda a: a.button(key="live_pause").click(), {"v": 1}),
     ("resume", lambda a: a.button(key="live_resume").click(), {"v": 1}),
@@ -171,9 +178,9 @@ def test_each_knob_publishes_its_control_message(fake_run, knob: str, act, paylo
 
 def test_link_knob_sends_all_four_fields_and_is_checked_against_the_run(fake_run) -> None:
     app = _watching(fake_run)
-    assert app.number_input(key="live_k_bandwidth_mbit").value == 200.0  # the run's link
-    app.number_input(key="live_k_bandwidth_mbit").set_value(50.0)
-    app.number_input(key="live_k_delay_ms").set_value(25.0)
+    assert _knob(app, "number_input", "bandwidth_mbit").value == 200.0  # the run's link
+    _knob(app, "number_input", "bandwidth_mbit").set_value(50.0)
+    _knob(app, "number_input", "delay_ms").set_value(25.0)
     _ok(app.button(key="live_apply_link").click().run())
     assert fake_run.control("link") == {"v": 1, "bandwidth_mbit": 50.0, "delay_ms": 25.0,
                                         "jitter_ms": 0.0, "loss_pct": 0.0}
@@ -183,16 +190,16 @@ def test_link_knob_sends_all_four_fields_and_is_checked_against_the_run(fake_run
                               for s in a.success))
 
 
-@pytest.mark.parametrize(("key", "value", "message"), [
-    ("live_k_rate_per_s", 0.0, "Not sent: control/arrival_rate: rate_per_s = 0.0 is invalid"),
-    ("live_k_loss_pct", 150.0, "Not sent: control/link.loss_pct: 150.0 is invalid"),
-    ("live_k_delay_ms", -5.0, "Not sent: control/link.delay_ms: -5.0 is invalid"),
-    ("live_k_bandwidth_mbit", 0.0, "Not sent: control/link.bandwidth_mbit: 0.0 is invalid"),
+@pytest.mark.parametrize(("name", "value", "message"), [
+    ("rate_per_s", 0.0, "Not sent: control/arrival_rate: rate_per_s = 0.0 is invalid"),
+    ("loss_pct", 150.0, "Not sent: control/link.loss_pct: 150.0 is invalid"),
+    ("delay_ms", -5.0, "Not sent: control/link.delay_ms: -5.0 is invalid"),
+    ("bandwidth_mbit", 0.0, "Not sent: control/link.bandwidth_mbit: 0.0 is invalid"),
 ])
-def test_invalid_values_are_refused_before_publishing(fake_run, key: str, value: float, message: str) -> None:
+def test_invalid_values_are_refused_before_publishing(fake_run, name: str, value: float, message: str) -> None:
     app = _watching(fake_run)
-    app.number_input(key=key).set_value(value)
-    if key != "live_k_rate_per_s":
+    _knob(app, "number_input", name).set_value(value)
+    if name != "rate_per_s":
         app.button(key="live_apply_link").click()
     _ok(app.run())
     assert len(app.error) == 1 and app.error[0].value.startswith(message), app.error[0].value
@@ -203,7 +210,7 @@ def test_invalid_values_are_refused_before_publishing(fake_run, key: str, value:
 
 def test_a_refusal_from_the_run_is_shown(fake_run) -> None:
     app = _watching(fake_run)
-    _ok(app.selectbox(key="live_k_policy").set_value("all-remote").run())
+    _ok(_knob(app, "selectbox", "policy").set_value("all-remote").run())
     fake_run.control("policy")
     fake_run.refuse("policy", "control/policy: not now; try later", t_s=1.5)
     _until(app, lambda a: any("router policy -> all-remote**: refused: control/policy: not now" in e.value
@@ -236,7 +243,7 @@ def test_the_backend_reason_stays_when_a_knob_note_arrives(fake_run) -> None:
 def test_knobs_are_off_once_the_run_has_finished(fake_run, final: str) -> None:
     app = _watching(fake_run)
     fake_run.status(final)
-    _until(app, lambda a: a.slider(key="live_k_threshold").disabled)
+    _until(app, lambda a: _knob(a, "slider", "threshold").disabled)
     assert "This run is over; its knobs are off." in _texts(app)
     assert _metrics(app)["State"] == final  # the run's own last word, not the page's `ended`
 
@@ -249,7 +256,7 @@ def test_starts_a_virtual_run_and_shows_its_results(live_env: str, tmp_path: Pat
     _ok(app.button(key="live_start").click().run())
     assert not app.error
     run_id = app.selectbox(key="live_watch").value
-    assert app.slider(key="live_k_threshold").disabled  # a virtual run takes no knobs
+    assert _knob(app, "slider", "threshold").disabled  # a virtual run takes no knobs
     _until(app, lambda a: "Completed" in _metrics(a), timeout_s=60)
     runs = list((tmp_path / "runs").iterdir())
     assert len(runs) == 1 and runs[0].name.startswith("live-quickstart-") and runs[0].name.endswith(run_id)
@@ -314,7 +321,7 @@ def test_a_run_opened_elsewhere_brings_the_selectors_and_its_start_threshold(liv
     _ok(app.run())
     assert app.selectbox(key="live_scenario").value == "paper-case-study.yaml"
     assert app.radio(key="live_engine").value == "virtual" and app.selectbox(key="live_watch").value == run_id
-    knob = app.slider(key="live_k_threshold")
+    knob = _knob(app, "slider", "threshold")
     assert knob.disabled and knob.value == 19_620 and knob.max >= 131_072
 
 
@@ -322,10 +329,10 @@ def test_the_live_tiles_carry_the_titles_the_tour_names(fake_run) -> None:
     app = _watching(fake_run)
     assert {TILES[k] for k in ("state", "link_backend", "run_time", "arrived", "failed", "threshold")} <= set(
         _metrics(app))
-    assert app.number_input(key="live_k_rate_per_s").label == "Arrival rate (req/s)"
-    help_of = {e.key: e.help for e in app.number_input}
-    assert "KV caches cross" in help_of["live_k_bandwidth_mbit"] and "one-way delay" in help_of["live_k_delay_ms"]
-    assert "least estimated time to first token" in app.selectbox(key="live_k_affinity").help
+    assert _knob(app, "number_input", "rate_per_s").label == "Arrival rate (req/s)"
+    assert "KV caches cross" in _knob(app, "number_input", "bandwidth_mbit").help
+    assert "one-way delay" in _knob(app, "number_input", "delay_ms").help
+    assert "least estimated time to first token" in _knob(app, "selectbox", "affinity").help
 
 
 def test_the_node_table_shows_each_nodes_device(fake_run) -> None:
