@@ -90,7 +90,8 @@ async def _play(loops: RunLoops, bus: RecordingBus, link: Topology) -> list[tupl
     await asyncio.sleep(max(0.0, RUN_S - loops.gateway.now()))
     loops._ended.set()
     bus.queue.put_nowait(None)
-    await asyncio.wait_for(asyncio.gather(*tasks), 10.0)  # a sample the meter refused raises here
+    await asyncio.wait_for(asyncio.gather(*tasks), 10.0)
+    assert loops.egress_refused == []  # a sample above the link's capacity: refused, kept out
     return sent
 
 

@@ -150,4 +150,5 @@ async def _play(loops: live_loops.RunLoops, bus, link: ModelLink, moments: list)
     await asyncio.sleep(max(3 * PERIOD_S, start + 0.9 - time.monotonic()))  # moments end by 0.8 s
     loops._ended.set()
     bus.queue.put_nowait(None)
-    await asyncio.wait_for(asyncio.gather(*tasks), 5.0)  # a sample the meter refused raises here
+    await asyncio.wait_for(asyncio.gather(*tasks), 5.0)
+    assert loops.egress_refused == []  # a sample above the link's capacity: refused, kept out
