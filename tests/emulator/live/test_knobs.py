@@ -140,3 +140,22 @@ def test_parsed_commands_apply() -> None:
         asyncio.run(harness.knobs.apply_command(parse_control(knob, payload, harness.links[-1])))
     assert harness.router.config.threshold_tokens == 8000
     assert harness.clock.is_paused and harness.links[-1].delay_ms == 40
+
+
+def test_the_knob_state_each_snapshot_reports_follows_every_knob_turned() -> None:
+    """Issue 26: the Live page's widgets follow this, whoever turned the knob; a scheduler loop in a run
+    without a scheduler is refused and reported off."""
+    harness = Harness()
+    knobs = harness.knobs
+    before = knobs.reported()
+    assert (before.policy, before.affinity, before.has_scheduler, before.short_term, before.rate_per_s,
+            before.is_paused) == ("prfaas", "cost", False, False, 10.0, False)
+    for knob, payload in ((Knob.POLICY, b'{"v": 1, "policy": "local-only"}'),
+                          (Knob.AFFINITY, b'{"v": 1, "mode": "off"}'),
+                          (Knob.ARRIVAL_RATE, b'{"v": 1, "rate_per_s": 2.5}'), (Knob.PAUSE, b'{"v": 1}')):
+        asyncio.run(knobs.apply_command(parse_control(knob.value, payload)))
+    with pytest.raises(PrfaasError, match="runs no scheduler"):
+        asyncio.run(knobs.apply_command(parse_control("scheduler", b'{"v": 1, "short_term": true}')))
+    after = knobs.reported()
+    assert (after.policy, after.affinity, after.short_term, after.rate_per_s, after.is_paused) == (
+        "local-only", "off", False, 2.5, True)
