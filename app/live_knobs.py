@@ -41,8 +41,7 @@ from emulator.telemetry.control_messages import Knob
 from emulator.telemetry.labels import KNOB_LABELS, format_number
 
 MAX_SENT_SHOWN = 5
-NOW_FRAGMENT = "live_now"  # the Live page's fragment that shows the run's answer (tiles and acks)
-KEYED_RERUN = "live_keyed_rerun"  # set by a knob's callback: the fragment's run then reruns the page
+KNOBS_FRAGMENT = "live_knobs"  # the sidebar's knobs: a widget or Apply reruns this fragment alone
 SYNCED = "live_knobs_synced"  # (run id, {knob: the run's value its widget was last set to})
 GENERATIONS = "live_knob_generations"  # {knob: times its widget was made anew}: its key's suffix
 PENDING = "live_knobs_pending"  # {knob: the run's value} of the edits the sidebar names as not applied
@@ -91,15 +90,10 @@ def sent_knobs(run_id: str) -> list[SentKnob]:
     return [s for s in st.session_state.get("live_sent", []) if s.message.run_id == run_id]
 
 
-def _send(feed: MqttFeed | None, why_no_feed: str, run_id: str, knob: Knob, payload: dict[str, Any],
-          is_button: bool = False) -> None:
-    """Check, then publish one knob; a refusal is kept for the sidebar to show. After a button's
-    message (Apply, Pause, Resume) only the answer's fragment reruns (`st.rerun(NOW_FRAGMENT)`, not
-    the page with its charts): it waits on the feed for the run's answer, draws it, then reruns the
-    page (KEYED_RERUN), since in Streamlit 1.67 a keyed rerun from a callback stops every fragment's
-    `run_every` timer in the browser until the next whole-page run. A widget's own change (policy,
-    rate, a toggle) takes the page's rerun instead: after a keyed rerun, that whole-page run would
-    fire the widget's callback a second time and send the knob twice."""
+def _send(feed: MqttFeed | None, why_no_feed: str, run_id: str, knob: Knob, payload: dict[str, Any]) -> None:
+    """Check, then publish one knob; a refusal is kept for the sidebar to show. Only the sidebar's
+    fragment reruns (never the page with its charts); the tiles' next tick waits on the feed for
+    the run's answer and draws it the moment it is filed."""
     st.session_state["live_refusal"] = None
     try:
         view = feed.buffer.view(run_id) if feed is not None else RunView(run_id)
@@ -118,9 +112,6 @@ def _send(feed: MqttFeed | None, why_no_feed: str, run_id: str, knob: Knob, payl
     if kept is not None and kept[0] == run_id:
         for name in sent_names(knob):  # once answered, the widget shows the run's value again
             kept[1].pop(name, None)
-    if is_button:
-        st.session_state[KEYED_RERUN] = True
-        st.rerun(NOW_FRAGMENT)
 
 
 def _from_widgets(feed: MqttFeed | None, why_no_feed: str, run_id: str, knob: Knob,
@@ -132,7 +123,7 @@ def _from_widgets(feed: MqttFeed | None, why_no_feed: str, run_id: str, knob: Kn
 def _apply(feed: MqttFeed | None, why_no_feed: str, run_id: str, knob: Knob,
            build: Callable[..., dict[str, Any]], *keys: str) -> None:
     """An Apply button: its form's knob, from the form's values."""
-    _send(feed, why_no_feed, run_id, knob, build(*(st.session_state[k] for k in keys)), is_button=True)
+    _send(feed, why_no_feed, run_id, knob, build(*(st.session_state[k] for k in keys)))
 
 
 def _sync(run_id: str, view: RunView, scenario: Scenario | None, start_threshold: int | None,
@@ -222,7 +213,7 @@ def knobs_sidebar(run_id: str, view: RunView, phase: str, feed: MqttFeed | None,
     for col, label, key, knob in ((pause, KNOB_TITLES["pause"], "live_pause", Knob.PAUSE),
                                   (resume, "Resume", "live_resume", Knob.RESUME)):
         col.button(label, key=key, width="stretch", on_click=_send,
-                   args=(feed, why_no_feed, run_id, knob, empty_payload(), True), **on)
+                   args=(feed, why_no_feed, run_id, knob, empty_payload()), **on)
     st.toggle(KNOB_LABELS["short_term"], key=scheduler_keys[0],
               help="its triggers are start-time settings: Advanced start options, e.g. "
                    "scheduler.short_term.queue_depth_trigger=8",

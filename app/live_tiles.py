@@ -1,6 +1,7 @@
 """The Live page's status tiles, each holding the run's own figure: from the bus while the run goes
 on, from its record (summary.json) once it has written one, so the tiles and the results below them
-are the same numbers. The knob tiles (threshold, link, arrivals) show what the run last reported.
+are the same numbers. The knob tiles (threshold, link, arrivals) show what the run last reported;
+the page draws them with the knobs, so a knob's answer redraws them alone.
 
 Pure: a view or a record in, titled values out; the page lays them out.
 """
@@ -50,6 +51,7 @@ def arrivals_words(knobs: KnobState | None) -> str:
 
 
 def knob_tiles(view: RunView) -> list[Tile]:
+    """What the run last reported of what the knobs steer (and the link's backend, beside the link)."""
     latest, status = view.latest, view.status
     threshold = latest.threshold_tokens if latest is not None else status.threshold_tokens if status else None
     return [
@@ -72,13 +74,12 @@ def bus_tiles(view: RunView, phase: str, duration_s: float | None) -> list[Tile]
         Tile(TILES["run_time"], f"{latest.t_s:.1f}{of_duration}" if latest else "-", RUN_TIME_HELP),
         Tile(TILES["arrived"], f"{counts.completed} / {counts.arrived}" if counts else "-"),
         Tile(TILES["failed"], str(counts.failed) if counts else "-"),
-        *knob_tiles(view),
     ]
 
 
-def record_tiles(doc: Mapping[str, Any], view: RunView) -> list[Tile]:
+def record_tiles(doc: Mapping[str, Any]) -> list[Tile]:
     """Once the run has ended: how it ended (finished, stopped, failed) and its counts, from its record."""
-    return [*count_tiles(doc, TILES["run_time"]), *knob_tiles(view)]
+    return count_tiles(doc, TILES["run_time"])
 
 
 def count_tiles(doc: Mapping[str, Any], time_title: str) -> list[Tile]:

@@ -14,13 +14,14 @@ from pathlib import Path
 
 import pandas as pd
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from app import live_charts
 from app.decisions_view import DETAILS_TITLE, TABLE_COLUMNS, TIME, WRAPPED, decision_details, decision_rows, note_rows
 from app.knob_acks import AckState, ack_of, answer_wait_s
-from app.live_knobs import KEYED_RERUN, NOW_FRAGMENT, knobs_behind, knobs_sidebar, sent_knobs
+from app.live_knobs import KNOBS_FRAGMENT, knobs_behind, knobs_sidebar, sent_knobs
 from app.live_results import show_results
-from app.live_tiles import Tile, bus_tiles, count_tiles, record_tiles
+from app.live_tiles import Tile, bus_tiles, count_tiles, knob_tiles, record_tiles
 from app.live_view import TILES, RunView, metrics_frame, requests_table, roles_table, run_phase
 from app.mqtt_feed import MqttFeed, choose_broker, get_feed
 from app.run_registry import RunRefused, StartedRun, get_registry
@@ -39,8 +40,13 @@ run itself reports, whoever turned it (its timeline, the scheduler, you). The ch
 second from the server's MQTT subscriber; a virtual run is simulated in seconds and drawn from its
 record when it ends.
 """
-NOW_EVERY_S = 0.1  # the tiles and answers look at the feed this often: a snapshot or an answer shows within it
+# How often each part of the page redraws while a run goes on. Every redraw costs the browser a
+# redraw of the page around it (on two cores it shares them with the run's workers), so the tiles
+# and charts redraw each second and the tables of decisions and requests every two; a knob's answer
+# does not wait for either: the knobs' own fragment draws it the moment the run files it.
 CHARTS_EVERY_S = 1.0
+TABLES_EVERY_S = 2.0
+KNOBS_SHOWN = "live_knobs_shown"  # what the knobs' fragment last drew: (run id, tile values, answers)
 TILES_PER_ROW = 4
 ROLES, LAST_REQUESTS, DECISIONS = live_charts.TABLE_TITLES
 ACK_BOX = {AckState.APPLIED: st.success, AckState.REFUSED: st.error, AckState.SILENT: st.warning,
@@ -227,7 +233,7 @@ def _status_row(view: RunView, phase: str, started: StartedRun | None) -> None:
         _virtual_status(started, phase, f" / {duration_s:g}" if duration_s is not None else "")
         return  # a virtual run says nothing on the bus: its log and record are all there is
     doc = started.summary() if started is not None and phase == "ended" else None
-    _tiles(record_tiles(doc, view) if doc is not None else bus_tiles(view, phase, duration_s))
+    _tiles(record_tiles(doc) if doc is not None else bus_tiles(view, phase, duration_s))
     if duration_s is not None and latest is not None and phase == "running":
         st.progress(min(latest.t_s / duration_s, 1.0), text=f"{latest.t_s:.0f} of {duration_s:g} s")
     if status is not None and (why := status.link_backend_reason or status.note):
@@ -240,27 +246,44 @@ def _status_row(view: RunView, phase: str, started: StartedRun | None) -> None:
         st.caption(f"Workload: {status.workload}")
 
 
-def _now(run_id: str) -> None:
-    """The run's tiles and its answers to the knobs, redrawn every NOW_EVERY_S while it runs (a few
-    small elements: cheap), so a snapshot shows within that of its arrival; a knob's Apply reruns this
-    fragment alone, which waits on the feed for the run's answer and draws it as it is filed (push:
-    not the next tick, which can queue behind the charts' redraw), then reruns the page. The page
-    also reruns whole when the run changes phase, or moves a knob its widget does not show yet."""
+def _now(run_id: str, view: RunView, phase: str, started: StartedRun | None) -> None:
+    """The run's status tiles. The page reruns whole when the run changes phase, moves a knob its
+    widget does not show yet, or has said something the knobs' fragment has not drawn (an answer
+    later than it waits for, a timeline's change)."""
+    if st.session_state.get("live_shown") != (run_id, phase, view.latest is not None):
+        st.rerun()  # the run changed phase: redraw the whole page (knobs on/off, fragment timers)
+    _status_row(view, phase, started)
+    now_s = time.monotonic()
+    if phase == "running" and not answer_wait_s(sent_knobs(run_id), view, now_s) and (
+            st.session_state.get(KNOBS_SHOWN) != _knobs_shown(run_id, view, now_s)
+            or knobs_behind(run_id, view, _scenario_of(started), _start_threshold(started, view), now_s)):
+        st.rerun()  # after drawing: the knobs and their tiles follow the run
+
+
+def _knobs_shown(run_id: str, view: RunView, now_s: float) -> tuple:
+    return (run_id, tuple(tile.value for tile in knob_tiles(view)),
+            tuple(ack_of(item, view, now_s).state for item in sent_knobs(run_id)))
+
+
+def _knobs(run_id: str, knob_box: DeltaGenerator) -> None:
+    """The sidebar's knobs and, in `knob_box` above the charts, the run's own values for them and its
+    answers: one fragment, so a widget or Apply redraws these alone, never the page with its charts.
+    While a knob sent waits for the run's answer, it waits on the feed and draws the answer the
+    moment it is filed (push: no redraw of the page's to wait for)."""
     view = _view(run_id)
-    if FEED is not None:  # a knob just sent: draw the moment its answer is filed (push, not the next tick)
+    if FEED is not None:
         while (wait_s := answer_wait_s(sent_knobs(run_id), view, time.monotonic())) > 0:
             FEED.buffer.wait_for_news(run_id, view.version, wait_s)
             view = _view(run_id)
-    phase = _phase(run_id, view)
-    if st.session_state.get("live_shown") != (run_id, phase, view.latest is not None):
-        st.rerun()  # the run changed phase: redraw the whole page (knobs on/off, fragment timers)
     started = REGISTRY.get(run_id)
-    _status_row(view, phase, started)
-    _acks(run_id, view)
-    behind = phase == "running" and knobs_behind(run_id, view, _scenario_of(started),
-                                                 _start_threshold(started, view), time.monotonic())
-    if st.session_state.pop(KEYED_RERUN, False) or behind:
-        st.rerun()  # after drawing: the tiles show the run's answer now; the sidebar and timers follow
+    if started is None or started.handle.engine != "virtual":  # a virtual run takes no knobs
+        with knob_box.container():
+            _tiles(knob_tiles(view))
+            _acks(run_id, view)
+    st.session_state[KNOBS_SHOWN] = _knobs_shown(run_id, view, time.monotonic())
+
+    knobs_sidebar(run_id, view, _phase(run_id, view), FEED, BROKER.how, _scenario_of(started),
+                  _start_threshold(started, view))
 
 
 def _virtual_status(started: StartedRun, phase: str, duration: str) -> None:
@@ -305,8 +328,8 @@ def _decisions(started: StartedRun | None, view: RunView) -> pd.DataFrame:
 
 def _charts(frame: pd.DataFrame, caption: str, decisions: pd.DataFrame, view: RunView | None = None) -> None:
     """The run's charts from `frame` (metrics_frame's columns: the bus's snapshots, or a record),
-    the scheduler's decisions and the knob changes marked on the threshold and egress charts and
-    listed below; with the bus `view`, also the node roles and the last requests."""
+    the scheduler's decisions and the knob changes marked on the threshold and egress charts; with
+    the bus `view`, also the node roles."""
     st.caption(caption)
     grid = [st.columns(2), st.columns(2), st.columns(2)]
     for col, key, spec in (
@@ -322,6 +345,18 @@ def _charts(frame: pd.DataFrame, caption: str, decisions: pd.DataFrame, view: Ru
     if view is not None:
         grid[2][1].markdown(f"**{ROLES}**")
         grid[2][1].dataframe(roles_table(view.latest), hide_index=True, placeholder="-")
+
+
+def _tables(run_id: str) -> None:
+    """The decisions and knob changes, and with the bus's view the last requests (redrawn every
+    TABLES_EVERY_S), under the charts of a live run or of a record."""
+    view = _view(run_id)
+    phase = _phase(run_id, view)
+    started = REGISTRY.get(run_id)
+    if phase == "virtual" or not (view.metrics or (phase == "ended" and started is not None
+                                                   and started.recorded_frame() is not None)):
+        return
+    decisions = _decisions(started, view)
     st.markdown(f"**{DECISIONS}** (the scheduler's, and every knob the timeline or a control message turned)")
     if decisions.empty:
         st.caption("None yet: no knob has been turned and the scheduler has not moved anything.")
@@ -331,7 +366,7 @@ def _charts(frame: pd.DataFrame, caption: str, decisions: pd.DataFrame, view: Ru
                    config={TIME: st.column_config.NumberColumn(TIME, format="%.1f")})
         with st.expander(DETAILS_TITLE):
             st.markdown("\n".join(decision_details(decisions)))
-    if view is not None:
+    if view.metrics:
         st.markdown(f"**{LAST_REQUESTS}** (queue, prefill and exposed transfer make up the TTFT)")
         _last_requests(requests_table(view.events))
 
@@ -347,10 +382,11 @@ def _last_requests(table: pd.DataFrame) -> None:
 
 
 def _panel(run_id: str) -> None:
-    """The charts and tables (redrawn every CHARTS_EVERY_S), and the results once the run has ended."""
+    """The run's tiles and charts (redrawn every CHARTS_EVERY_S), and the results once it has ended."""
     view = _view(run_id)
     phase = _phase(run_id, view)
     started = REGISTRY.get(run_id)
+    _now(run_id, view, phase, started)
     if phase in ("ended", "virtual") and started is not None:
         show_results(started, _scenario_of(started))
     if phase == "virtual":
@@ -386,11 +422,9 @@ if watched is not None:
     watched_view = _view(watched)
     watched_phase = _phase(watched, watched_view)
     st.session_state["live_shown"] = (watched, watched_phase, watched_view.latest is not None)
-    watched_run = REGISTRY.get(watched)
+    knob_box = st.empty()  # the run's values for the knobs and its answers: drawn by the knobs' fragment
     with st.sidebar:
-        knobs_sidebar(watched, watched_view, watched_phase, FEED, BROKER.how, _scenario_of(watched_run),
-                      _start_threshold(watched_run, watched_view))
-    now_every = {"waiting": NOW_EVERY_S, "running": NOW_EVERY_S, "virtual": CHARTS_EVERY_S}.get(watched_phase)
-    st.fragment(run_every=now_every, key=NOW_FRAGMENT)(_now)(watched)
-    every = CHARTS_EVERY_S if watched_phase in ("waiting", "running", "virtual") else None
-    st.fragment(run_every=every, key="live_panel")(_panel)(watched)
+        st.fragment(key=KNOBS_FRAGMENT)(_knobs)(watched, knob_box)
+    going = watched_phase in ("waiting", "running", "virtual")
+    st.fragment(run_every=CHARTS_EVERY_S if going else None, key="live_panel")(_panel)(watched)
+    st.fragment(run_every=TABLES_EVERY_S if going else None, key="live_tables")(_tables)(watched)

@@ -4,6 +4,7 @@ and checks the tokens that come back against one-process generation with the sam
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import signal
 import socket
@@ -15,7 +16,7 @@ import torch
 from emulator.control.types import FailReason
 from emulator.net.topology import LOCAL, REMOTE
 from emulator.wire import protocol as p
-from emulator.worker.worker import main
+from emulator.worker.worker import WORKER_NICE, main
 from model_stub import HybridCache, HybridModel, get_preset
 
 from .conftest import PRESET, SEED, SIZE, ControlServer
@@ -315,6 +316,19 @@ def test_workers_exit_cleanly_and_fail_what_they_hold(spawn):
     assert failed.detail == failed_too.detail == "worker shutting down"
     assert refused.role == "prefill"  # remote nodes only prefill
     assert not [c for c in children if Path(f"/proc/{c}").exists()]
+
+
+def test_a_worker_runs_below_its_parents_cpu_priority(spawn):
+    """A worker yields the CPU to the run's control plane and the dashboard (WORKER_NICE)."""
+
+    async def scenario():
+        gw = ControlServer()
+        port = await gw.start()
+        proc = spawn("local-decode-0", port)
+        await gw.wait("local-decode-0", "hello")  # said after it lowered its priority
+        return int(Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
+
+    assert asyncio.run(scenario()) == min(os.nice(0) + WORKER_NICE, 19)
 
 
 def test_bad_arguments_exit_2_with_one_line(capsys, tmp_path):
