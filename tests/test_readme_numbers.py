@@ -120,3 +120,9 @@ def test_the_first_screen_says_what_to_do_first() -> None:
     first = "\n".join(README.splitlines()[:25])
     assert "make run" in first and "http://127.0.0.1:8501" in first and "Classroom" in first
     assert first.index("make run") < first.index("Classroom")
+
+
+def test_the_workers_priority_the_tour_quotes_is_the_workers() -> None:
+    from emulator.worker.worker import WORKER_NICE
+
+    assert [int(n) for n in re.findall(r"\(nice ([0-9]+)\)", README)] == [WORKER_NICE]
