@@ -3,7 +3,9 @@
 Runs every variant of every step as its button does (emulator.api.start_run, the step's overrides,
 one embedded broker), times it from the start to the record (start-up until the first arrival, the
 scenario's duration, then the drain), makes step 5's burst as the step tells the learner to (the rate
-x BURST_FACTOR for BURST_S seconds, over the run's control topic), and judges the run's record with
+x BURST_FACTOR for BURST_S seconds, over the run's control topic) with the run open on the Live page
+in chromium, as the step has the learner watch it (on two cores the page's redraws slow the run's
+drain: 61 s measured without it, 96-103 s in the tour with it), and judges the run's record with
 the step's promise (app.classroom_promises). The Classroom page states these times
 (app.classroom_times). Measure on a machine with nothing else running. Live steps need root.
 
@@ -13,6 +15,7 @@ the step's promise (app.classroom_promises). The Classroom page states these tim
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -35,6 +38,27 @@ ROOT = Path(__file__).resolve().parents[1]
 RUN_TIMEOUT_S = 600.0
 BURST_AFTER_S = 10.0  # into the arrivals, the learner raises the rate
 RUNNING = ": running"  # the run's log line once its arrivals start (emulator/live/session.py)
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
+VIEWPORT = {"width": 1400, "height": 2200}  # the browser tests' whole page (tests/e2e/browser.py)
+
+
+@contextlib.contextmanager
+def live_page(broker_url: str, run_id: str, work: Path):
+    """The dashboard (on the bench's broker) with the run open on its Live page in chromium, until
+    the block ends: the step's learner watches it there."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from dashboard_live import CHROMIUM, serve
+    from playwright.sync_api import sync_playwright
+
+    with serve(work / "dashboard-runs", work / "dashboard.log", broker_url) as (url, _pid), sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport=VIEWPORT)
+            page.goto(f"{url}/Live?run={run_id}")
+            page.get_by_role("heading", name="Live control room").wait_for(timeout=60_000)
+            yield page
+        finally:
+            browser.close()
 
 
 def _wait_running(log: Path, handle, timeout_s: float) -> float:
@@ -63,12 +87,14 @@ def measure(step: Step, variant: Variant, broker_url: str, out: Path) -> dict:
     load_before = os.getloadavg()
     start = time.monotonic()
     handle = start_run(SCENARIOS_DIR / step.scenario, variant.engine, broker_url, variant.overrides, out_dir=out)
-    running = _wait_running(handle.log_path, handle, RUN_TIMEOUT_S)
+    is_burst = variant.engine == "live" and step.title == "A burst"
     burst = None
-    if variant.engine == "live" and step.title == "A burst":
-        time.sleep(max(0.0, running + BURST_AFTER_S - time.monotonic()))
-        burst = _burst(broker_url, handle.run_id)
-    code = handle.process.wait(timeout=RUN_TIMEOUT_S)
+    with live_page(broker_url, handle.run_id, out.parent) if is_burst else contextlib.nullcontext():
+        running = _wait_running(handle.log_path, handle, RUN_TIMEOUT_S)
+        if is_burst:
+            time.sleep(max(0.0, running + BURST_AFTER_S - time.monotonic()))
+            burst = _burst(broker_url, handle.run_id)
+        code = handle.process.wait(timeout=RUN_TIMEOUT_S)
     wall = time.monotonic() - start
     startup = running - start if variant.engine == "live" else 0.0
     record = RunRecord.read(out, scenario)

@@ -139,12 +139,13 @@ def delays(received: list[tuple[float, float]], seen: list[tuple[float, float]])
 
 
 @contextlib.contextmanager
-def serve(runs_dir: Path, log: Path):
+def serve(runs_dir: Path, log: Path, broker_url: str | None = None):
+    """The dashboard as `make run` starts it: its embedded broker, or `broker_url`'s."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     env = {k: v for k, v in os.environ.items() if k != Env.BROKER_URL}
-    env |= {Env.RUNS_DIR.value: str(runs_dir)}
+    env |= {Env.RUNS_DIR.value: str(runs_dir)} | ({Env.BROKER_URL.value: broker_url} if broker_url else {})
     cmd = [sys.executable, "-m", "streamlit", "run", "app/Home.py", "--server.address", "127.0.0.1",
            "--server.port", str(port), "--browser.gatherUsageStats", "false", "--server.headless", "true"]
     with log.open("wb") as out:
