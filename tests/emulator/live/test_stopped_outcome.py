@@ -24,7 +24,8 @@ FINAL_STATES = ("finished", "stopped", "failed")
 
 
 def test_sigterm_ends_a_live_run_stopped_and_unjudged(tmp_path: Path, embedded_broker) -> None:
-    scenario = write_scenario(tmp_path / "sc.yaml", duration_s=30.0, link_at_s=None, rate_per_s=4.0)
+    scenario = write_scenario(tmp_path / "sc.yaml", duration_s=30.0, link_at_s=None, rate_per_s=4.0,
+                              output_tokens=400)  # seconds of decode each: some are open at the signal
     data = yaml.safe_load(scenario.read_text())
     scenario.write_text(yaml.safe_dump({**data, "expect": {"completed_fraction": {"min": 1.0}}}))
     run = CliRun(scenario, tmp_path / "run", embedded_broker.url)

