@@ -43,7 +43,7 @@ def widget_updates(run: Mapping[str, Any], synced: Mapping[str, Any], widgets: M
 def renewed(updates: Mapping[str, Any], widgets: Mapping[str, Any]) -> set[str]:
     """The knobs whose widget is made anew, under a new key, to show the run's value: those that
     exist and show another value. A live widget's value is never set in place: a rerun already on its
-    way from the browser (the page's fragments rerun ten times a second) carries the old value back,
+    way from the browser (the page's fragments rerun every second) carries the old value back,
     which Streamlit reads as the user's change, firing its callback (a knob sent that nobody turned)."""
     return {name for name, value in updates.items() if name in widgets and widgets[name] != value}
 

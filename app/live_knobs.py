@@ -91,9 +91,9 @@ def sent_knobs(run_id: str) -> list[SentKnob]:
 
 
 def _send(feed: MqttFeed | None, why_no_feed: str, run_id: str, knob: Knob, payload: dict[str, Any]) -> None:
-    """Check, then publish one knob; a refusal is kept for the sidebar to show. Only the sidebar's
-    fragment reruns (never the page with its charts); the tiles' next tick waits on the feed for
-    the run's answer and draws it the moment it is filed."""
+    """Check, then publish one knob; a refusal is kept for the sidebar to show. Only the knobs'
+    fragment reruns (never the page with its charts); it waits on the feed for the run's answer
+    and draws it the moment it is filed."""
     st.session_state["live_refusal"] = None
     try:
         view = feed.buffer.view(run_id) if feed is not None else RunView(run_id)
@@ -116,13 +116,7 @@ def _send(feed: MqttFeed | None, why_no_feed: str, run_id: str, knob: Knob, payl
 
 def _from_widgets(feed: MqttFeed | None, why_no_feed: str, run_id: str, knob: Knob,
                   build: Callable[..., dict[str, Any]], *keys: str) -> None:
-    """A widget's on_change: its knob, from the widgets' values."""
-    _send(feed, why_no_feed, run_id, knob, build(*(st.session_state[k] for k in keys)))
-
-
-def _apply(feed: MqttFeed | None, why_no_feed: str, run_id: str, knob: Knob,
-           build: Callable[..., dict[str, Any]], *keys: str) -> None:
-    """An Apply button: its form's knob, from the form's values."""
+    """A widget's on_change or a form's Apply: its knob, from the widgets' values."""
     _send(feed, why_no_feed, run_id, knob, build(*(st.session_state[k] for k in keys)))
 
 
@@ -200,7 +194,7 @@ def knobs_sidebar(run_id: str, view: RunView, phase: str, feed: MqttFeed | None,
                   help="prompts whose uncached part is longer go to the remote PrfaaS cluster; the range "
                        "ends at the longest prompt the scenario can draw")
         st.form_submit_button("Apply threshold", key="live_apply_threshold", width="stretch", disabled=off,
-                              on_click=_apply,
+                              on_click=_from_widgets,
                               args=(feed, why_no_feed, run_id, Knob.THRESHOLD, threshold_payload, keys["threshold"]))
     st.selectbox(KNOB_LABELS["policy"], POLICIES, key=keys["policy"],
                  help="prfaas: by threshold; local-only: homogeneous PD; all-remote: naive heterogeneous",
@@ -233,7 +227,7 @@ def knobs_sidebar(run_id: str, view: RunView, phase: str, feed: MqttFeed | None,
         for col, name in zip(st.columns(3), LINK_FIELDS[1:], strict=True):
             col.number_input(KNOB_LABELS[name], key=keys[name], step=1.0, format="%.1f",
                              help=f"{LINK_WORDS[name]}; {bounds_help(name)}", **on)
-        st.form_submit_button("Apply link", key="live_apply_link", width="stretch", on_click=_apply,
+        st.form_submit_button("Apply link", key="live_apply_link", width="stretch", on_click=_from_widgets,
                               args=(feed, why_no_feed, run_id, Knob.LINK, link_payload, *link_keys), **on)
     st.caption(TCP_NOTE)
     if pending and not off:

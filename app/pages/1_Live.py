@@ -261,6 +261,7 @@ def _now(run_id: str, view: RunView, phase: str, started: StartedRun | None) -> 
 
 
 def _knobs_shown(run_id: str, view: RunView, now_s: float) -> tuple:
+    """What the knobs' fragment draws of the run: its values for the knobs and its answers."""
     return (run_id, tuple(tile.value for tile in knob_tiles(view)),
             tuple(ack_of(item, view, now_s).state for item in sent_knobs(run_id)))
 
@@ -281,7 +282,6 @@ def _knobs(run_id: str, knob_box: DeltaGenerator) -> None:
             _tiles(knob_tiles(view))
             _acks(run_id, view)
     st.session_state[KNOBS_SHOWN] = _knobs_shown(run_id, view, time.monotonic())
-
     knobs_sidebar(run_id, view, _phase(run_id, view), FEED, BROKER.how, _scenario_of(started),
                   _start_threshold(started, view))
 

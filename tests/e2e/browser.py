@@ -3,8 +3,10 @@ a test (with the reason) where chromium is not installed."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,6 +27,22 @@ BROWSER_MARKS = [
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS_ENV = "PRFAAS_SCREENSHOTS"  # e.g. docs/img: where the README's screenshots are refreshed
 VIEWPORT = {"width": 1400, "height": 2200}  # a whole page
+
+
+@contextlib.contextmanager
+def page_at(url: str, heading: str, viewport: dict[str, int] = VIEWPORT) -> Iterator:
+    """Chromium on `url` once its `heading` shows; the browser is closed whatever happens."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport=viewport)
+            page.goto(url)
+            page.get_by_role("heading", name=heading).wait_for(timeout=30_000)
+            yield page
+        finally:
+            browser.close()
 
 
 def shoot(page, tmp_path: Path, name: str) -> Path:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.browser import BROWSER_MARKS, CHROMIUM, CHROMIUM_ARGS, VIEWPORT, shoot
+from tests.e2e.browser import BROWSER_MARKS, page_at, shoot
 
 pytestmark = [*BROWSER_MARKS, pytest.mark.slow]
 TIMELINE_AT_S = 10
@@ -68,64 +68,55 @@ def _sidebar(page):
 
 
 def test_the_live_page_shows_what_the_run_is_doing(live_dashboard, tmp_path: Path) -> None:
-    from playwright.sync_api import sync_playwright
-
     url, _server = live_dashboard
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport=VIEWPORT)
-            page.goto(f"{url}/Live")
-            page.get_by_role("heading", name="Live control room").wait_for(timeout=30_000)
-            run_id = _start(page)
-            slider = _sidebar(page).get_by_role("slider")
-            bandwidth = _sidebar(page).get_by_label("Bandwidth (Mbit/s; empty = unshaped)", exact=True)
-            _wait_tile(page, "Threshold (tokens)", "2,048", timeout_s=90)  # the run, before its timeline
-            assert slider.input_value() == "2048" and bandwidth.input_value() == "200.0"
+    with page_at(f"{url}/Live", "Live control room") as page:
+        run_id = _start(page)
+        slider = _sidebar(page).get_by_role("slider")
+        bandwidth = _sidebar(page).get_by_label("Bandwidth (Mbit/s; empty = unshaped)", exact=True)
+        _wait_tile(page, "Threshold (tokens)", "2,048", timeout_s=90)  # the run, before its timeline
+        assert slider.input_value() == "2048" and bandwidth.input_value() == "200.0"
 
-            # the timeline moves the run: the tiles and the knobs follow
-            _wait_tile(page, "Threshold (tokens)", "4,096", timeout_s=180)  # start-up, then 10 s of run
-            _wait_tile(page, "Link", "50 Mbit/s · 10 ms", timeout_s=15)
-            for field, value in ((slider, "4096"), (bandwidth, "50.0")):
-                page.wait_for_function("([el, v]) => el.value === v", arg=[field.element_handle(), value],
-                                       timeout=15_000)
-            # Apply sends the knob as it stands: the run stays at 4,096 (it once went down to 3,072)
-            _sidebar(page).get_by_role("button", name="Apply threshold").click()
-            page.get_by_text(re.compile(r"threshold (->|→) 4096 tokens: applied")).wait_for(timeout=15_000)
-            assert _tile(page, "Threshold (tokens)") == "4,096"
+        # the timeline moves the run: the tiles and the knobs follow
+        _wait_tile(page, "Threshold (tokens)", "4,096", timeout_s=180)  # start-up, then 10 s of run
+        _wait_tile(page, "Link", "50 Mbit/s · 10 ms", timeout_s=15)
+        for field, value in ((slider, "4096"), (bandwidth, "50.0")):
+            page.wait_for_function("([el, v]) => el.value === v", arg=[field.element_handle(), value],
+                                   timeout=15_000)
+        # Apply sends the knob as it stands: the run stays at 4,096 (it once went down to 3,072)
+        _sidebar(page).get_by_role("button", name="Apply threshold").click()
+        page.get_by_text(re.compile(r"threshold (->|→) 4096 tokens: applied")).wait_for(timeout=15_000)
+        assert _tile(page, "Threshold (tokens)") == "4,096"
 
-            # a knob the run refuses shows refused, with its reason, and the toggle returns to off
-            toggle = _sidebar(page).get_by_label("Scheduler, short-term (re-search t)", exact=True)
-            toggle.click(force=True)  # the switch's input sits under its drawn track
-            refused = page.get_by_test_id("stAlertContentError").filter(has_text="scheduler short-term on")
-            refused.wait_for(timeout=15_000)
-            assert "refused: control/scheduler: this scenario runs no scheduler" in refused.text_content()
-            assert page.get_by_test_id("stAlertContentSuccess").filter(has_text="scheduler").count() == 0
-            # the run does not run it: the switch is drawn anew, off (app.knob_sync)
-            page.wait_for_function(SWITCH_OFF_JS, arg="Scheduler, short-term (re-search t)", timeout=15_000)
-            shoot(page, tmp_path, "live-truth.png")
+        # a knob the run refuses shows refused, with its reason, and the toggle returns to off
+        toggle = _sidebar(page).get_by_label("Scheduler, short-term (re-search t)", exact=True)
+        toggle.click(force=True)  # the switch's input sits under its drawn track
+        refused = page.get_by_test_id("stAlertContentError").filter(has_text="scheduler short-term on")
+        refused.wait_for(timeout=15_000)
+        assert "refused: control/scheduler: this scenario runs no scheduler" in refused.text_content()
+        assert page.get_by_test_id("stAlertContentSuccess").filter(has_text="scheduler").count() == 0
+        # the run does not run it: the switch is drawn anew, off (app.knob_sync)
+        page.wait_for_function(SWITCH_OFF_JS, arg="Scheduler, short-term (re-search t)", timeout=15_000)
+        shoot(page, tmp_path, "live-truth.png")
 
-            # Stop: the run ends `stopped`, and the tiles are its record
-            page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Stop", exact=True).click()
-            page.get_by_text(re.compile(r"^Recorded in ")).wait_for(timeout=90_000)
-            _wait_tile(page, "State", "stopped", timeout_s=30)
-            summaries = list((tmp_path / "runs").glob(f"live-quickstart-*-{run_id}/summary.json"))
-            assert len(summaries) == 1
-            doc = json.loads(summaries[0].read_text())
-            summary = doc["summary"]
-            assert doc["meta"]["outcome"] == "stopped"
-            assert _tile(page, "Completed / arrived") == f"{summary['completed']} / {summary['requests']}"
-            assert _tile(page, "Failed") == str(summary["failed_count"])
-            assert page.get_by_test_id("stException").count() == 0
+        # Stop: the run ends `stopped`, and the tiles are its record
+        page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Stop", exact=True).click()
+        page.get_by_text(re.compile(r"^Recorded in ")).wait_for(timeout=90_000)
+        _wait_tile(page, "State", "stopped", timeout_s=30)
+        summaries = list((tmp_path / "runs").glob(f"live-quickstart-*-{run_id}/summary.json"))
+        assert len(summaries) == 1
+        doc = json.loads(summaries[0].read_text())
+        summary = doc["summary"]
+        assert doc["meta"]["outcome"] == "stopped"
+        assert _tile(page, "Completed / arrived") == f"{summary['completed']} / {summary['requests']}"
+        assert _tile(page, "Failed") == str(summary["failed_count"])
+        assert page.get_by_test_id("stException").count() == 0
 
-            # the Runs page lists it as stopped
-            page.goto(f"{url}/Runs")
-            page.get_by_role("heading", name="Runs").wait_for(timeout=30_000)
-            runs_dir = page.get_by_label("Runs directory", exact=True)
-            runs_dir.fill(str(tmp_path / "runs"))
-            runs_dir.press("Enter")
-            listing = page.get_by_test_id("stDataFrame").filter(has_text=run_id).first
-            listing.wait_for(timeout=30_000)
-            assert "stopped" in (listing.text_content() or "")
-        finally:
-            browser.close()
+        # the Runs page lists it as stopped
+        page.goto(f"{url}/Runs")
+        page.get_by_role("heading", name="Runs").wait_for(timeout=30_000)
+        runs_dir = page.get_by_label("Runs directory", exact=True)
+        runs_dir.fill(str(tmp_path / "runs"))
+        runs_dir.press("Enter")
+        listing = page.get_by_test_id("stDataFrame").filter(has_text=run_id).first
+        listing.wait_for(timeout=30_000)
+        assert "stopped" in (listing.text_content() or "")

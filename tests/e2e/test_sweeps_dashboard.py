@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.browser import BROWSER_MARKS, CHROMIUM, CHROMIUM_ARGS, VIEWPORT, shoot
+from tests.e2e.browser import BROWSER_MARKS, page_at, shoot
 from tests.e2e.readable import clipped, settled
 
 pytestmark = [*BROWSER_MARKS, pytest.mark.slow]
@@ -21,29 +21,20 @@ pytestmark = [*BROWSER_MARKS, pytest.mark.slow]
 def _run_shipped_sweep(url: str, sweep_file: str, finished: str, check: Callable) -> object:
     """Start `sweep_file` on the Sweeps page, wait for `finished` (the progress text), then call
     `check(page)` and return what it returns; the browser is closed whatever happens."""
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport=VIEWPORT)
-            page.goto(f"{url}/Sweeps")
-            page.get_by_role("heading", name="Sweeps").wait_for(timeout=30_000)
-            page.get_by_test_id("stSelectbox").filter(has_text="Sweep file").first.click()
-            page.get_by_role("option", name=sweep_file, exact=True).click()
-            page.get_by_role("button", name="Start sweep").click()
-            # before its first point: that it is starting, never that the folder holds no sweep
-            started = re.compile(r"^Starting \S+: \d+ s since Start|^\d+ of \d+ points")
-            page.get_by_text(started).first.wait_for(timeout=60_000)
-            assert page.get_by_text(re.compile("no sweep.json")).count() == 0
-            page.get_by_text(re.compile(finished)).wait_for(timeout=240_000)
-            settled(page)
-            assert clipped(page) == []  # axes, tables and tiles whole at the screenshot's size
-            result = check(page)
-            assert page.get_by_test_id("stException").count() == 0
-            return result
-        finally:
-            browser.close()
+    with page_at(f"{url}/Sweeps", "Sweeps") as page:
+        page.get_by_test_id("stSelectbox").filter(has_text="Sweep file").first.click()
+        page.get_by_role("option", name=sweep_file, exact=True).click()
+        page.get_by_role("button", name="Start sweep").click()
+        # before its first point: that it is starting, never that the folder holds no sweep
+        started = re.compile(r"^Starting \S+: \d+ s since Start|^\d+ of \d+ points")
+        page.get_by_text(started).first.wait_for(timeout=60_000)
+        assert page.get_by_text(re.compile("no sweep.json")).count() == 0
+        page.get_by_text(re.compile(finished)).wait_for(timeout=240_000)
+        settled(page)
+        assert clipped(page) == []  # axes, tables and tiles whole at the screenshot's size
+        result = check(page)
+        assert page.get_by_test_id("stException").count() == 0
+        return result
 
 
 def test_sweeps_page_runs_a_shipped_sweep(live_dashboard, tmp_path: Path) -> None:
