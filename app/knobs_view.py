@@ -15,13 +15,13 @@ from typing import Any
 
 from app.live_view import RunView
 from emulator.errors import LinkSpecError, TelemetryError
-from emulator.net.spec import LinkSpec, parse_link_spec
-from emulator.run.knobs import (
+from emulator.knobs import (
     AFFINITIES as AFFINITIES,  # the widgets offer what the registry takes
     BY_PATH,
     LINK_PREFIX,
     POLICIES as POLICIES,
 )
+from emulator.net.spec import LinkSpec, parse_link_spec
 from emulator.scenario import Scenario
 from emulator.scenario.rules import longest_length
 from emulator.telemetry.control_messages import Knob, parse_control

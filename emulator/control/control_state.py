@@ -1,6 +1,6 @@
 """The operator's mutable control state of one run: routing settings, the scheduler's loops and the
 local split target. ONE object owns them; the router reads it, the scheduler writes the threshold
-it chooses, and the knobs (emulator.run.knobs) write the rest. Pure: no I/O, no clock.
+it chooses, and the knobs (emulator.knobs) write the rest. Pure: no I/O, no clock.
 """
 
 from __future__ import annotations

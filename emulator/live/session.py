@@ -37,13 +37,14 @@ from emulator.net.names import check_run_id, new_run_id
 from emulator.net.topology import LOCAL, Topology
 from emulator.plane import ControlPlane, make_control_plane
 from emulator.run.board import NodeBoard
+from emulator.run.meta import make_run_meta
 from emulator.scenario import Scenario
 from emulator.telemetry.atomic_write import make_dir, write_atomic
 from emulator.telemetry.broker import EmbeddedBroker
 from emulator.telemetry.bus import TelemetryBus
 from emulator.telemetry.outcome import RunOutcome, stopped_detail, stopped_reason
 from emulator.telemetry.recorder import RunRecorder
-from emulator.telemetry.run_meta import EngineKind, RunMeta, make_run_meta
+from emulator.telemetry.run_meta import EngineKind, RunMeta
 from emulator.telemetry.schemas import StatusMessage
 from emulator.wire import protocol as p
 from emulator.workload.build import LIVE_RATE_HEADROOM, Workload, arrival_horizon_s, build_workload

@@ -16,7 +16,7 @@ from pydantic_core import PydanticCustomError
 from emulator.errors import LinkSpecError
 from emulator.validation import FIELD_ERROR, format_validation_error
 
-# Physical bounds (issue 25), which the knob registry (emulator.run.knobs) quotes for every source.
+# Physical bounds (issue 25), which the knob registry (emulator.knobs) quotes for every source.
 # 1 kbit/s is the slowest rate worth shaping (a 1 MiB KV cache takes 2.3 hours; below it a byte count
 # divides into centuries, and at 1e-310 into infinity). No bandwidth at all is a cut link: loss_pct
 # 100, which both engines model (the virtual transfers wait; the live packets are dropped).

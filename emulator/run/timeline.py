@@ -1,7 +1,7 @@
 """The scenario timeline, interpreted once for both engines: each event becomes the knob effects
 and node actions an engine carries out, in order, with the words both engines note.
 
-Pure: the knobs write the run's ControlState as they are read (emulator.run.knobs); what lies
+Pure: the knobs write the run's ControlState as they are read (emulator.knobs); what lies
 outside the control plane (the link, the arrival clock, the split, a node's process) comes back as
 steps. A `set:` of several knobs threads the link through them, so a later entry sees the link an
 earlier one set. Bursts are part of the built arrivals and interpret to nothing.
@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from emulator import knobs as registry
 from emulator.control.control_state import ControlState
 from emulator.control.types import NodeId
 from emulator.errors import PrfaasError
+from emulator.knobs import KnobEffect, SetLink
 from emulator.net.spec import LinkSpec
-from emulator.run import knobs as registry
-from emulator.run.knobs import KnobEffect, SetLink
 from emulator.scenario.parts import TimelineEvent
 
 

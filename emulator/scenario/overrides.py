@@ -11,11 +11,11 @@ import yaml
 from pydantic import BaseModel
 
 from emulator.errors import ScenarioError
+from emulator.knobs import BY_PATH
 from emulator.limits import MAX_SCENARIO_BYTES
-from emulator.run.knobs import BY_PATH
 from emulator.scenario.yaml_reader import LimitError, describe_yaml_error, load_yaml
 
-# Knob path -> what turning it does (emulator.run.knobs defines each knob once). Values are
+# Knob path -> what turning it does (emulator.knobs defines each knob once). Values are
 # validated by the same rules as the file's fields.
 KNOBS: dict[str, str] = {path: spec.help for path, spec in BY_PATH.items()}
 

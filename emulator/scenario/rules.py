@@ -10,9 +10,9 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from emulator.control.types import Cluster, NodeId, Role, RoutePolicy
+from emulator.knobs import BY_PATH as KNOBS
 from emulator.limits import MAX_OUTPUT_TOKENS
 from emulator.net.spec import LinkSpec
-from emulator.run.knobs import BY_PATH as KNOBS
 from emulator.scenario.parts import ACTIONS, ClustersSpec
 from emulator.scenario.workload import (
     MOONCAKE_BLOCK_TOKENS,

@@ -2,7 +2,7 @@
 router's long reason summed up in a few words for a table cell, and a decision's "what" shortened
 for a chart marker. The full words always stay available beside them (a tooltip, a detail view).
 
-Reads the words `control.router`, `control.scheduler` and `run.knobs` write; decides nothing.
+Reads the words `control.router`, `control.scheduler` and `emulator.knobs` write; decides nothing.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ _BOTTLENECK = re.compile(r"bottleneck (?P<code>" + "|".join(map(re.escape, BOTTL
 _ROUTED = re.compile(r"incremental (?P<n>\d+) \(.*?\) (?P<cmp>>|<=) t (?P<t>\d+) -> (?P<route>\w+)")
 _POLICY = re.compile(r"policy (?P<policy>[\w-]+) -> (?P<route>\w+)")
 _NUMBER = re.compile(r"\b\d{4,}\b")
-# Marker words: the knob or decision named short (run.knobs and control.scheduler word them long).
+# Marker words: the knob or decision named short (emulator.knobs and control.scheduler word them long).
 _MARKER_NAMES = (("local prefill instances", "N_p"), ("router policy", "policy"), ("arrival rate", "rate"),
                  ("scheduler short-term", "short-term"), ("threshold", "t"))
 _FLIP = re.compile(r"drain, then flip \S+ to (?P<role>\w+)")

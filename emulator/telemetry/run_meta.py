@@ -2,22 +2,19 @@
 
 What differs by engine (the live run's teardown and worker pids, the simulator's event counts and
 approximations) goes in `engine_details`, so a reader of the common keys never asks which engine ran.
-This module builds and reads the record; the recorder writes it.
+This module holds and reads the record; emulator.run.meta builds it from a scenario and its control
+plane (telemetry sits below both), and the recorder writes it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from emulator.errors import TelemetryError
 from emulator.telemetry.outcome import OUTCOMES, RunOutcome, outcome_of
-
-if TYPE_CHECKING:
-    from emulator.plane import ControlPlane
-    from emulator.scenario import Scenario
 
 
 class EngineKind(StrEnum):
@@ -80,36 +77,6 @@ class RunMeta:
         values = {name: doc[name] for name in names if name in doc}
         values.setdefault("outcome", outcome_of(doc).value)  # older runs: from their end reason
         return cls(**values)
-
-
-def make_run_meta(scenario: Scenario, plane: ControlPlane, *, engine: EngineKind,
-                  link_backend: str, link_backend_reason: str, run_id: str | None = None,
-                  decisions: Sequence[str] = (), knob_changes: Sequence[str] = (),
-                  notes: Sequence[str] = (), end_reason: str = "run ended",
-                  outcome: RunOutcome = RunOutcome.FINISHED, stopped_by: str | None = None,
-                  stopped_at_s: float | None = None, workload: Mapping[str, Any] | None = None,
-                  control_events: Sequence[Mapping[str, Any]] = (),
-                  engine_details: Mapping[str, Any] | None = None) -> RunMeta:
-    """The common part from the scenario and its control plane, read the same way for both
-    engines; the engine passes what only it knows."""
-    router, link, model, scheduler = scenario.router, scenario.link, scenario.model, plane.scheduler
-    return RunMeta(
-        engine=engine.value, scenario=scenario.name, seed=scenario.seed, run_id=run_id,
-        model=None if model.preset is None else f"{model.preset} ({model.preset_size})",
-        profile=plane.profile_source, policy=router.policy.value,
-        prefix_rule=router.prefix_rule.value, affinity=router.affinity.value,
-        scheduler=None if scheduler is None else {"short_term": scheduler.config.short_term_enabled,
-                                                  "long_term": scheduler.config.long_term_enabled},
-        threshold_start=plane.threshold, n_p_start=plane.n_p,
-        lambda_max_model=plane.plan.prfaas.lambda_max,
-        link={"bandwidth_mbit": link.bandwidth_mbit, "delay_ms": link.delay_ms, "loss_pct": link.loss_pct},
-        link_backend=link_backend, link_backend_reason=link_backend_reason,
-        transport=scenario.transport.model_dump(mode="json"), decisions=list(decisions),
-        knob_changes=list(knob_changes), notes=list(notes), end_reason=end_reason,
-        outcome=outcome.value, stopped_by=stopped_by, stopped_at_s=stopped_at_s,
-        workload=dict(workload or {}), control_events=[dict(event) for event in control_events],
-        engine_details=dict(engine_details or {}),
-    )
 
 
 def workload_statement(meta: Mapping[str, Any]) -> str | None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from emulator.run.knobs import timeline_event
+from emulator.knobs import timeline_event
 from emulator.scenario import load_scenario, parse_scenario
 from emulator.scenario.export import replay_document, replay_yaml
 from emulator.telemetry.control_messages import parse_control

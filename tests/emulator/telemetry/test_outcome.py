@@ -12,6 +12,7 @@ import pytest
 
 from emulator.errors import TelemetryError
 from emulator.plane import make_control_plane
+from emulator.run.meta import make_run_meta
 from emulator.scenario import load_scenario
 from emulator.telemetry.outcome import (
     ExpectStatus,
@@ -26,7 +27,7 @@ from emulator.telemetry.outcome import (
 )
 from emulator.telemetry.recorder import RunRecorder, load_run
 from emulator.telemetry.records import RequestRecord
-from emulator.telemetry.run_meta import EngineKind, RunMeta, make_run_meta
+from emulator.telemetry.run_meta import EngineKind, RunMeta
 
 SUMMARY = {"completed_fraction": 11 / 29, "ttft_p90_s": 0.8}
 EXPECT = {"completed_fraction": {"min": 1.0}, "ttft_p90_s": {"max": 2.0}}

@@ -10,9 +10,10 @@ import pytest
 
 from emulator.errors import TelemetryError
 from emulator.plane import make_control_plane
+from emulator.run.meta import make_run_meta
 from emulator.scenario import load_scenario
 from emulator.telemetry.recorder import RunRecorder, load_run
-from emulator.telemetry.run_meta import EngineKind, RunMeta, make_run_meta
+from emulator.telemetry.run_meta import EngineKind, RunMeta
 
 ROOT = Path(__file__).resolve().parents[3]
 

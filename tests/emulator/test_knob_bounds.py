@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from emulator import knobs as registry
 from emulator.errors import PrfaasError
+from emulator.knobs import KnobSpec, ValueKind
 from emulator.plane import make_control_plane
-from emulator.run import knobs as registry
-from emulator.run.knobs import KnobSpec, ValueKind
 from emulator.scenario import Scenario, apply_overrides, parse_scenario
 from emulator.telemetry.control_messages import parse_control
 from emulator.telemetry.recorder import load_run

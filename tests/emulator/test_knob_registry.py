@@ -1,4 +1,4 @@
-"""Every knob of the registry (emulator.run.knobs), from each of its sources, on both engines.
+"""Every knob of the registry (emulator.knobs), from each of its sources, on both engines.
 
 Sources: the timeline's `set:`, an MQTT control message and `--set`. The virtual engine takes no
 control messages (a simulated run is over in seconds, there is no one to send them): its control
@@ -18,9 +18,9 @@ from typing import Any, get_args
 import pandas as pd
 import pytest
 
+from emulator import knobs as registry
 from emulator.errors import PrfaasError
 from emulator.plane import make_control_plane
-from emulator.run import knobs as registry
 from emulator.scenario import Scenario, apply_overrides, parse_scenario
 from emulator.scenario.overrides import KNOBS
 from emulator.telemetry.control_messages import Knob, parse_control

@@ -53,7 +53,7 @@ class KnobSpec:
     exactly 0, is at least `min_nonzero` (a delay is none or at least 1 microsecond). Every source
     enforces them: the scenario schema and `--set` (emulator.net.spec's LinkSpec, emulator.scenario),
     the timeline and control messages (`check` below, telemetry.control_messages); the numbers live
-    in emulator.limits and emulator.net.spec, and tests/emulator/run/test_knob_bounds.py holds every
+    in emulator.limits and emulator.net.spec, and tests/emulator/test_knob_bounds.py holds every
     source to them across the whole float range."""
 
     path: str | None
