@@ -4,7 +4,7 @@ Runs are named by what tells them apart (scenario, engine, model, then their set
 `emulator.telemetry.run_names`, as `compare` names them) and drawn in the run colours.
 
 Pure functions over loaded runs (`app.runs_view.Run`); the figures are named and written as
-`emulator.telemetry.labels` says, the differences are `emulator.compare.MetricDiff`'s.
+`emulator.telemetry.labels` says, the differences are `emulator.telemetry.compare.MetricDiff`'s.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from string import ascii_uppercase
 import pandas as pd
 
 from app.runs_view import Run, link_backend, timeseries_lines, ttft_cdf
-from emulator.compare import MetricDiff, reason_order, summary_failures
+from emulator.telemetry.compare import MetricDiff, reason_order, summary_failures
 from emulator.telemetry.figures import HEADLINE, egress_bit_per_s, egress_label, number, rate_label
 from emulator.telemetry.labels import format_number, label
 from emulator.telemetry.palette import run_color

@@ -1,7 +1,7 @@
 """`python -m emulator calibrate SCENARIO.yaml RUN_DIR [--out DIR]`: fit the virtual engine's profile
 to a recorded (live) run of SCENARIO, replay the scenario on the virtual engine with it (same seed,
 same arrivals), and print how far the replay's TTFT is from the run's. Argument wiring only; the
-fit is emulator.virtual.calibrate, the comparison emulator.compare.
+fit is emulator.virtual.calibrate, the comparison emulator.telemetry.compare.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from emulator.compare import compare_runs, format_table
 from emulator.scenario import load_scenario
+from emulator.telemetry.compare import compare_runs, format_table
 from emulator.virtual.calibrate import calibrated_scenario, profile_from_run, write_profile
 from emulator.virtual.engine import run_virtual
 

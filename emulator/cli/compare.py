@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from emulator.compare import compare_runs, default_out, format_table, write_cdf_html
+from emulator.telemetry.compare import compare_runs, default_out, format_table, write_cdf_html
 
 COMMANDS = ("compare",)
 

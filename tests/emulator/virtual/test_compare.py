@@ -1,4 +1,4 @@
-"""`python -m emulator compare`: two recorded runs side by side (emulator/compare.py and
+"""`python -m emulator compare`: two recorded runs side by side (emulator/telemetry/compare.py and
 emulator/cli/compare.py; kept beside the virtual engine's tests, whose runs it reads)."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from emulator.cli import compare as compare_cli
-from emulator.compare import compare_runs, format_table
 from emulator.control.types import FailReason
 from emulator.errors import TelemetryError
 from emulator.scenario import Scenario, apply_overrides, load_scenario
+from emulator.telemetry.compare import compare_runs, format_table
 from emulator.telemetry.recorder import load_run
 from emulator.virtual.engine import run_virtual
 from tests.emulator.virtual.conftest import SCENARIOS
