@@ -1,18 +1,18 @@
 """PrfaaS Lab home page: what PrfaaS is, and how large each model preset's cache grows.
 
 Served by `make run` (which installs the project editable into .venv, so no PYTHONPATH is needed).
-It reads model presets only; runs, knobs and live panels are on the Live page.
+It reads model presets only (its chart is `app.figures.cache_figure`); runs, knobs and live panels
+are on the Live page.
 """
 
 from __future__ import annotations
 
-import plotly.express as px
 import streamlit as st
 
-from app.palette import PRESET_DASHES, PRESET_SYMBOLS, color_map
-from app.presets_view import CURVE_TOKENS, coinciding_presets, make_cache_curves, make_presets_table
+from app.figures import cache_figure
+from app.presets_view import coinciding_presets, make_cache_curves, make_presets_table
 from app.tables import show_table
-from model_stub.config import PRESET_NAMES, SIZES
+from model_stub.config import SIZES
 
 INTRO = """
 **Prefill-as-a-Service (PrfaaS)** splits LLM serving across datacenters: long prompts are
@@ -44,27 +44,9 @@ COLUMN_CONFIG = {
 
 
 def _cache_chart(size: str, tokens: int, log_y: bool) -> None:
-    """Cache size vs context length, one line per preset, with the chosen length marked.
-
-    Each preset has its palette colour plus its own dash and marker: presets with the same KV bytes
-    per token draw almost the same line, and colour alone would let the later one hide the other.
-    """
-    curves = make_cache_curves(size)
-    curves["cache_mb"] = curves["cache_bytes"] / 1e6  # decimal MB, as the table's byte format
-    fig = px.line(
-        curves, x="tokens", y="cache_mb", color="preset", line_dash="preset", symbol="preset",
-        log_x=True, log_y=log_y, color_discrete_map=color_map(PRESET_NAMES),
-        line_dash_map=PRESET_DASHES, symbol_map=PRESET_SYMBOLS,
-        labels={"tokens": "context length (tokens)", "cache_mb": "cache (MB)", "preset": ""},
-    )
-    octaves = [t for t in CURVE_TOKENS if t & (t - 1) == 0]  # the powers of two: 1K, 2K, ...
-    fig.update_xaxes(tickvals=octaves, ticktext=[f"{t // 1024}K" for t in octaves])
-    if CURVE_TOKENS[0] <= tokens <= CURVE_TOKENS[-1]:
-        fig.add_vline(x=tokens, line_dash="dot", line_color="gray")
-    fig.update_layout(
-        legend={"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom"}, margin={"t": 40}
-    )
-    st.plotly_chart(fig, key="cache_chart")
+    """Cache size vs context length, one line per preset (`figures.cache_figure`), and which
+    presets' lines nearly coincide."""
+    st.plotly_chart(cache_figure(make_cache_curves(size), tokens, log_y), key="cache_chart")
     for first, second in coinciding_presets(size):
         st.caption(f"{first} and {second} add the same KV bytes per token and differ only by their "
                    "fixed state, so their lines nearly coincide; their dash styles and markers tell "

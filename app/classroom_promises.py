@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from app.recorded_meta import RecordedMeta
 from emulator.analytic import workload_lengths
 from emulator.scenario import Scenario
 from emulator.telemetry.run_files import RunFolder
@@ -43,12 +44,14 @@ class RunRecord:
     doc: dict[str, Any]
     requests: pd.DataFrame
     timeseries: pd.DataFrame
+    run_meta: RecordedMeta  # the doc's `meta`, read once: what the promises read
 
     @classmethod
     def read(cls, run_dir: Path, scenario: Scenario) -> RunRecord:
         folder = RunFolder(Path(run_dir))
-        return cls(scenario, folder.read_json("summary.json"), folder.read_parquet("requests.parquet").to_pandas(),
-                   folder.read_parquet("timeseries.parquet").to_pandas())
+        doc = folder.read_json("summary.json")
+        return cls(scenario, doc, folder.read_parquet("requests.parquet").to_pandas(),
+                   folder.read_parquet("timeseries.parquet").to_pandas(), RecordedMeta.from_doc(doc))
 
     @property
     def summary(self) -> dict[str, Any]:
@@ -56,6 +59,8 @@ class RunRecord:
 
     @property
     def meta(self) -> dict[str, Any]:
+        """The doc's `meta` as written, for bench/classroom_steps.py, which copies its workload's
+        arrival rate into its results; the promises read `run_meta`."""
         return self.doc.get("meta", {})
 
 
@@ -166,10 +171,9 @@ def threshold_raised(record: RunRecord, after_s: float) -> Verdict:
 
 
 def optimum(record: RunRecord, t: int, split: str) -> Verdict:
-    meta = record.meta
-    n_p, seen_t = meta.get("n_p_start"), meta.get("threshold_start")
+    n_p, seen_t = record.run_meta.n_p_start, record.run_meta.threshold_start
     local = record.scenario.clusters.local.instances
-    seen = f"t = {seen_t:,}, split {n_p}:{local - n_p}" if isinstance(seen_t, int) and isinstance(n_p, int) else "-"
+    seen = f"t = {seen_t:,}, split {n_p}:{local - n_p}" if seen_t is not None and n_p is not None else "-"
     return Verdict(f"t* = {t:,} with a {split} prefill/decode split", seen, seen == f"t = {t:,}, split {split}")
 
 
@@ -211,6 +215,6 @@ def burst(r: RunRecord) -> list[Verdict]:
 
 
 def paper(r: RunRecord) -> list[Verdict]:
-    t = r.meta.get("threshold_start") or 0
+    t = r.run_meta.threshold_start or 0
     return [share_near(r, float(t), "about half the requests go remote"), optimum(r, 19_620, "3:5")]
 

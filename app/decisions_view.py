@@ -1,26 +1,23 @@
 """A run's decision timeline for the dashboard: the scheduler's decisions and the knob changes its
-summary.json `meta` recorded, as a table (time, what, why) and as annotated vertical markers on a
-Plotly figure whose x axis is run time in seconds (the Runs page's threshold and egress charts; the
-Live page's Vega-Lite charts mark them from the same rows and labels, `app.live_charts`).
+summary.json `meta` recorded, as a table (time, what, why) and as the rows and labels of the markers
+the charts draw at their times (the Runs page's Plotly charts, `app.figures.add_decision_markers`;
+the Live page's Vega-Lite charts, `app.live_charts`).
 
-    rows = decision_rows(meta)            # DataFrame: "time (s)", "what", "why" (+ "source")
+    rows = decision_rows(meta)            # a RecordedMeta -> "time (s)", "what", "why" (+ "source")
     show_table(as_text(rows[list(TABLE_COLUMNS)]), key, wrap=WRAPPED)   # app.tables: long reasons wrap
     st.markdown("\n".join(decision_details(rows)))                      # each one whole, in a detail view
-    add_decision_markers(fig, rows)       # one dotted line per timed row, hover says what and why
 
 The lines are read by `emulator.telemetry.decision_log`, which report.html shares. No Streamlit here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
 
 import pandas as pd
-import plotly.graph_objects as go
 
-from app.palette import DECISION_COLORS
-from emulator.telemetry.decision_log import LogEntry, log_entries, note_entry
+from app.recorded_meta import RecordedMeta
+from emulator.telemetry.decision_log import LogEntry, note_entry
 from emulator.telemetry.reason_words import marker_text
 from emulator.telemetry.schemas import NoteEvent
 
@@ -31,11 +28,11 @@ DETAILS_TITLE = "Each decision in full"
 MAX_LABELLED = 12  # more markers than this are numbered, not worded, so their labels do not overlap
 
 
-def decision_rows(meta: Mapping[str, Any]) -> pd.DataFrame:
+def decision_rows(meta: RecordedMeta) -> pd.DataFrame:
     """One row per decision or knob change, in time order: time (s) (NaN for a line without one),
     what, why, and the source that wrote it (scheduler, timeline, control). Empty, with these
     columns, for a run that recorded none."""
-    return entry_rows(log_entries(meta))
+    return entry_rows(meta.log)
 
 
 def note_rows(notes: Iterable[NoteEvent]) -> pd.DataFrame:
@@ -65,22 +62,6 @@ def decision_details(rows: pd.DataFrame) -> list[str]:
 def _plain(text: object) -> str:
     """Text as markdown shows it literally (a `*` or `_` in a reason is not emphasis)."""
     return "".join(f"\\{ch}" if ch in "\\`*_[]<>#|" else ch for ch in str(text))
-
-
-def add_decision_markers(fig: go.Figure, rows: pd.DataFrame) -> go.Figure:
-    """A dotted vertical line at each timed row of `decision_rows`, labelled at the top with what
-    happened (numbered, as the table's order, when there are many); hovering the label shows the
-    time, what and why. Returns `fig`, changed in place."""
-    timed = timed_rows(rows)
-    for (_, row), text in zip(timed.iterrows(), marker_labels(timed), strict=True):
-        fig.add_vline(
-            x=float(row[TIME]), line_dash="dot", line_width=1,
-            line_color=DECISION_COLORS.get(str(row.get(SOURCE, "")), "#555555"),
-            annotation_text=text, annotation_position="top left", annotation_textangle=-90,
-            annotation_font_size=10,
-            annotation_hovertext=f"t = {row[TIME]:.1f} s: {row[WHAT]}<br>why: {row[WHY]}",
-        )
-    return fig
 
 
 def timed_rows(rows: pd.DataFrame) -> pd.DataFrame:

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.live_view import ENDED_STATES, TILES, RunView
+from app.recorded_meta import RecordedMeta
 from emulator.telemetry.labels import format_number
-from emulator.telemetry.outcome import outcome_of
 from emulator.telemetry.schemas import KnobState
 
 RUN_TIME_HELP = ("seconds since the run started / the scenario's duration (arrivals stop there; the run "
@@ -85,11 +85,11 @@ def record_tiles(doc: Mapping[str, Any]) -> list[Tile]:
 def count_tiles(doc: Mapping[str, Any], time_title: str) -> list[Tile]:
     """How the run ended, its (run or simulated) time and its counts, from its record: a virtual
     run's tiles once it has ended too, since it says nothing on the bus."""
-    summary, meta = doc.get("summary") or {}, doc.get("meta") or {}
+    summary = doc.get("summary") or {}
     completed, requests = summary.get("completed"), summary.get("requests")
     duration = summary.get("duration_s")
     return [
-        Tile(TILES["state"], outcome_of(meta).value, RECORD_HELP),
+        Tile(TILES["state"], RecordedMeta.from_doc(doc).outcome.value, RECORD_HELP),
         Tile(time_title, f"{duration:.1f}" if isinstance(duration, int | float) else "-", RECORD_HELP),
         Tile(TILES["arrived"], f"{format_number(completed)} / {format_number(requests)}", RECORD_HELP),
         Tile(TILES["failed"], format_number(summary.get("failed_count")), RECORD_HELP),

@@ -14,7 +14,8 @@ from typing import Any
 
 import streamlit as st
 
-from emulator.telemetry.outcome import ExpectStatus, RunOutcome, bound_rows, outcome_of, verdict_of
+from app.recorded_meta import RecordedMeta
+from emulator.telemetry.outcome import ExpectStatus, RunOutcome, bound_rows, verdict_of
 
 
 class Tone(StrEnum):
@@ -39,8 +40,8 @@ EXPECT_TONE = {ExpectStatus.HELD: Tone.SUCCESS, ExpectStatus.FAILED: Tone.WARNIN
 
 def outcome_lines(doc: Mapping[str, Any]) -> list[OutcomeLine]:
     """The run's end, then its `expect:` verdict with one line per bound (none without bounds)."""
-    meta, summary = doc.get("meta") or {}, doc.get("summary") or {}
-    outcome, ended = outcome_of(meta), str(meta.get("end_reason") or "")
+    meta, summary = RecordedMeta.from_doc(doc), doc.get("summary") or {}
+    outcome, ended = meta.outcome, meta.end_reason
     lines = []
     if outcome in OUTCOME_TONE:
         lines.append(OutcomeLine(OUTCOME_TONE[outcome], f"**{outcome.value.capitalize()}**: {ended or outcome.value}"))

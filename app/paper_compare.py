@@ -24,6 +24,7 @@ from app.paper_figures import (
     TABLE5,
     phi_row,
 )
+from app.recorded_meta import RecordedMeta
 from emulator.control.throughput_model import Plan
 from emulator.errors import TelemetryError
 from emulator.paths import REPO_ROOT
@@ -72,12 +73,11 @@ class ProjectFigures:
 
         `num_local` is the local instance count (n_d = num_local - n_p); the case study has 8.
         """
-        summary, meta = doc.get("summary", {}), doc.get("meta", {})
-        n_p = meta.get("n_p_start")
+        summary, meta = doc.get("summary", {}), RecordedMeta.from_doc(doc)
+        n_p, link_mbit = meta.n_p_start, meta.bandwidth_mbit
         egress = summary.get("egress_bit_per_s_mean")
-        link_mbit = (meta.get("link") or {}).get("bandwidth_mbit")
         return cls(
-            meta.get("threshold_start"), n_p, None if n_p is None else num_local - n_p,
+            meta.threshold_start, n_p, None if n_p is None else num_local - n_p,
             _throughput_ratio(summary, homogeneous), _throughput_ratio(summary, naive),
             None if egress is None else egress / 1e9, None if link_mbit is None else link_mbit / 1e3,
             summary.get("ttft_noqueue_mean_s"), summary.get("ttft_noqueue_p90_s"),

@@ -34,7 +34,7 @@ def run_letters(names: Sequence[str]) -> dict[str, str]:
 
 def compare_names(runs: Mapping[str, Run]) -> dict[str, str]:
     """{run folder name: the run's name by what tells it apart from the others}."""
-    return dict(zip(runs, run_names([run.meta for run in runs.values()], list(runs)), strict=True))
+    return dict(zip(runs, run_names([run.meta.as_recorded for run in runs.values()], list(runs)), strict=True))
 
 
 def compare_colors(runs: Mapping[str, Run]) -> dict[str, str]:
@@ -63,9 +63,11 @@ def compare_table(runs: Mapping[str, Run]) -> pd.DataFrame:
     (`B - A`) and relative difference (`B - A (%)`); failures by reason last."""
     names = list(runs)
     letters = run_letters(names)
-    text_rows = {label(key): [str(run.meta.get(key) or "-") for run in runs.values()]
-                 for key in ("scenario", "engine", "model")}
-    text_rows[label("link_backend")] = [link_backend(run.meta) for run in runs.values()]
+    metas = [run.meta for run in runs.values()]
+    text_rows = {label("scenario"): [meta.scenario or "-" for meta in metas],
+                 label("engine"): [meta.engine or "-" for meta in metas],
+                 label("model"): [meta.model or "-" for meta in metas],
+                 label("link_backend"): [link_backend(meta) for meta in metas]}
     figures: list[tuple[str, list[float | None], float]] = [
         (label(key), [number(run.summary, key) for run in runs.values()], 1.0)
         for key in (*COUNT_KEYS, *(key for key, _ in HEADLINE))]

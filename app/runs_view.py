@@ -20,12 +20,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from app.recorded_meta import RecordedMeta
 from emulator.control.types import RequestStatus
 from emulator.errors import RunFileError, TelemetryError
 from emulator.paths import REPO_ROOT
 from emulator.telemetry.figures import node_figures
 from emulator.telemetry.labels import format_number, label
-from emulator.telemetry.outcome import outcome_of
 from emulator.telemetry.recorder import load_run
 from emulator.telemetry.run_files import RunFolder, list_folders
 from emulator.telemetry.timeseries import frame_rate_unit
@@ -55,6 +55,7 @@ class Run:
     requests: pd.DataFrame
     timeseries: pd.DataFrame
     doc: dict[str, Any]
+    meta: RecordedMeta  # the doc's `meta`, read once
 
     @property
     def path(self) -> Path:
@@ -63,10 +64,6 @@ class Run:
     @property
     def summary(self) -> dict[str, Any]:
         return self.doc.get("summary", {})
-
-    @property
-    def meta(self) -> dict[str, Any]:
-        return self.doc.get("meta", {})
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +143,7 @@ Loader = Callable[[RunFolder], tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]
 def list_runs(runs_dir: Path, loader: Loader = load_run) -> RunListing:
     """Load every run under `runs_dir`; `loader` lets the page put a cache in front of load_run. A
     folder that cannot be read (foreign, a link, a file over its cap, JSON nested too deep) is named
-    in `problems` with its one line, and the others still list."""
+    in `problems` with its one line, as is one whose `meta` is not an object, and the others still list."""
     runs, problems, incomplete = [], [], []
     for folder in find_run_dirs(runs_dir):
         try:
@@ -154,7 +151,11 @@ def list_runs(runs_dir: Path, loader: Loader = load_run) -> RunListing:
         except (TelemetryError, OSError) as err:  # OSError: removed or unreadable meanwhile
             problems.append((folder.name, str(err)))
             continue
-        runs.append(Run(folder.name, folder, requests, timeseries, doc))
+        meta = RecordedMeta.from_doc(doc)
+        if meta.problem is not None:
+            problems.append((folder.name, f"run dir {str(folder.path)!r}: {meta.problem}"))
+            continue
+        runs.append(Run(folder.name, folder, requests, timeseries, doc, meta))
     for folder in find_incomplete_dirs(runs_dir):
         try:
             incomplete.append(incomplete_run(folder))
@@ -204,7 +205,7 @@ def listing_table(listing: RunListing) -> pd.DataFrame:
     rows = []
     for run in listing.runs:
         summary, meta = run.summary, run.meta
-        rows.append([run.name, outcome_of(meta).value, str(meta.get("scenario", "-")), str(meta.get("engine", "-")),
+        rows.append([run.name, meta.outcome.value, meta.scenario or "-", meta.engine or "-",
                      link_backend(meta), *(format_number(summary.get(key)) for key in LISTING_FIGURES),
                      _mtime(run.folder, SUMMARY)])
     for folder in listing.incomplete:
@@ -213,12 +214,11 @@ def listing_table(listing: RunListing) -> pd.DataFrame:
     return table.sort_values("recorded at", ascending=False, kind="stable").reset_index(drop=True)
 
 
-def link_backend(meta: Mapping[str, Any]) -> str:
+def link_backend(meta: RecordedMeta) -> str:
     """The link backend a run used; the virtual engine models its link and names none."""
-    backend = meta.get("link_backend")
-    if backend:
-        return str(backend)
-    return "simulated" if meta.get("engine") == "virtual" else "unknown"
+    if meta.link_backend:
+        return meta.link_backend
+    return "simulated" if meta.engine == "virtual" else "unknown"
 
 
 def format_percent(value: Any) -> str:

@@ -231,6 +231,12 @@ class Exploration:
     bound_ranges: list[tuple[float, float]]
     prfaas_bound: str
 
+    @property
+    def shaded_ranges(self) -> list[tuple[float, float]]:
+        """The link-bound ranges on the t chart, clipped to the thresholds it draws."""
+        t = self.curves["t"]
+        return shown_ranges(self.bound_ranges, float(t.min()), float(t.max()))
+
 
 def explore(inputs: ModelInputs) -> Exploration:
     plan = optimize(inputs)

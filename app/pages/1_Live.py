@@ -24,6 +24,7 @@ from app.live_results import show_results
 from app.live_tiles import Tile, bus_tiles, count_tiles, knob_tiles, record_tiles
 from app.live_view import TILES, RunView, metrics_frame, requests_table, roles_table, run_phase
 from app.mqtt_feed import MqttFeed, choose_broker, get_feed
+from app.recorded_meta import RecordedMeta
 from app.run_registry import RunRefused, StartedRun, get_registry
 from app.table_fit import tile_px, tile_rows
 from app.tables import show_table
@@ -311,8 +312,7 @@ def _start_threshold(started: StartedRun | None, view: RunView) -> int | None:
     if view.status is not None and view.status.threshold_tokens is not None:
         return view.status.threshold_tokens
     doc = started.summary() if started is not None else None
-    start = (doc or {}).get("meta", {}).get("threshold_start")
-    if isinstance(start, int):
+    if doc is not None and (start := RecordedMeta.from_doc(doc).threshold_start) is not None:
         return start
     scenario = _scenario_of(started)
     tokens = scenario.router.threshold_tokens if scenario is not None else None
@@ -323,7 +323,7 @@ def _decisions(started: StartedRun | None, view: RunView) -> pd.DataFrame:
     """The run's decisions and knob changes: from its record once written (complete), else as
     they arrived on the bus."""
     doc = started.summary() if started is not None and not started.handle.is_running else None
-    return decision_rows(doc.get("meta", {})) if doc is not None else note_rows(view.notes)
+    return decision_rows(RecordedMeta.from_doc(doc)) if doc is not None else note_rows(view.notes)
 
 
 def _charts(frame: pd.DataFrame, caption: str, decisions: pd.DataFrame, view: RunView | None = None) -> None:

@@ -2,7 +2,8 @@
 opened (summary, per-node table, TTFT CDF, Gantt, egress, threshold, decision timeline), several
 compared, and each run's files to download.
 
-Layout only; the tables come from `app.runs_view`, `app.runs_compare` and `app.decisions_view`,
+Layout only; the tables come from `app.runs_view`, `app.runs_compare` and `app.decisions_view`, the
+figures from `app.figures`, each run's `meta` from `app.recorded_meta` (read once, in `list_runs`),
 the files from `emulator.telemetry.recorder` and `.run_files` (no link followed, every file capped).
 """
 
@@ -13,21 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import plotly.express as px
-import plotly.graph_objects as go
 import streamlit as st
 
-from app.decisions_view import (
-    DETAILS_TITLE,
-    TABLE_COLUMNS,
-    WRAPPED,
-    add_decision_markers,
-    decision_details,
-    decision_rows,
-)
+from app import figures
+from app.decisions_view import DETAILS_TITLE, TABLE_COLUMNS, WRAPPED, decision_details, decision_rows
 from app.outcome_view import show_outcome
-from app.palette import STAGE_COLORS, route_color
 from app.paper_view import PAPER_SCENARIO, show_run_vs_paper
+from app.recorded_meta import RecordedMeta
 from app.runs_compare import (
     COMPARE_TAB,
     compare_cdfs,
@@ -40,7 +33,6 @@ from app.runs_compare import (
 from app.runs_view import (
     DEFAULT_RUNS_DIR,
     MAX_GANTT_REQUESTS,
-    SEGMENTS,
     Run,
     RunListing,
     as_text,
@@ -63,13 +55,8 @@ from app.tables import show_table
 from emulator.errors import TelemetryError
 from emulator.telemetry.figures import NODE_NOTE, NOQUEUE_NOTE, egress_bit_per_s, format_rate
 from emulator.telemetry.labels import format_number, label
-from emulator.telemetry.outcome import outcome_of
 from emulator.telemetry.recorder import load_run
-from emulator.telemetry.report import token_axis
 from emulator.telemetry.run_files import RunFolder
-from emulator.telemetry.run_meta import workload_statement
-
-LEGEND_TOP = {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom"}
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
@@ -151,10 +138,9 @@ def _tile_rows(tiles: list[tuple[str, str, str | None]]) -> None:
 
 def _summary_tiles(run: Run) -> None:
     summary, meta = run.summary, run.meta
-    _tile_rows([(_tile("scenario"), str(meta.get("scenario", "-")), None),
-                (_tile("engine"), str(meta.get("engine", "-")), None),
+    _tile_rows([(_tile("scenario"), meta.scenario or "-", None), (_tile("engine"), meta.engine or "-", None),
                 (_tile("link_backend"), link_backend(meta), None),
-                (_tile("outcome"), outcome_of(meta).value, "finished, stopped by its user, or failed")])
+                (_tile("outcome"), meta.outcome.value, "finished, stopped by its user, or failed")])
     figures = [(_tile(key), format_number(summary.get(key)), None)
                for key in ("completed", "failed_count", "throughput_rps")]
     figures.append((_tile("egress_bit_per_s_mean"), format_rate(egress_bit_per_s(summary)), None))
@@ -168,23 +154,20 @@ def _summary_tiles(run: Run) -> None:
                 ("Prefix hit (remote / local)", f"{format_percent(summary.get('prefix_hit_fraction_remote'))} / "
                  f"{format_percent(summary.get('prefix_hit_fraction_local'))}", None)]
     _tile_rows(figures)
-    note = meta.get("link_note") or meta.get("link_backend_reason")
-    if note:
-        st.caption(str(note))
+    if meta.link_note:
+        st.caption(meta.link_note)
     _workload_note(meta)
     show_outcome(run.doc)
 
 
-def _workload_note(meta: dict) -> None:
+def _workload_note(meta: RecordedMeta) -> None:
     """What of its workload the run played: a cap, a time window or skipped rows stand out."""
-    statement = workload_statement(meta)
-    workload = meta.get("workload") or {}
-    if statement is None:
+    if meta.workload_statement is None:
         st.caption("Workload: not recorded (this run was recorded before runs said what they replayed).")
-    elif workload.get("limits") or workload.get("num_skipped"):
-        st.warning(f"Workload: {statement}")
+    elif meta.is_workload_cut:
+        st.warning(f"Workload: {meta.workload_statement}")
     else:
-        st.caption(f"Workload: {statement}")
+        st.caption(f"Workload: {meta.workload_statement}")
 
 
 def _node_table(run: Run) -> None:
@@ -201,11 +184,7 @@ def _cdf_chart(cdf: pd.DataFrame, key: str, color_title: str, colors: dict[str, 
     if cdf.empty:
         st.info("No completed request has a TTFT.")
         return
-    by_route = {group: route_color(group) for group in cdf["group"].unique()} if color_title == "route" else colors
-    fig = px.line(cdf, x="ttft_s", y="fraction", color="group", line_shape="hv", color_discrete_map=by_route,
-                  labels={"ttft_s": "TTFT (s)", "fraction": "fraction of requests", "group": color_title})
-    fig.update_layout(legend=LEGEND_TOP, margin={"t": 40})
-    st.plotly_chart(fig, key=key)
+    st.plotly_chart(figures.ttft_cdf_figure(cdf, color_title, colors), key=key)
 
 
 def _gantt_chart(run: Run) -> None:
@@ -215,42 +194,18 @@ def _gantt_chart(run: Run) -> None:
     if segments.empty:
         st.info("No request reached a timed stage.")
         return
-    order = list(dict.fromkeys(segments.sort_values("start_s")["id"]))
-    fig = go.Figure()
-    for segment in SEGMENTS:
-        part = segments[segments["segment"] == segment]
-        fig.add_bar(y=part["id"], x=part["duration_s"], base=part["start_s"], orientation="h",
-                    name=segment, marker_color=STAGE_COLORS[segment],
-                    width=0.35 if segment == "transfer" else 0.8,  # thin: it overlaps prefill
-                    customdata=part[["route"]], hovertemplate="%{y} (%{customdata[0]}): "
-                    f"{segment} " "%{base:.3f}s + %{x:.3f}s<extra></extra>")
-    tokens = first_tokens(run.requests, limit=shown)
-    fig.add_scatter(y=tokens["id"], x=tokens["first_token_s"], mode="markers", name="first token",
-                    marker={"symbol": "line-ns-open", "size": 8, "color": "black"})
-    fig.update_layout(barmode="overlay", legend=LEGEND_TOP, margin={"t": 40},
-                      height=min(1000, 160 + 14 * len(order)), xaxis_title="time since start (s)")
-    fig.update_yaxes(categoryorder="array", categoryarray=order, autorange="reversed", title="request")
-    st.plotly_chart(fig, key="gantt")
+    st.plotly_chart(figures.gantt_figure(segments, first_tokens(run.requests, limit=shown)), key="gantt")
     st.caption(f"The first {min(shown, len(run.requests)):,} of {len(run.requests):,} requests by "
                "arrival; the thin orange bar is the KV transfer, which may overlap the prefill.")
 
 
 def _line_chart(lines: pd.DataFrame, key: str, y_title: str, shape: str, decisions: pd.DataFrame | None = None,
-                color: str = "series", colors: dict[str, str] | None = None) -> go.Figure | None:
-    """`lines` as timeseries_lines gives them, one colour per series (`colors` where given), the
-    run's decisions marked; a token axis gets whole-number ticks."""
+                color: str = "series", colors: dict[str, str] | None = None) -> None:
+    """`lines` as timeseries_lines gives them (figures.lines_figure), or why there are none."""
     if lines.empty:
         st.info(f"No {y_title} samples recorded.")
-        return None
-    fig = px.line(lines, x="t_s", y="value", color=color, line_shape=shape, color_discrete_map=colors,
-                  labels={"t_s": "time (s)", "value": y_title, color: ""})
-    fig.update_layout(legend=LEGEND_TOP, margin={"t": 40})
-    if y_title == "tokens":
-        fig.update_yaxes(**token_axis(lines["value"]))
-    if decisions is not None:
-        add_decision_markers(fig, decisions)
-    st.plotly_chart(fig, key=key)
-    return fig
+        return
+    st.plotly_chart(figures.lines_figure(lines, y_title, shape, decisions, color, colors), key=key)
 
 
 def _decisions(rows: pd.DataFrame) -> None:
@@ -308,7 +263,7 @@ def _open_run(listing: RunListing) -> None:
                 decisions)
     st.markdown("**Decisions and knob changes**")
     _decisions(decisions)
-    if run.meta.get("scenario") == PAPER_SCENARIO:
+    if run.meta.scenario == PAPER_SCENARIO:
         st.markdown("**The paper beside this run**")
         show_run_vs_paper(run.doc)
     _downloads(run)

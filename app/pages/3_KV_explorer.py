@@ -1,23 +1,15 @@
 """KV explorer: cache bytes per token of real models and the presets, S_kv(l) curves, the paper's
 measured Phi_kv (Table 3) and the egress a prefill cluster of N GPUs needs (Eq. 2).
 
-Layout only; the numbers come from `app.kv_view`.
+Layout only; the numbers come from `app.kv_view`, the figures from `app.figures`.
 """
 
 from __future__ import annotations
 
-import plotly.express as px
 import streamlit as st
 
-from app.kv_view import (
-    CURVE_TOKENS,
-    PHI_LENGTHS,
-    make_egress_table,
-    make_kv_table,
-    make_phi_table,
-    make_skv_curves,
-)
-from app.palette import color_map
+from app import figures
+from app.kv_view import PHI_LENGTHS, make_egress_table, make_kv_table, make_phi_table, make_skv_curves
 from app.paper_compare import load_preset_bench, preset_phi_table, profile_phi_table
 from app.paper_figures import TABLE3_SOURCE, TABLE5_SOURCE
 from app.paper_view import show_text_table
@@ -57,7 +49,6 @@ PHI_COLUMNS = {
 }
 DEFAULT_CURVES = ("Kimi-Linear-48B-A3B", "Qwen3.5-397B-A17B", "MiMo-V2-Flash (309B)",
                   "MiniMax-M2.5 (229B)", "Llama-3-70B")
-LEGEND_TOP = {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom"}
 
 
 def _kv_section() -> None:
@@ -77,10 +68,6 @@ def _kv_section() -> None:
     _curves(list(table["model"]), size)
 
 
-def _tokens_label(tokens: int) -> str:
-    return f"{tokens >> 20}M" if tokens >= 1 << 20 else f"{tokens >> 10}K"
-
-
 def _curves(models: list[str], size: str) -> None:
     st.subheader("Cache size S_kv(l) against context length")
     chosen = st.multiselect("Models", models, default=[m for m in DEFAULT_CURVES if m in models],
@@ -89,17 +76,7 @@ def _curves(models: list[str], size: str) -> None:
     if not chosen:
         st.info("Pick one or more models to draw.")
         return
-    curves = make_skv_curves(chosen, size)
-    curves["cache_gb"] = curves["cache_bytes"] / 1e9
-    fig = px.line(curves, x="tokens", y="cache_gb", color="model", line_dash="kind", log_x=True,
-                  log_y=log_y, color_discrete_map=color_map(chosen),
-                  labels={"tokens": "context length (tokens)", "cache_gb": "cache (GB)"})
-    octaves = [t for t in CURVE_TOKENS if t & (t - 1) == 0]  # the powers of two: 1K, 2K, ...
-    fig.update_xaxes(tickvals=octaves, ticktext=[_tokens_label(t) for t in octaves])
-    if log_y:
-        fig.update_yaxes(dtick=1)  # decades only
-    fig.update_layout(legend=LEGEND_TOP, margin={"t": 40})
-    st.plotly_chart(fig, key="skv_chart")
+    st.plotly_chart(figures.skv_figure(make_skv_curves(chosen, size), chosen, log_y), key="skv_chart")
 
 
 def _phi_section() -> None:
@@ -108,14 +85,7 @@ def _phi_section() -> None:
     show_table(phi, "kv_phi", config=PHI_COLUMNS)
     st.caption(f"Φ_kv = S_kv(l) / T_prefill(l) in Gbit/s at 1K..128K input tokens, as printed "
                f"(Qin et al., {TABLE3_SOURCE}).")
-    long = phi.melt(id_vars=["model", "layers", "kind"], var_name="length", value_name="gbps")
-    long["tokens"] = long["length"].map({f"{n // 1024}K": n for n in PHI_LENGTHS})
-    fig = px.line(long, x="tokens", y="gbps", color="model", line_dash="kind", markers=True,
-                  log_x=True, color_discrete_map=color_map(phi["model"]),
-                  labels={"tokens": "input length (tokens)", "gbps": "Φ_kv (Gbit/s)"})
-    fig.update_xaxes(tickvals=list(PHI_LENGTHS), ticktext=[f"{n // 1024}K" for n in PHI_LENGTHS])
-    fig.update_layout(legend=LEGEND_TOP, margin={"t": 40})
-    st.plotly_chart(fig, key="phi_chart")
+    st.plotly_chart(figures.phi_figure(phi), key="phi_chart")
 
 
 def _egress_section() -> None:
@@ -138,14 +108,7 @@ def _egress_section() -> None:
     for kind in ("hybrid", "dense"):
         st.markdown(f"**{kind.capitalize()} models**")
         show_table(shown[shown["kind"] == kind].drop(columns="kind"), f"kv_egress_{kind}", config=EGRESS_COLUMNS)
-    fig = px.bar(table, x="model", y="egress_gbps", color="model", pattern_shape="kind",
-                 color_discrete_map=color_map(table["model"]),
-                 labels={"egress_gbps": "egress B_out (Gbit/s)"})
-    fig.update_xaxes(title_text="")
-    fig.add_hline(y=float(link), line_dash="dot", line_color="gray",
-                  annotation_text=f"link {float(link):g} Gbit/s")
-    fig.update_layout(legend=LEGEND_TOP, margin={"t": 40})
-    st.plotly_chart(fig, key="egress_chart")
+    st.plotly_chart(figures.egress_figure(table, float(link)), key="egress_chart")
 
 
 def _paper_section() -> None:

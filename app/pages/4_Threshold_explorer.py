@@ -1,7 +1,7 @@
 """Threshold explorer: the paper's throughput model (Eq. 3-8) on a scenario, with knobs for the
 PrfaaS cluster, the link and the length law; the optimum, both baselines, and where the link binds.
 
-Layout only; the numbers come from `app.threshold_view`.
+Layout only; the numbers come from `app.threshold_view`, the figures from `app.figures`.
 """
 
 from __future__ import annotations
@@ -10,10 +10,9 @@ import dataclasses
 import math
 
 import pandas as pd
-import plotly.graph_objects as go
 import streamlit as st
 
-from app.palette import POOL_COLORS
+from app import figures
 from app.paper_compare import case_study_table
 from app.paper_view import show_case_study_table
 from app.threshold_view import (
@@ -29,7 +28,6 @@ from app.threshold_view import (
     load_base,
     own_figures,
     plan_json,
-    shown_ranges,
     summary_numbers,
     with_overrides,
 )
@@ -42,12 +40,10 @@ cluster and splits the local instances into **n_p** prefill and **n_d** decode. 
 Θ_pd_p/(1−p) and the decoders' Θ_pd_d; the best t balances the first two.
 """
 KNOB_KEYS = ("te_n_prfaas", "te_b_out_gbps", "te_use_lognormal", "te_mu", "te_sigma")
-COLORS = {**POOL_COLORS, "lambda": "#222222"}
 METRIC_HELP = {
     "Bottleneck": "the term of Eq. 6 that sets Λ_max at the optimum",
     "PrfaaS path bound by": "Eq. 3 at the optimum: compute (N_prfaas / T_remote) or link (B_out / S_kv)",
 }
-LEGEND_TOP = {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom"}
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
@@ -105,66 +101,14 @@ def _metrics(found: Exploration) -> None:
             col.metric(label, numbers[label], help=METRIC_HELP.get(label))
 
 
-def _baseline_lines(fig: go.Figure, found: Exploration) -> None:
-    for name, point, dash, where in (
-        ("homogeneous PD", found.plan.homogeneous, "dash", "bottom right"),
-        ("naive", found.plan.naive, "dot", "top right"),
-    ):
-        fig.add_hline(y=point.lambda_max, line_dash=dash, line_color="gray",
-                      annotation_text=f"{name} {point.lambda_max:.2f}", annotation_position=where)
-
-
 def _t_chart(found: Exploration) -> None:
-    curves, best = found.curves, found.plan.prfaas
-    fig = go.Figure()
-    for column, name, color, width in (
-        ("prfaas_limit", "Θ_prfaas / p", COLORS["prfaas"], 2),
-        ("pd_p_limit", "Θ_pd_p / (1 − p)", COLORS["pd_p"], 2),
-        ("pd_d_limit", "Θ_pd_d", COLORS["pd_d"], 2),
-        ("lambda_max", "Λ_max(t)", COLORS["lambda"], 4),
-    ):
-        fig.add_scatter(x=curves["t"], y=curves[column], name=name, mode="lines",
-                        line={"color": color, "width": width}, opacity=0.6 if width > 2 else 1.0)
-    ceiling = 2.5 * max(best.lambda_max, found.plan.homogeneous.lambda_max,
-                        found.plan.naive.lambda_max, 1e-9)
-    x_lo, x_hi = float(curves["t"].min()), float(curves["t"].max())
-    shaded = shown_ranges(found.bound_ranges, x_lo, x_hi)
-    for lo, hi in shaded:
-        fig.add_vrect(x0=lo, x1=hi, fillcolor="orange", opacity=0.15, line_width=0)
-        # Annotations on a log axis take log10(x); shapes take x itself.
-        fig.add_annotation(x=math.log10(lo), y=ceiling * 0.03, xanchor="left", yanchor="bottom",
-                           text="link-bound", showarrow=False, font={"color": "#b35900"})
-    _baseline_lines(fig, found)
-    if best.p > 0:
-        fig.add_vline(x=best.t, line_dash="dash", line_color=COLORS["lambda"])
-        fig.add_annotation(x=math.log10(best.t), y=ceiling * 0.97, xanchor="left", yanchor="top",
-                           showarrow=False, align="left",
-                           text=f" t* = {best.t:,.0f}<br> Λ_max = {best.lambda_max:.3f} req/s")
-    ticks = [2.0**k for k in range(math.floor(math.log2(x_lo)), math.ceil(math.log2(x_hi)) + 1)]
-    fig.update_xaxes(type="log", title="threshold t (tokens)", tickvals=ticks,
-                     ticktext=[_tokens_label(t) for t in ticks])
-    fig.update_yaxes(range=[0, ceiling], title="requests per second")
-    fig.update_layout(legend=LEGEND_TOP, margin={"t": 40})
-    st.plotly_chart(fig, key="t_chart")
-    st.caption(curves_caption(best.n_p, best.n_d, is_shaded=bool(shaded)))
-
-
-def _tokens_label(tokens: float) -> str:
-    return f"{tokens / 1024:g}K" if tokens >= 1024 else f"{tokens:g}"
+    st.plotly_chart(figures.threshold_figure(found), key="t_chart")
+    best = found.plan.prfaas
+    st.caption(curves_caption(best.n_p, best.n_d, is_shaded=bool(found.shaded_ranges)))
 
 
 def _split_chart(found: Exploration) -> None:
-    split, best = found.split, found.plan.prfaas
-    colors = [COLORS["prfaas"] if n_p == best.n_p else "#9ecae1" for n_p in split["n_p"]]
-    fig = go.Figure(go.Bar(x=split["split"], y=split["lambda_max"], marker_color=colors,
-                           customdata=split[["t", "bottleneck"]], name="PrfaaS at best t",
-                           hovertemplate="n_p:n_d %{x}<br>Λ_max %{y:.3f} req/s<br>t %{customdata[0]:,.0f}"
-                                         "<br>%{customdata[1]}<extra></extra>"))
-    _baseline_lines(fig, found)
-    fig.update_xaxes(title="local split n_p:n_d", type="category")
-    fig.update_yaxes(title="Λ_max (req/s)")
-    fig.update_layout(margin={"t": 40}, showlegend=False)
-    st.plotly_chart(fig, key="split_chart")
+    st.plotly_chart(figures.split_figure(found), key="split_chart")
 
 
 st.set_page_config(page_title="Threshold explorer · PrfaaS Lab", layout="wide")

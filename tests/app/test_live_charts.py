@@ -20,6 +20,7 @@ from app.live_charts import (
     ttft_spec,
 )
 from app.live_view import metrics_frame
+from app.recorded_meta import RecordedMeta
 
 from .conftest import snap
 
@@ -33,6 +34,11 @@ def _frame(thresholds: list[float | None]) -> pd.DataFrame:
 def _layers(spec: dict) -> list[dict]:
     """Every unit layer of a spec, left axis first."""
     return [layer for group in spec["layer"] for layer in group["layer"]]
+
+
+def _knob_rows(lines: list[str]) -> pd.DataFrame:
+    """decision_rows of a record whose knob changes are `lines`."""
+    return decision_rows(RecordedMeta.from_json({"knob_changes": lines}))
 
 
 def _series_layer(spec: dict, name: str) -> dict:
@@ -62,7 +68,7 @@ def test_every_chart_keeps_its_spec_while_its_data_grow() -> None:
     then updates the data of the view it has instead of drawing a new one."""
     small = metrics_frame([snap(1.0, egress_bit_per_s=4e6)])
     large = metrics_frame([snap(t, egress_bit_per_s=4e6 * t) for t in (1.0, 2.0, 3.0)])
-    rows = decision_rows({"knob_changes": ["t=1.5s control: threshold -> 4096 tokens"]})
+    rows = _knob_rows(["t=1.5s control: threshold -> 4096 tokens"])
     for build in (lambda f: ttft_spec(f, rows), lambda f: egress_spec(f, rows), queues_spec, share_spec,
                   link_health_spec):
         before, after = build(small), build(large)
@@ -72,7 +78,7 @@ def test_every_chart_keeps_its_spec_while_its_data_grow() -> None:
 
 
 def test_decisions_are_marked_with_what_happened_and_why() -> None:
-    rows = decision_rows({"knob_changes": ["t=1.5s control: threshold -> 4096 tokens", "no time: ignored"]})
+    rows = _knob_rows(["t=1.5s control: threshold -> 4096 tokens", "no time: ignored"])
     marks = ttft_spec(_frame([2048.0, 4096.0]), rows)["datasets"][DECISIONS]
     # the label stands along the plot's ~100 px height; the tooltip has the words whole
     assert marks[["t_s", "label", "what"]].values.tolist() == [[1.5, "t→4,096", "threshold -> 4096 tokens"]]
@@ -84,7 +90,7 @@ def test_decisions_are_marked_with_what_happened_and_why() -> None:
 
 def test_many_decisions_are_numbered_in_table_order() -> None:
     lines = [f"t={i}.0s control: threshold -> {1000 + i} tokens" for i in range(MAX_LABELLED + 1)]
-    marks = egress_spec(metrics_frame([snap(1.0)]), decision_rows({"knob_changes": lines}))["datasets"][DECISIONS]
+    marks = egress_spec(metrics_frame([snap(1.0)]), _knob_rows(lines))["datasets"][DECISIONS]
     assert marks["label"].tolist() == [str(i + 1) for i in range(MAX_LABELLED + 1)]
 
 

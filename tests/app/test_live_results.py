@@ -8,14 +8,15 @@ from pathlib import Path
 import yaml
 
 from app.live_results import replay_file
+from app.recorded_meta import RecordedMeta
 from emulator.api import SCENARIOS_DIR
 from emulator.scenario import load_scenario
 
-META = {
+META = RecordedMeta.from_json({
     "control_events": [{"at_s": 12.0, "set": {"router.threshold_tokens": 4096}}],
     "knob_changes": ["t=12.0s control: threshold -> 4096 tokens", "t=15.5s control: arrivals paused",
                      "t=21.25s control: arrivals resumed"],
-}
+})
 
 
 def test_the_file_keeps_the_engine_the_run_ran_on_and_replays(tmp_path: Path) -> None:

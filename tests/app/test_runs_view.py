@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from app.recorded_meta import RecordedMeta
 from app.runs_compare import (
     compare_cdfs,
     compare_colors,
@@ -144,8 +145,8 @@ def test_compare_table_and_cdfs_side_by_side(runs_dir: Path) -> None:
     assert table.loc["engine"].tolist() == ["virtual", "live", "-", "-"]
     assert table.loc["failed"].tolist() == ["1", "1", "0", "0%"]
     assert table.loc["failed: link_down"].tolist() == ["1", "1", "0", "0%"]  # failures lined up by reason
-    assert table.loc["model"].tolist()[:2] == [runs["slow-virtual"].meta.get("model") or "-",
-                                                runs["fast-live"].meta.get("model") or "-"]
+    assert table.loc["model"].tolist()[:2] == [runs["slow-virtual"].meta.model or "-",
+                                                runs["fast-live"].meta.model or "-"]
     cdfs = compare_cdfs(runs)  # each run by what tells it apart: the scenario here, not its folder
     assert cdfs.groupby("group").size().to_dict() == {"fixture-1": 5, "fixture-2": 5}
     assert compare_names(runs) == {"slow-virtual": "fixture-2", "fast-live": "fixture-1"}
@@ -192,9 +193,9 @@ def test_format_number(value: object, text: str) -> None:
 
 
 def test_link_backend_names_the_virtual_engine() -> None:
-    assert link_backend({"engine": "live", "link_backend": "netem"}) == "netem"
-    assert link_backend({"engine": "virtual"}) == "simulated"
-    assert link_backend({}) == "unknown"
+    assert link_backend(RecordedMeta.from_json({"engine": "live", "link_backend": "netem"})) == "netem"
+    assert link_backend(RecordedMeta.from_json({"engine": "virtual"})) == "simulated"
+    assert link_backend(RecordedMeta.from_json({})) == "unknown"
 
 
 def test_csv_bytes_round_trip(runs_dir: Path) -> None:
