@@ -11,13 +11,13 @@ import contextlib
 import logging
 import statistics
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal
+from typing import Any
 
-from emulator.control.scheduler import RoleChange, ThresholdChange
 from emulator.control.types import RequestSpec
-from emulator.errors import PrfaasError, TelemetryError
+from emulator.errors import TelemetryError
+from emulator.knobs import timeline_event
 from emulator.live.gateway import Gateway
-from emulator.live.knobs import Knobs
+from emulator.live.knobs import knob_state
 from emulator.live.launcher import WorkerProcesses
 from emulator.live.pacing import WorkloadClock
 from emulator.live.teardown import BUDGET_S, Step, in_thread, settle
@@ -25,10 +25,19 @@ from emulator.net.backend import TO_LOCAL
 from emulator.net.shaped_stream import MAX_CHUNK_BYTES
 from emulator.net.spec import LinkSpec
 from emulator.net.topology import Topology
-from emulator.run import feed, timeline
+from emulator.run import timeline
 from emulator.run.feed import Interval
-from emulator.run.knobs import timeline_event
-from emulator.run.timeline import NodeAction
+from emulator.run.protocol import (
+    Action,
+    EndRun,
+    KillNode,
+    Note,
+    PauseArrivals,
+    ReshapeLink,
+    RestartNode,
+    SetArrivalRate,
+)
+from emulator.run.steering import Steering
 from emulator.scenario import Scenario
 from emulator.telemetry.bus import TelemetryBus
 from emulator.telemetry.egress import CounterRead, EgressMeter, LinkSlack
@@ -41,7 +50,6 @@ METRICS_PERIOD_S = 0.5  # >= 2 Hz, as design.md asks
 MIN_EGRESS_INTERVAL_S = METRICS_PERIOD_S / 5  # a control snapshot sooner repeats the recorded rate
 SHAPER_STALL_S = 0.1  # a relay's writer late by this much catches up in a burst (measured: see link_slack)
 SCHEDULER_PERIOD_S = 1.0
-DRAIN_S = 120.0  # after the last arrival, how long open requests may take before they are failed
 
 
 class RunLoops:
@@ -53,8 +61,8 @@ class RunLoops:
         self.announce = announce  # publishes a status message (state, note)
         arrival = scenario.workload.arrival
         self.clock = WorkloadClock(arrival.rate_per_s if arrival is not None else None)
-        self.knobs = Knobs(gateway.router, gateway.scheduler, self.clock, lambda: topology.spec,
-                           self._update_link, gateway.set_split)
+        self.steering = Steering(gateway.core, topology.spec, can_pause=True)
+        gateway.run_action = self._run_action
         self.egress = EgressMeter(_capacity(topology.spec), link_slack(topology), t_s=gateway.now(),
                                   min_interval_s=MIN_EGRESS_INTERVAL_S)
         self.egress_refused: list[str] = []  # samples above the link's capacity: a sampler bug, tests hold it empty
@@ -91,22 +99,23 @@ class RunLoops:
         return [task.get_name() for task in stuck]
 
     async def _wait_for_end(self, stop: asyncio.Event, progress, tasks: list[asyncio.Task]) -> str:
-        total, gateway = num_due(self.requests, self.scenario), self.gateway
-        deadline = self.scenario.duration_s + DRAIN_S
+        """Until the core ends the run (emulator.run.ending: every request ended after the
+        arrivals, or the drain is over) or `stop` is set."""
+        total, gateway, core = num_due(self.requests, self.scenario), self.gateway, self.gateway.core
         while True:
             for task in tasks:  # a loop that died is a bug: end the run loudly, not at the deadline
                 if task.done() and not task.cancelled() and task.exception() is not None:
                     raise task.exception()
-            ended = len(gateway.core.records)
             if progress is not None:
-                progress(ended, total, gateway.now())
+                progress(len(core.records), total, gateway.now())
             if stop.is_set():
                 return "run interrupted by a signal before this request ended"
-            if self._arrivals_done.is_set() and not gateway.core.open:
-                return "run ended"
-            if gateway.now() > deadline:
-                return (f"run ended: not finished within {DRAIN_S:g} s "
-                        f"after the scenario's {self.scenario.duration_s:g} s")
+            if self._arrivals_done.is_set() and not core.arrivals_over:
+                await gateway.execute(core.end_arrivals(gateway.now()))
+            if core.arrivals_over and core.end_reason is None and gateway.now() > core.ending.end_s:
+                await gateway.execute(core.drain_over(gateway.now()))
+            if core.end_reason is not None:
+                return core.end_reason
             gateway.changed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(gateway.changed.wait(), 0.5)
@@ -135,17 +144,7 @@ class RunLoops:
                 return
             if event.burst is not None:
                 continue  # part of the arrivals already
-            plan = timeline.interpret(event, self.gateway.router.state, self.topology.spec,
-                                      has_scheduler=self.gateway.scheduler is not None)
-            self.gateway.core.refresh_feed()
-            done, refused = [], plan.refused
-            try:
-                for step in plan.steps:
-                    done.append(await self._node_action(step) if isinstance(step, NodeAction)
-                                else await self.knobs.perform(step))
-            except PrfaasError as err:
-                refused = str(err)
-            await self._note("timeline", timeline.words(done, refused), self.knob_changes)
+            await self.gateway.execute(self.steering.timeline(event))
             await self._snapshot(record=False)
 
     async def _update_link(self, spec: LinkSpec) -> None:
@@ -158,31 +157,46 @@ class RunLoops:
         finally:  # in force from somewhere within the call: the meter allows the higher until its end
             egress.set_capacity(self.gateway.now(), _capacity(self.topology.spec))
 
-    async def _node_action(self, action: NodeAction) -> str:
+    async def _run_action(self, act: Action) -> None:
+        """What the core asks of the run outside its requests and nodes: the real link, the
+        wall-clock arrivals, a worker's process, the logs, the end."""
+        if isinstance(act, ReshapeLink):
+            await self._update_link(act.spec)
+            self.steering.link = self.topology.spec  # as the link now stands
+        elif isinstance(act, SetArrivalRate):
+            self.clock.set_rate(act.rate_per_s)
+        elif isinstance(act, PauseArrivals):
+            (self.clock.resume if act.resume else self.clock.pause)()
+        elif isinstance(act, KillNode | RestartNode):
+            self._node_process(act)
+        elif isinstance(act, Note):
+            await self._note(act.source, act.words, self.decisions if act.source == "scheduler" else self.knob_changes)
+        elif isinstance(act, EndRun):
+            self.gateway.changed.set()
+
+    def _node_process(self, act: KillNode | RestartNode) -> None:
         """Kill or restart a worker's process; its connection closing (or a new hello) tells the
         gateway, which hands the run core the node loss (or return)."""
-        node = self.gateway.nodes.get(action.node)
-        spawn_name = node.spawn_name if node is not None else str(action.node)
-        if action.kill:
-            return f"kill {action.node}: {'done' if self.workers.kill(spawn_name) else 'not running'}"
-        return f"restart {action.node}: {'started' if self.workers.restart(spawn_name) else 'still running'}"
+        spawn_name = self.gateway.nodes.at(act.slot).spawn_name
+        done = self.workers.kill(spawn_name) if isinstance(act, KillNode) else self.workers.restart(spawn_name)
+        if not done:
+            log.info("%s %s: %s", "kill" if isinstance(act, KillNode) else "restart", spawn_name,
+                     "not running" if isinstance(act, KillNode) else "still running")
 
     async def _commands(self) -> None:
         async for command in self.bus.commands():
             if self._ended.is_set():
                 return
-            try:
-                what = await self.knobs.apply_command(command)
-                if (event := timeline_event(command, self.gateway.now())) is not None:
-                    self.control_events.append(event)
-            except PrfaasError as err:
-                what = f"refused {command.knob.value}: {err}"
-            self.gateway.core.refresh_feed()
-            await self._note("control", what, self.knob_changes)
+            acts = self.steering.command(command)
+            note = acts[-1]
+            assert isinstance(note, Note)
+            if not note.refused and (event := timeline_event(command, self.gateway.now())) is not None:
+                self.control_events.append(event)
+            await self.gateway.execute(acts)
             # publish the effect at once (knob-to-effect is measured on it); the recorded timeseries
             # keeps its METRICS_PERIOD_S cadence, so a flood of commands cannot grow it
             await self._snapshot(record=False)
-            await self.announce("running", f"control: {what}")  # the status topic says what it took
+            await self.announce("running", f"control: {note.words}")  # the status topic says what it took
 
     async def _metrics(self) -> None:
         while not self._ended.is_set():
@@ -214,7 +228,7 @@ class RunLoops:
                 link_capacity_bit_per_s=_capacity(spec), link_utilization=sample.utilization,
                 retrans_rate=retrans, rtt_ms=rtt, threshold_tokens=gateway.router.config.threshold_tokens,
                 roles=gateway.nodes.roles(), devices=gateway.nodes.devices(), link=_link_fields(spec),
-                knobs=self.knobs.reported(),
+                knobs=knob_state(gateway.core.state, gateway.scheduler is not None, self.clock),
             )
             self.latest = snapshot
             if record:
@@ -247,11 +261,9 @@ class RunLoops:
             return
         while not self._ended.is_set():
             await asyncio.sleep(SCHEDULER_PERIOD_S)
-            scheduler, interval, now = self.gateway.core.fed, self._interval(), self.gateway.now()
-            if scheduler is None or interval is None:
-                continue  # every loop is off, or nothing measured yet
-            for decision in feed.tick(scheduler, now, interval):
-                await self._apply(decision)
+            interval = self._interval()
+            if interval is not None:  # nothing measured yet: no tick
+                await self.gateway.execute(self.steering.tick(self.gateway.now(), interval))
 
     def _interval(self) -> Interval | None:
         """The last interval as the scheduler reads it: the remote senders' TCP view of the link
@@ -266,16 +278,7 @@ class RunLoops:
         return Interval(goodput, snapshot.link_utilization or 0.0, snapshot.retrans_rate or 0.0, inflation,
                         q.remote_prefill, q.local_prefill, q.decode)
 
-    async def _apply(self, decision: ThresholdChange | RoleChange) -> None:
-        """A threshold change is in the control state already (the scheduler wrote it there); a
-        role change drains the node first (the run core flips it once it holds nothing)."""
-        if isinstance(decision, RoleChange):
-            slot = self.gateway.board.slot_of(decision.node)
-            if slot >= 0:
-                await self.gateway.request_flip(slot, decision.to_role)
-        await self._note("scheduler", decision.reason, self.decisions)
-
-    async def _note(self, source: Literal["scheduler", "control", "timeline"], what: str, into: list[str]) -> None:
+    async def _note(self, source: str, what: str, into: list[str]) -> None:
         """Log and record one line of the knob or decision log, and publish it as it happens."""
         now = self.gateway.now()
         line = timeline.note(now, source, what)

@@ -37,6 +37,7 @@ from emulator.net.names import check_run_id, new_run_id
 from emulator.net.topology import LOCAL, Topology
 from emulator.plane import ControlPlane, make_control_plane
 from emulator.run.board import NodeBoard
+from emulator.run.ending import EndPolicy
 from emulator.run.meta import make_run_meta
 from emulator.scenario import Scenario
 from emulator.telemetry.atomic_write import make_dir, write_atomic
@@ -144,7 +145,8 @@ class LiveSession:
         self.nodes = NodeTable(board, [w.spawn_name for w in self.plans],  # the plans are in slot order
                                [self.placement.of(w.cluster, w.index).label for w in self.plans])
         settings = GatewaySettings(run_id, scenario.seed, scenario.prefix_cache.block_tokens)
-        self.gateway = Gateway(settings, plane, self.nodes, self._kv_target, bus)
+        self.gateway = Gateway(settings, plane, self.nodes, self._kv_target, bus,
+                               EndPolicy.of(scenario.duration_s, scenario.drain_s))
         self.log_dir = self.out_dir / "logs"  # one file per worker, kept with the run's record
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.workers: WorkerProcesses | None = None
@@ -214,7 +216,7 @@ class LiveSession:
         note = f"stopping ({self.stopped_by or 'stop'}): what is open fails `interrupted`" if stopped else end_reason
         await t.step(Step.STATUS, self._status("failed" if error else "draining", note))
         reason = open_fail_reason(self.outcome)
-        await t.step(Step.FAIL_OPEN, self.gateway.fail_open(reason, detail))  # also marks the gateway stopping
+        await t.step(Step.FAIL_OPEN, self.gateway.stop(reason, detail))  # also marks the core stopping
         self._fail_rest(reason, detail)
         if stopped:
             self.stopped_at_s = self.loops.duration_s if self.loops is not None else max(self.gateway.now(), 0.0)
@@ -235,7 +237,7 @@ class LiveSession:
 
     def _fail_rest(self, reason: FailReason, detail: str) -> None:
         """End, without any I/O, whatever `fail_open` did not reach within its budget."""
-        self.gateway.core.fail_open(reason, detail, self.gateway.now())
+        self.gateway.core.stop(reason, detail, self.gateway.now())
 
     async def _wait_for_workers(self, stop: asyncio.Event) -> None:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S

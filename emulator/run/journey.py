@@ -37,11 +37,12 @@ ENDED: Final = 5
 
 class Journey:
     """A request across its attempts. `arrival_s` and `attempts` survive a retry; the rest is the
-    current attempt's and `reset` forgets it. `prefill_slot`/`decode_slot` are the core's node
-    slots (-1: none yet). `handle` is the engine's own per-attempt mechanics (the virtual engine's
+    current attempt's and `reset` forgets it. `attempt_id` names the current attempt in the run
+    (the core's events carry it; the live engine's wire id). `prefill_slot`/`decode_slot` are the
+    core's node slots (-1: none yet). `handle` is the engine's own per-attempt mechanics (the virtual engine's
     transfer, the live engine's wire id); the core never reads it. `record` is its ending."""
 
-    __slots__ = ("spec", "arrival_s", "attempts", "stage", "route", "prefill_slot", "decode_slot",
+    __slots__ = ("spec", "arrival_s", "attempts", "attempt_id", "stage", "route", "prefill_slot", "decode_slot",
                  "prefill_node", "decode_node", "cached_len", "incremental_len", "prefill_start_s",
                  "prefill_end_s", "transfer_start_s", "transfer_end_s", "kv_bytes", "first_token_s",
                  "handle", "record")
@@ -68,6 +69,7 @@ class Journey:
     def reset(self) -> None:
         """Forget what the previous attempt reached (arrival and attempts stay)."""
         self.stage = ARRIVED
+        self.attempt_id = -1
         self.route = self.prefill_node = self.decode_node = None
         self.prefill_slot = self.decode_slot = -1
         self.cached_len = 0

@@ -53,6 +53,7 @@ class Scenario(Section):
     engine: Literal["live", "virtual"]
     seed: Seed = 0
     duration_s: Duration  # arrivals stop here; the run then drains
+    drain_s: Duration | None = None  # then what is open fails `unfinished` (None: max(duration_s, 120 s))
     model: ModelSpec
     clusters: ClustersSpec
     link: LinkSpec = Field(default_factory=LinkSpec)

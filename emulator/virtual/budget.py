@@ -1,18 +1,19 @@
-"""When a virtual run ends, whatever its inputs: a simulated-time budget and an event budget, and the
-reason the run ended, which summary.json records (`meta.end_reason` in words, `meta.engine_details.sim`
-as `end`, `time_budget_s` and `event_budget`). The live engine's end policy (a drain on the wall
-clock) is its own; a later issue unifies the two.
+"""When a virtual run ends, whatever its inputs: the run's end policy (emulator.run.ending, alike on
+both engines) in simulated seconds, an event budget, and the reason the run ended, which
+summary.json records (`meta.end_reason` in words, `meta.engine_details.sim` as `end`,
+`time_budget_s` and `event_budget`).
 
 A virtual run ends at the first of:
   1. no event left: every request has ended (`all_ended`);
   2. the caller's `until` (a saturation run measures a window and leaves the rest open: `until`);
-  3. the simulated-time budget: the scenario's duration_s plus a drain of max(duration_s, 3,600 s)
-     (`time_budget`). Arrivals stop at duration_s, so this is how long requests may take to end;
+  3. the end of the drain: the scenario's duration_s plus its drain_s, by default max(duration_s,
+     120 s) (`time_budget`). Arrivals stop at duration_s, so this is how long requests may take to end;
+     what is open then fails `unfinished`, as on the live engine (RunCore.drain_over);
   4. the event budget: 1,000,000 + 1,000 per request + 10 per second of the time budget
-     (`event_budget`), a backstop against events that keep scheduling each other at one instant.
+     (`event_budget`), a backstop against events that keep scheduling each other at one instant;
+     what is open then fails `unfinished`, its detail naming the budget.
 Neither budget depends on a knob's value, so no value (a link at 1 kbit/s, a cut link) can postpone
-the end. At 3 and 4, every request still open fails `unfinished`, its detail naming the budget.
-Its user may stop it before (a signal, the Live page's Stop, a stop callback: `stopped`): what is open
+the end. Its user may stop it before (a signal, the Live page's Stop, a stop callback: `stopped`): what is open
 then fails `interrupted`, and the run's outcome is `stopped` (emulator.telemetry.outcome).
 """
 
@@ -22,7 +23,8 @@ import math
 from dataclasses import dataclass
 from enum import StrEnum
 
-MIN_DRAIN_S = 3_600.0  # after the arrivals end, open requests get at least an hour of simulated time
+from emulator.run.ending import EndPolicy
+
 BASE_EVENTS = 1_000_000
 EVENTS_PER_REQUEST = 1_000  # a case-study run takes ~6; a congested fluid link re-times every transfer
 EVENTS_PER_SIM_S = 10  # the 1 s sampler, timeline events and scheduler ticks
@@ -45,12 +47,11 @@ class EndBudget:
     drain_s: float = 0.0
 
     @classmethod
-    def of(cls, duration_s: float, num_requests: int) -> EndBudget:
+    def of(cls, duration_s: float, num_requests: int, drain_s: float | None = None) -> EndBudget:
         """The budgets of a run of `duration_s` arrivals over at most `num_requests` requests."""
-        drain_s = max(duration_s, MIN_DRAIN_S)
-        end_s = duration_s + drain_s
-        events = BASE_EVENTS + EVENTS_PER_REQUEST * num_requests + EVENTS_PER_SIM_S * math.ceil(end_s)
-        return cls(end_s, events, drain_s)
+        ending = EndPolicy.of(duration_s, drain_s)
+        events = BASE_EVENTS + EVENTS_PER_REQUEST * num_requests + EVENTS_PER_SIM_S * math.ceil(ending.end_s)
+        return cls(ending.end_s, events, ending.drain_s)
 
     def end(self, *, num_run: int, num_left: int, next_s: float, until: float | None) -> SimEnd:
         """Why the event loop returned, from what it did (`num_run` events, `num_left` still queued,

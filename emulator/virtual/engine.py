@@ -14,15 +14,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import emulator.accel_on  # noqa: F401  (first: the compiled build, when current, runs the modules below)
+import emulator.virtual.accel_on  # noqa: F401  (first: the compiled build, when current, runs the modules below)
 from emulator.auto_rate import is_auto, modelled_rate, with_arrival_rate
 from emulator.control.types import FailReason, RequestSpec
 from emulator.plane import ControlPlane, make_control_plane
+from emulator.run.ending import EndPolicy
+from emulator.run.meta import make_run_meta
 from emulator.scenario import Scenario
 from emulator.telemetry.outcome import RunOutcome, stopped_detail, stopped_reason
 from emulator.telemetry.recorder import RunRecorder
 from emulator.telemetry.records import RequestRecord
-from emulator.telemetry.run_meta import EngineKind, RunMeta, make_run_meta
+from emulator.telemetry.run_meta import EngineKind, RunMeta
 from emulator.telemetry.timeseries import TimeseriesRow
 from emulator.virtual.budget import EndBudget, SimEnd
 from emulator.virtual.core import Simulator
@@ -98,7 +100,7 @@ def simulate(scenario: Scenario, *, until: float | None = None, progress: Progre
         coverage = WorkloadCoverage("given", num_due(requests, scenario))
     coverage = coverage if rate is None else with_arrival_rate(coverage, rate)
     log.info("workload: %s", coverage.statement)
-    budget = budget or EndBudget.of(scenario.duration_s, len(requests))
+    budget = budget or EndBudget.of(scenario.duration_s, len(requests), scenario.drain_s)
     costs = CostModel.from_inputs(plane.inputs, plane.profile_source)
     sim = Simulator()
     to_local, to_remote = link_states(scenario.link, scenario.transport.connections)
@@ -107,7 +109,8 @@ def simulate(scenario: Scenario, *, until: float | None = None, progress: Progre
     gateway = Gateway(sim, plane, costs, FluidLink(sim, to_local), FluidLink(sim, to_remote),
                       num_remote=scenario.clusters.remote.instances, num_local=local.instances, n_p=n_p,
                       block_tokens=scenario.prefix_cache.block_tokens,
-                      use_index=needs_index(scenario, requests))
+                      use_index=needs_index(scenario, requests),
+                      ending=EndPolicy.of(scenario.duration_s, scenario.drain_s))
     arrival = scenario.workload.arrival
     arrivals = Arrivals(sim, gateway, requests, arrival.rate_per_s if arrival is not None else None,
                         scenario.duration_s)
@@ -116,18 +119,20 @@ def simulate(scenario: Scenario, *, until: float | None = None, progress: Progre
     loops.start()
     stop_at: RunStopped | None = None
     num_run = num_open = 0
+    core = gateway.core
     with cycle_collector_paused():
         try:
             num_run = sim.run(until, horizon_s=budget.end_s, max_events=budget.max_events)
         except RunStopped as stopped:
-            stop_at, num_open = stopped, len(gateway.core.open)
+            stop_at, num_open = stopped, len(core.open)
             log.warning("run %s: %d requests still open fail `interrupted`", stopped, num_open)
-            gateway.fail_open(FailReason.INTERRUPTED, stopped_detail(stopped.by))
+            gateway.execute(core.stop(FailReason.INTERRUPTED, stopped_detail(stopped.by), sim.now))
     end = SimEnd.STOPPED if stop_at is not None else budget.end(
         num_run=num_run, num_left=len(sim), next_s=sim.next_time(), until=until)
-    if end is not SimEnd.UNTIL and gateway.core.open:
-        log.warning("%s: %d requests still open; failing them", end.value, len(gateway.core.open))
-        gateway.fail_open(FailReason.UNFINISHED, budget.detail(end, sim.now))
+    if end is not SimEnd.UNTIL and core.open:
+        log.warning("%s: %d requests still open; failing them", end.value, len(core.open))
+        gateway.execute(core.drain_over(max(sim.now, budget.end_s)) if end is SimEnd.TIME_BUDGET
+                        else core.stop(FailReason.UNFINISHED, budget.detail(end, sim.now), sim.now))
     return Simulation(gateway.core.records, loops.samples, plane, costs, gateway, loops, len(requests), coverage,
                       sim.num_events, sim.now, time.perf_counter() - wall_start, end, budget, stop_at, num_open)
 
@@ -190,7 +195,9 @@ def run_meta(scenario: Scenario, result: Simulation) -> RunMeta:
         ended, outcome = stopped_reason(stop.by, stop.at_s, result.num_stopped_open), RunOutcome.STOPPED
     else:
         num_unfinished = sum(r.fail_reason == FailReason.UNFINISHED for r in result.records)
-        ended, outcome = result.budget.words(result.end, num_unfinished), RunOutcome.FINISHED
+        by_policy = result.end in (SimEnd.ALL_ENDED, SimEnd.TIME_BUDGET) and result.gateway.core.end_reason
+        ended = by_policy or result.budget.words(result.end, num_unfinished)
+        outcome = RunOutcome.FINISHED
     return make_run_meta(
         scenario, result.plane, engine=EngineKind.VIRTUAL, link_backend="simulated",
         link_backend_reason="the virtual engine's fluid link model", decisions=result.loops.decisions,

@@ -11,13 +11,11 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from emulator.control.scheduler import RoleChange
 from emulator.control.types import RequestSpec
-from emulator.errors import PrfaasError
-from emulator.run import feed, timeline
+from emulator.run import timeline
 from emulator.run.feed import Interval
-from emulator.run.knobs import KnobEffect, Pause, SetLink, SetRate, SetSplit
-from emulator.run.timeline import NodeAction
+from emulator.run.protocol import Action, EndRun, Note, PauseArrivals, ReshapeLink, SetArrivalRate
+from emulator.run.steering import Steering
 from emulator.run.workload_clock import WorkloadTime
 from emulator.scenario import Scenario
 from emulator.scenario.parts import TimelineEvent
@@ -81,7 +79,9 @@ class Arrivals:
         self._arm()
 
     def _arm(self) -> None:
-        """Schedule the next arrival (a generation number voids the one planned before)."""
+        """Schedule the next arrival (a generation number voids the one planned before), or the
+        end of the arrivals: now when the list is spent, at the duration when the next one falls
+        after it (a rate change before then re-plans)."""
         self._gen = gen = self._gen + 1
         requests, index = self.requests, self.next_index
         if index < len(requests):  # not is_done (once per request: no property call)
@@ -89,6 +89,8 @@ class Arrivals:
             self.is_stopped = at >= self.end_s
             if not self.is_stopped:
                 self.sim.schedule(at, self._arrive, gen)
+                return
+        self.sim.schedule(max(self.sim.now, self.end_s) if index < len(requests) else self.sim.now, self._over, gen)
 
     def _arrive(self, gen: int) -> None:
         if gen != self._gen:
@@ -96,6 +98,11 @@ class Arrivals:
         self.gateway.arrive(self.requests[self.next_index])
         self.next_index += 1
         self._arm()
+
+    def _over(self, gen: int) -> None:
+        if gen == self._gen:
+            self.is_stopped = True
+            self.gateway.arrivals_over()
 
 
 class RunLoops:
@@ -107,7 +114,8 @@ class RunLoops:
         self.progress = progress
         self.stop = stop  # asked once per sample (1 simulated second): a stop lands within one
         self.expected = num_due(arrivals.requests, scenario)  # the progress total, at its pace
-        self.link_spec = scenario.link
+        self.steering = Steering(gateway.core, scenario.link, can_pause=False)
+        gateway.run_action = self._run_action
         self.samples: list[dict[str, float | None]] = []  # TimeseriesRow's columns, one dict a second
         self.decisions: list[str] = []
         self.knob_changes: list[str] = []
@@ -166,55 +174,31 @@ class RunLoops:
 
     def _tick(self, now: float, goodput: float, utilization: float, loss: float,
               remote: int, local: int, decode: int) -> None:
-        """One interval's observations, then whatever loop is due (run.feed, as the live engine)."""
-        scheduler = self.gateway.core.fed
-        assert scheduler is not None  # the sampler ticks only a scheduler it feeds
+        """One interval's observations, then whatever loop is due (run.steering, as the live engine)."""
         interval = Interval(goodput, utilization, loss, 1.0, remote, local, decode)  # fluid link: no queue
-        for decision in feed.tick(scheduler, now, interval):
-            if isinstance(decision, RoleChange):
-                self.gateway.request_flip(decision.node.index, decision.to_role)
-            self._note(timeline.note(now, "scheduler", decision.reason), self.decisions)
-
-    # ---- timeline ----
+        self.gateway.execute(self.steering.tick(now, interval))
 
     def _on_timeline(self, event: TimelineEvent) -> None:
-        gateway = self.gateway
-        plan = timeline.interpret(event, gateway.router.state, self.link_spec,
-                                  has_scheduler=gateway.scheduler is not None)
-        gateway.core.refresh_feed()  # a loop switched off stops the scheduler's feed too
-        done, refused = [], plan.refused
-        try:
-            for step in plan.steps:
-                if isinstance(step, NodeAction):
-                    done.append(gateway.kill(step.node) if step.kill else gateway.restart(step.node))
-                else:
-                    done.append(self._perform(step))
-        except PrfaasError as err:  # as the live engine: a refused knob is noted, the run goes on
-            refused = str(err)
-        self._note(timeline.note(self.sim.now, "timeline", timeline.words(done, refused)), self.knob_changes)
+        self.gateway.execute(self.steering.timeline(event))
 
-    def _perform(self, effect: KnobEffect) -> str:
-        """What the registry asks of the virtual mechanics: the fluid link, the arrival clock, the
-        split. (Pause and resume come only by control message, which a virtual run takes none of.)"""
-        action = effect.action
-        if isinstance(action, SetLink):
-            spec = self.link_spec = action.spec
-            to_local, to_remote = link_states(spec, self.scenario.transport.connections)
+    def _run_action(self, act: Action) -> None:
+        """What the core asks of the run outside its requests and nodes: the fluid link, the
+        arrival clock, the logs. (Pause and resume the core refuses: no wall clock to hold.)"""
+        if isinstance(act, ReshapeLink):
+            to_local, to_remote = link_states(act.spec, self.scenario.transport.connections)
             self.gateway.link.set_state(to_local)
             self.egress.set_capacity(self.sim.now, _capacity_bit_per_s(to_local))
             self.gateway.reverse_link.set_state(to_remote)
-        elif isinstance(action, SetRate):
-            self.arrivals.set_rate(action.rate_per_s)
-        elif isinstance(action, SetSplit):
-            return self.gateway.set_split(action.num_prefill)
-        elif isinstance(action, Pause):
-            raise PrfaasError("pause/resume: a virtual run has no wall clock to hold; "
-                              "shape arrivals with workload.arrival or a timeline burst")
-        return effect.words
-
-    def _note(self, line: str, into: list[str]) -> None:
-        log.info("%s", line)
-        into.append(line)
+        elif isinstance(act, SetArrivalRate):
+            self.arrivals.set_rate(act.rate_per_s)
+        elif isinstance(act, Note):
+            line = timeline.note(self.sim.now, act.source, act.words)
+            log.info("%s", line)
+            (self.decisions if act.source == "scheduler" else self.knob_changes).append(line)
+        elif isinstance(act, EndRun):
+            log.info("%.1f s: %s", self.sim.now, act.reason)
+        elif isinstance(act, PauseArrivals):
+            raise AssertionError("the run core refuses pause on the virtual engine")
 
 
 def _capacity_bit_per_s(state: LinkState) -> float | None:

@@ -1,6 +1,7 @@
 """The simulated instances: FIFO prefill instances and continuously batching decode instances.
 They keep time and queues; the run core (emulator.run) decides routes, retries and role flips and
-keeps the loads the router sees, and the gateway hears back through the callbacks it gives each node.
+keeps the loads the router sees, and the gateway hears back (a prefill started or ended, a first
+token, a request finished) through the callbacks it gives each node.
 """
 
 from __future__ import annotations
@@ -89,12 +90,12 @@ class DecodeNode:
 
     def __init__(self, sim: Simulator, node: NodeId, max_batch: int,
                  decode_s: Callable[[int], float], step_s: float,
-                 on_finish: Callable[[DecodeNode, Journey, float], None],
-                 on_idle: Callable[[DecodeNode], None]) -> None:
+                 on_first_token: Callable[[DecodeNode, Journey], None],
+                 on_finish: Callable[[DecodeNode, Journey, float], None]) -> None:
         self.sim, self.node, self.name = sim, node, str(node)
         self.max_batch = max_batch
         self.decode_s, self.step_s = decode_s, step_s
-        self.on_finish, self.on_idle = on_finish, on_idle
+        self.on_first_token, self.on_finish = on_first_token, on_finish
         self.active: dict[str, Journey] = {}  # by request id, in join order (deterministic)
         self.waiting: deque[Journey] = deque()
         self.peak_active = 0
@@ -120,7 +121,8 @@ class DecodeNode:
         active[spec.id] = journey
         if len(active) > self.peak_active:
             self.peak_active = len(active)
-        now = journey.first_token_s = self.sim.now
+        now = self.sim.now
+        self.on_first_token(self, journey)  # delivered as it joins
         self.sim.schedule(now + self.decode_s(spec.output_len), self._finish, (journey, self.epoch))
 
     def _finish(self, event: tuple[Journey, int]) -> None:
@@ -133,8 +135,6 @@ class DecodeNode:
         waiting = self.waiting
         while waiting and len(self.active) < self.max_batch:
             self._join(waiting.popleft())
-        if not self.active and not waiting:  # is_idle
-            self.on_idle(self)
 
     def kill(self) -> None:
         """Go down, dropping what it held (the run core says which requests that was)."""

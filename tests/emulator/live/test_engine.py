@@ -155,5 +155,5 @@ def test_a_killed_prefill_worker_loses_no_request(tmp_path: Path) -> None:
     # after the kill the remote cluster is down: later requests fall back to the local prefill node
     late = requests[requests["arrival_s"] > 2.0]
     assert (late["status"] == "completed").all() and (late["prefill_node"] == "local-prefill-0").all()
-    assert any("kill remote-prefill-0: done" in line for line in doc["meta"]["knob_changes"])
+    assert any("timeline: kill remote-prefill-0" in line for line in doc["meta"]["knob_changes"])
     assert_nothing_left(doc)

@@ -1,5 +1,5 @@
-"""A virtual run always ends (issue 25): within its simulated-time budget (duration + a drain of
-max(duration, 1 h)) and its event budget, with the reason in summary.json and every request still
+"""A virtual run always ends (issue 25): within the run's drain (duration + max(duration, 120 s),
+emulator.run.ending, as the live engine) and its event budget, with the reason in summary.json and every request still
 open failed `unfinished`; and a cut link (100 % loss) carries nothing until it is restored."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import pytest
 
 from emulator.scenario import Scenario
 from emulator.telemetry.recorder import load_run
-from emulator.virtual.budget import MIN_DRAIN_S, EndBudget, SimEnd
+from emulator.run.ending import MIN_DRAIN_S
+from emulator.virtual.budget import EndBudget, SimEnd
 from emulator.virtual.engine import record_run, simulate
 
 Small = Callable[..., Scenario]
@@ -23,11 +24,11 @@ def test_the_budgets_follow_the_duration_and_the_requests() -> None:
     short, long = EndBudget.of(10.0, 100), EndBudget.of(7200.0, 100)
     assert (short.end_s, short.drain_s) == (10.0 + MIN_DRAIN_S, MIN_DRAIN_S)
     assert (long.end_s, long.drain_s) == (14_400.0, 7200.0)
-    assert short.max_events == 1_000_000 + 1_000 * 100 + 10 * 3610
+    assert short.max_events == 1_000_000 + 1_000 * 100 + 10 * 130
     assert EndBudget.of(10.0, 200).max_events == short.max_events + 100_000
 
 
-def test_a_link_at_1_kbit_per_s_ends_at_the_time_budget(small: Small, tmp_path: Path) -> None:
+def test_a_link_at_1_kbit_per_s_ends_at_the_drain(small: Small, tmp_path: Path) -> None:
     """Was: the run went on until its last 10 MiB transfer crossed, a day of simulated time later."""
     scenario = small(duration_s=10, link={"bandwidth_mbit": 0.001})
     result = simulate(scenario)
@@ -37,15 +38,14 @@ def test_a_link_at_1_kbit_per_s_ends_at_the_time_budget(small: Small, tmp_path: 
     local = [r for r in result.records if r.route == "local"]
     assert remote and local and len(result.records) == result.gateway.core.num_arrived
     assert {(r.status, r.fail_reason) for r in remote} == {("failed", "unfinished")}
-    assert all("simulated-time budget (3610 s" in r.fail_detail for r in remote)
+    assert {r.fail_detail for r in remote} == {"still open 120 s after the scenario's 10 s (the run's drain)"}
     assert {r.status for r in local} == {"completed"}
     doc = record_run(scenario, result, tmp_path)
     _, timeseries, loaded = load_run(tmp_path)
     sim = loaded["meta"]["engine_details"]["sim"]
-    assert (sim["end"], sim["time_budget_s"], sim["event_budget"]) == ("time_budget", 3610.0, budget.max_events)
+    assert (sim["end"], sim["time_budget_s"], sim["event_budget"]) == ("time_budget", 130.0, budget.max_events)
     assert loaded["meta"]["end_reason"] == (
-        f"run ended: simulated-time budget of 3610 s (duration + 3600 s drain) spent; "
-        f"{len(remote)} requests still open failed unfinished")
+        f"run ended: {len(remote)} requests still open 120 s after the scenario's 10 s failed unfinished")
     assert doc["summary"]["failed_by_reason"] == {"unfinished": len(remote)}
     assert math.isfinite(sim["end_s"]) and not loaded.get("record_notes")
     assert timeseries["link_utilization"].dropna().between(0, 1 + 1e-9).all()  # a busy link: 1, up to float crumbs

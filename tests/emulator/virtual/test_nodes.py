@@ -55,8 +55,8 @@ def test_decode_batch_never_exceeds_bs_max_and_waiting_requests_join_in_order() 
     sim, finished = Simulator(), []
     node = DecodeNode(sim, NodeId(Cluster.LOCAL, Role.DECODE, 3), max_batch=3,
                       decode_s=lambda out: (out - 1) * 0.1, step_s=0.1,
-                      on_finish=lambda _n, j, tpot: finished.append((j.spec.id, j.first_token_s, sim.now, tpot)),
-                      on_idle=lambda _n: None)
+                      on_first_token=lambda _n, j: setattr(j, "first_token_s", sim.now),
+                      on_finish=lambda _n, j, tpot: finished.append((j.spec.id, j.first_token_s, sim.now, tpot)))
     journeys = [Journey(RequestSpec(f"r{i}", 0.0, 100, 11 if i % 2 else 21), 0.0) for i in range(8)]
     for journey in journeys:
         sim.schedule(0.0, node.admit, journey)

@@ -189,7 +189,7 @@ def test_a_restarted_worker_proves_itself_again_and_takes_work(tmp_path: Path) -
                             "output_len": {"kind": "fixed", "tokens": 4}, "max_requests": 20})
     doc = asyncio.run(run_live(sc, tmp_path / "run", embedded_broker=False))
     requests = pd.read_parquet(tmp_path / "run" / "requests.parquet")
-    assert any("restart remote-prefill-0: started" in line for line in doc["meta"]["knob_changes"])
+    assert any("timeline: restart remote-prefill-0" in line for line in doc["meta"]["knob_changes"])
     assert len(requests) == len(build_requests(sc))
     failed = requests[requests["status"] == "failed"]
     assert (failed["fail_reason"].str.len() > 0).all()
