@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from emulator.control.types import Cluster, FailReason, RequestSpec
+from emulator.control.types import Cluster, FailReason, RequestSpec, Role
 from emulator.errors import PrfaasError
 from emulator.live.nodes import NodeState, NodeTable
 from emulator.plane import ControlPlane
@@ -101,9 +101,10 @@ class Gateway:
             return
         try:
             if isinstance(msg, p.RoleSet):
-                if msg.role is not node.role:
+                role = Role(msg.role)
+                if role is not node.role:
                     await self.execute(self.core.flipped(node.slot))
-                log.info("%s now serves as %s", node.spawn_name, msg.role.value)
+                log.info("%s now serves as %s", node.spawn_name, role.value)
                 self.changed.set()
                 return
             event = self._event_of(node, msg)
