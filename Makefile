@@ -12,8 +12,8 @@ PIP := $(VENV)/bin/python -m pip --disable-pip-version-check
 # setuptools is pinned in requirements.txt, so the editable install builds with it, offline.
 INSTALL_PROJECT := $(PIP) install --quiet --progress-bar off --no-build-isolation --no-deps -e .
 
-# The virtual engine's compiled build (emulator/accel.py): rebuilt when a compiled source changed
-# (its manifest knows which). A failed build (no C compiler) is reported and skipped: the
+# The virtual engine's compiled build (emulator/virtual/accel.py): rebuilt when a compiled source
+# changed (its manifest knows which). A failed build (no C compiler) is reported and skipped: the
 # interpreted engine runs the same code.
 
 .PHONY: run test bench install install-dev accel

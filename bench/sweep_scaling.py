@@ -132,7 +132,7 @@ def worker_build() -> str:
     import ray
 
     def runs_as() -> str:
-        from emulator import accel_on
+        from emulator.virtual import accel_on
 
         return accel_on.RUNS_AS
 

@@ -53,8 +53,14 @@ TREE = (Path(sys.argv[sys.argv.index(MEASURE_ONLY) + 1]).resolve()
         if MEASURE_ONLY in sys.argv[:-1] else ROOT)
 sys.path.insert(0, str(TREE))
 
-# The A/B child imports only these, which every revision since emulator/accel_on.py (7355ac1) has.
-from emulator import accel, accel_on, paths  # noqa: E402  (accel_on first: it activates the compiled build)
+# The A/B child imports only these, which every revision since emulator/accel_on.py (7355ac1) has;
+# issue 27 moved accel and accel_on into emulator/virtual/, so a baseline from before then has them
+# at the top. Importing accel_on activates the compiled build, so it comes before the engine.
+try:
+    from emulator.virtual import accel, accel_on  # noqa: E402
+except ImportError:  # a baseline tree from before issue 27
+    from emulator import accel, accel_on  # noqa: E402
+from emulator import paths  # noqa: E402
 from emulator.plane import make_control_plane  # noqa: E402
 from emulator.scenario import apply_overrides, load_scenario  # noqa: E402
 from emulator.virtual.engine import simulate  # noqa: E402

@@ -7,7 +7,7 @@ import argparse
 import logging
 import sys
 
-import emulator.accel_on  # noqa: F401  (first: run and calibrate use the compiled build)
+import emulator.virtual.accel_on  # noqa: F401  (first: run and calibrate use the compiled build)
 from emulator.cli import (
     accel as accel_cli,
     baselines as baselines_cli,

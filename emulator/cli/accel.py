@@ -1,5 +1,5 @@
 """`python -m emulator accel build|ensure|status`: build the compiled virtual engine, or say which
-one runs. Argument wiring only; the build and its checks live in emulator.accel."""
+one runs. Argument wiring only; the build and its checks live in emulator.virtual.accel."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import argparse
 import sys
 import time
 
-from emulator.accel import COMPILED, build, build_dir, build_problem, check
+from emulator.virtual.accel import COMPILED, build, build_dir, build_problem, check
 
 COMMANDS = ("accel",)
 

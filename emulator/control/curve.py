@@ -1,6 +1,6 @@
 """Scalar evaluation of profile tables for code that runs per event: `Curve` (one table) and
 `ClusterCurves` (one per cluster, the router's prefill estimate). Compiled with the hot path
-(emulator/accel.py); the tables themselves stay PiecewiseLinear (profiles.py).
+(emulator/virtual/accel.py); the tables themselves stay PiecewiseLinear (profiles.py).
 """
 
 from __future__ import annotations

@@ -5,9 +5,9 @@ Everything is plain Python and runs as such. `python -m emulator accel build` ty
 compiles COMPILED with mypyc into build/accel/, with a manifest of the sources' hashes (`make run`
 and `make test` run `accel ensure`, which builds only when that build is missing or stale).
 The virtual engine's entry points (the command line, emulator/virtual/engine.py and
-bench/virtual_speed.py, each by importing emulator/accel_on.py first) call `activate()`, which puts
-the build's folders ahead of the packages' own, but only while every hash still matches, so an
-edited source never runs as a stale binary; importing `emulator` for anything else leaves
+bench/virtual_speed.py, each by importing emulator/virtual/accel_on.py first) call `activate()`,
+which puts the build's folders ahead of the packages' own, but only while every hash still matches,
+so an edited source never runs as a stale binary; importing `emulator` for anything else leaves
 build/accel alone. PRFAAS_ACCEL=0 forces the interpreted modules; PRFAAS_ACCEL_DIR points at
 another build (emulator/paths.py reads both). `python -m emulator accel status` says which one
 would run and why; `RUNS_AS` says which one does, once activated.
@@ -87,7 +87,7 @@ def activate() -> str:
     """Put a current build ahead of the compiled packages' own folders; returns what runs, in words
     (kept in RUNS_AS). Must come before any compiled module is imported: one already loaded from
     its source is kept, and the build refused, since a mix of the two would break mypyc's native
-    calls. Importing emulator.accel_on calls this; the virtual engine's entry points do."""
+    calls. Importing emulator.virtual.accel_on calls this; the virtual engine's entry points do."""
     global RUNS_AS
     if not RUNS_AS.startswith("compiled"):
         RUNS_AS = _activate(build_dir())

@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from emulator import accel
+from emulator.virtual import accel
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 # One small scenario simulated in a fresh interpreter; prints which engine ran and every record.
 PROBE = """
 import json, sys
 from emulator.scenario import apply_overrides, load_scenario
 from emulator.virtual.engine import simulate
-from emulator import accel
+from emulator.virtual import accel
 out = {"runs_as": accel.RUNS_AS}
 for path, overrides in (("scenarios/paper-case-study.yaml", ["duration_s=400", "workload.max_requests=600"]),
                         ("scenarios/mooncake-replay.yaml", ["workload.trace.max_requests=300"])):
@@ -105,7 +105,7 @@ IMPORTS = """
 import importlib, json, sys
 for name in sys.argv[1:]:
     importlib.import_module(name)
-from emulator import accel
+from emulator.virtual import accel
 print(json.dumps({"runs_as": accel.RUNS_AS, "on_path": any("{build}" in p for p in sys.path)}))
 """
 
@@ -118,6 +118,7 @@ def _imports(build: Path, *modules: str) -> dict:
     return json.loads(done.stdout)
 
 
+@pytest.mark.live
 def test_only_the_virtual_engines_entry_points_activate_the_build(tmp_path: Path) -> None:
     _manifest(tmp_path)  # a current build as far as the check knows (its folders are empty)
     elsewhere = _imports(tmp_path, "emulator", "emulator.api", "emulator.scenario", "emulator.net.ledger",
