@@ -24,17 +24,6 @@ from emulator.run import protocol as ev
 from emulator.run.core import RunCore
 from emulator.run.ending import EndPolicy
 from emulator.run.journey import Journey
-from emulator.run.protocol import (
-    Action,
-    Actions,
-    Dispatch,
-    Ended,
-    IllegalEvent,
-    Publish,
-    Release,
-    SendDecode,
-    StartFlip,
-)
 from emulator.telemetry.schemas import RequestCounts, RequestEvent
 from emulator.wire import protocol as p
 from emulator.workload.tokens import synthesize_tokens
@@ -70,7 +59,7 @@ class Gateway:
                             block_tokens=settings.block_tokens, ending=ending, publishes=True)
         for slot in self.board.slots:  # up once its worker has connected and proven who it is
             self.board.set_up(slot, False)
-        self.run_action: Callable[[Action], Awaitable[None]] = _no_hands
+        self.run_action: Callable[[ev.Action], Awaitable[None]] = _no_hands
         self.tokens: dict[str, list[int]] = {}  # request id -> generated tokens, once completed
         self._first_tokens: dict[int, int] = {}  # attempt -> its first token, from prefill to decode
         self.t0 = time.monotonic()
@@ -113,12 +102,12 @@ class Gateway:
             if isinstance(msg, p.PrefillDone):
                 self._first_tokens[msg.rid] = msg.first_token
             acts = self.core.handle(event)
-        except IllegalEvent as err:
+        except ev.IllegalEvent as err:
             log.warning("%s: %s", node.name, err)
             return
         if isinstance(msg, p.Completed):
             for act in acts:
-                if isinstance(act, Ended) and act.record.fail_reason is None:
+                if isinstance(act, ev.Ended) and act.record.fail_reason is None:
                     self.tokens[act.record.id] = list(msg.tokens)
         await self.execute(acts)
 
@@ -162,26 +151,26 @@ class Gateway:
 
     # ---- actions out ----
 
-    async def execute(self, acts: Actions) -> None:
+    async def execute(self, acts: ev.Actions) -> None:
         for act in acts:
-            if isinstance(act, Dispatch):
+            if isinstance(act, ev.Dispatch):
                 await self._dispatch(act)
-            elif isinstance(act, SendDecode):
+            elif isinstance(act, ev.SendDecode):
                 await self._send_decode(act.journey)
-            elif isinstance(act, Publish):
+            elif isinstance(act, ev.Publish):
                 await self._publish(act.journey, act.event, act.node, act.reason, act.detail)
-            elif isinstance(act, Release):
+            elif isinstance(act, ev.Release):
                 await self._let_go(act)
-            elif isinstance(act, Ended):
+            elif isinstance(act, ev.Ended):
                 await self._ended(act)
-            elif isinstance(act, StartFlip):
+            elif isinstance(act, ev.StartFlip):
                 node = self.nodes.at(act.slot)
                 if not await node.send(p.SetRole(role=act.role.value)):  # it answers RoleSet
                     await self.node_lost(node, "its control connection is closed")
             else:
                 await self.run_action(act)
 
-    async def _dispatch(self, act: Dispatch) -> None:
+    async def _dispatch(self, act: ev.Dispatch) -> None:
         """Hand the attempt's prompt to its prefill worker (which streams the KV straight to the
         decode worker the core placed it on)."""
         journey = act.journey
@@ -221,7 +210,7 @@ class Gateway:
             await self.execute(self.core.attempt_failed(journey, attempt, self.now(), FailReason.WORKER_LOST,
                                                         f"decode node {decode.name} is gone"))
 
-    async def _let_go(self, release: Release) -> None:
+    async def _let_go(self, release: ev.Release) -> None:
         """The decode worker drops whatever it holds for the attempt given up on."""
         self._first_tokens.pop(release.attempt, None)
         if release.decode_slot >= 0:
@@ -229,7 +218,7 @@ class Gateway:
             if decode.is_up:
                 await decode.send(p.Cancel(rid=release.attempt))
 
-    async def _ended(self, act: Ended) -> None:
+    async def _ended(self, act: ev.Ended) -> None:
         record = act.record
         if record.fail_reason is not None:
             await self._publish(act.journey, "failed", reason=f"{record.fail_reason}: {record.fail_detail}")
@@ -245,7 +234,7 @@ class Gateway:
             route=journey.route, node=node, reason=reason, detail=detail or {}))
 
 
-async def _no_hands(act: Action) -> None:
+async def _no_hands(act: ev.Action) -> None:
     raise RuntimeError(f"no run-level hands for {type(act).__name__}: RunLoops sets Gateway.run_action")
 
 

@@ -25,18 +25,8 @@ from emulator.net.backend import TO_LOCAL
 from emulator.net.shaped_stream import MAX_CHUNK_BYTES
 from emulator.net.spec import LinkSpec
 from emulator.net.topology import Topology
-from emulator.run import timeline
+from emulator.run import protocol as ev, timeline
 from emulator.run.feed import Interval
-from emulator.run.protocol import (
-    Action,
-    EndRun,
-    KillNode,
-    Note,
-    PauseArrivals,
-    ReshapeLink,
-    RestartNode,
-    SetArrivalRate,
-)
 from emulator.run.steering import Steering
 from emulator.scenario import Scenario
 from emulator.telemetry.bus import TelemetryBus
@@ -157,31 +147,31 @@ class RunLoops:
         finally:  # in force from somewhere within the call: the meter allows the higher until its end
             egress.set_capacity(self.gateway.now(), _capacity(self.topology.spec))
 
-    async def _run_action(self, act: Action) -> None:
+    async def _run_action(self, act: ev.Action) -> None:
         """What the core asks of the run outside its requests and nodes: the real link, the
         wall-clock arrivals, a worker's process, the logs, the end."""
-        if isinstance(act, ReshapeLink):
+        if isinstance(act, ev.ReshapeLink):
             await self._update_link(act.spec)
             self.steering.link = self.topology.spec  # as the link now stands
-        elif isinstance(act, SetArrivalRate):
+        elif isinstance(act, ev.SetArrivalRate):
             self.clock.set_rate(act.rate_per_s)
-        elif isinstance(act, PauseArrivals):
+        elif isinstance(act, ev.PauseArrivals):
             (self.clock.resume if act.resume else self.clock.pause)()
-        elif isinstance(act, KillNode | RestartNode):
+        elif isinstance(act, ev.KillNode | ev.RestartNode):
             self._node_process(act)
-        elif isinstance(act, Note):
+        elif isinstance(act, ev.Note):
             await self._note(act.source, act.words, self.decisions if act.source == "scheduler" else self.knob_changes)
-        elif isinstance(act, EndRun):
+        elif isinstance(act, ev.EndRun):
             self.gateway.changed.set()
 
-    def _node_process(self, act: KillNode | RestartNode) -> None:
+    def _node_process(self, act: ev.KillNode | ev.RestartNode) -> None:
         """Kill or restart a worker's process; its connection closing (or a new hello) tells the
         gateway, which hands the run core the node loss (or return)."""
         spawn_name = self.gateway.nodes.at(act.slot).spawn_name
-        done = self.workers.kill(spawn_name) if isinstance(act, KillNode) else self.workers.restart(spawn_name)
+        done = self.workers.kill(spawn_name) if isinstance(act, ev.KillNode) else self.workers.restart(spawn_name)
         if not done:
-            log.info("%s %s: %s", "kill" if isinstance(act, KillNode) else "restart", spawn_name,
-                     "not running" if isinstance(act, KillNode) else "still running")
+            log.info("%s %s: %s", "kill" if isinstance(act, ev.KillNode) else "restart", spawn_name,
+                     "not running" if isinstance(act, ev.KillNode) else "still running")
 
     async def _commands(self) -> None:
         async for command in self.bus.commands():
@@ -189,7 +179,7 @@ class RunLoops:
                 return
             acts = self.steering.command(command)
             note = acts[-1]
-            assert isinstance(note, Note)
+            assert isinstance(note, ev.Note)
             if not note.refused and (event := timeline_event(command, self.gateway.now())) is not None:
                 self.control_events.append(event)
             await self.gateway.execute(acts)

@@ -14,22 +14,11 @@ from collections.abc import Callable
 from emulator.control.router import RouteDecision
 from emulator.control.types import Cluster, NodeId, RequestSpec
 from emulator.plane import ControlPlane
+from emulator.run import protocol as ev
 from emulator.run.board import NodeBoard
 from emulator.run.core import RunCore
 from emulator.run.ending import EndPolicy
 from emulator.run.journey import ENDED, PREFILLING, ROUTED, Journey
-from emulator.run.protocol import (
-    Action,
-    Actions,
-    Dispatch,
-    Ended,
-    KillNode,
-    Publish,
-    Release,
-    RestartNode,
-    SendDecode,
-    StartFlip,
-)
 from emulator.virtual.core import Simulator
 from emulator.virtual.costs import CostModel
 from emulator.virtual.link import FluidLink, Transfer
@@ -47,13 +36,12 @@ class Gateway:
     def __init__(self, sim: Simulator, plane: ControlPlane, costs: CostModel, link: FluidLink,
                  reverse_link: FluidLink, *, num_remote: int, num_local: int, n_p: int,
                  block_tokens: int, use_index: bool, ending: EndPolicy) -> None:
-        self.sim, self.plane, self.costs = sim, plane, costs
-        self.router, self.scheduler = plane.router, plane.scheduler
+        self.sim, self.plane, self.costs, self.router = sim, plane, costs, plane.router
         self.link, self.reverse_link = link, reverse_link
         self.board = NodeBoard(num_remote, num_local, n_p)
         self.core = RunCore(plane.router, plane.index, plane.scheduler, self.board,
                             block_tokens=block_tokens, ending=ending, use_index=use_index)
-        self.run_action: Callable[[Action], None] = _unexpected
+        self.run_action: Callable[[ev.Action], None] = _unexpected
         self.tail_fraction = costs.tail_fraction  # read per request: kept, not recomputed
         self.local_rate_bytes_per_s = costs.local_rate_bytes_per_s
         board = self.board
@@ -87,20 +75,18 @@ class Gateway:
 
     # ---- the core's actions ----
 
-    def execute(self, acts: Actions) -> None:
+    def execute(self, acts: ev.Actions) -> None:
         for act in acts:
-            if isinstance(act, Dispatch):
+            if isinstance(act, ev.Dispatch):
                 self._dispatch(act.journey, act.decision)
-            elif isinstance(act, (SendDecode, Ended, Publish)):
+            elif isinstance(act, (ev.SendDecode, ev.Ended, ev.Publish)):
                 pass  # a decode instance takes the request once its KV is in; the core keeps the records
-            elif isinstance(act, Release):
+            elif isinstance(act, ev.Release):
                 self._let_go(act)
-            elif isinstance(act, StartFlip):
+            elif isinstance(act, ev.StartFlip):
                 self._flip(act.slot)
-            elif isinstance(act, KillNode):
-                self._kill(act.slot)
-            elif isinstance(act, RestartNode):
-                self._restart(act.slot)
+            elif isinstance(act, (ev.KillNode, ev.RestartNode)):
+                self._kill_or_restart(act.slot, isinstance(act, ev.KillNode))
             else:
                 self.run_action(act)
 
@@ -122,7 +108,7 @@ class Gateway:
         journey.handle = link.start(self.costs.kv_bytes(move.tokens), self._on_prefix_arrived,
                                     (journey, journey.attempt_id, node))
 
-    def _let_go(self, release: Release) -> None:
+    def _let_go(self, release: ev.Release) -> None:
         """Stop what a given-up attempt still has in motion: a transfer on either link direction,
         and its place at a prefill node that is still up (a killed node dropped its queues already)."""
         transfer = release.handle
@@ -172,9 +158,7 @@ class Gateway:
         if journey.attempt_id != attempt or journey.stage == ENDED:
             return
         journey.handle = None
-        start = journey.prefill_start_s
-        assert start is not None
-        acts = self.core.transfer_done(journey, attempt, start, self.sim.now)
+        acts = self.core.transfer_done(journey, attempt, journey.prefill_start_s or 0.0, self.sim.now)
         if acts:
             self.execute(acts)
         node = self.local[journey.decode_slot - self.board.num_remote]
@@ -191,17 +175,16 @@ class Gateway:
 
     # ---- instances coming, going and flipping ----
 
-    def _kill(self, slot: int) -> None:
-        """Take an instance down; the core retries or fails what it held (and KV it was still sending)."""
+    def _kill_or_restart(self, slot: int, kill: bool) -> None:
+        """A kill takes an instance down (the core retries or fails what it held, KV it was still
+        sending too); a restart brings it back with an empty cache."""
         node = self.node_at(slot)
-        if not node.is_up:
-            return
-        node.kill()
-        self.execute(self.core.node_lost(slot, self.sim.now, "killed"))
-
-    def _restart(self, slot: int) -> None:
-        self.node_at(slot).restart()
-        self.execute(self.core.node_back(slot))
+        if kill and node.is_up:
+            node.kill()
+            self.execute(self.core.node_lost(slot, self.sim.now, "killed"))
+        elif not kill:
+            node.restart()
+            self.execute(self.core.node_back(slot))
 
     def _flip(self, slot: int) -> None:
         """A drained local node takes its other role at once (a new, empty instance)."""
@@ -216,10 +199,8 @@ class Gateway:
         log.debug("%.1f s: %s now serves as %s", self.sim.now, old.name, new.name)
 
     def queue_depths(self) -> tuple[int, int, int, int]:
-        """Requests waiting (not in service, not in a decode batch) at remote prefill, local
-        prefill and decode, and those in a decode batch: the first three are what the scheduler's
-        QueueDepths means, and what its surge trigger should compare (a full batch is work, not a
-        queue). Plain loops: the sampler asks every simulated second."""
+        """Requests waiting (not in service or a batch) at remote prefill, local prefill and decode
+        (the scheduler's QueueDepths: a full batch is work, not a queue), and those in a batch."""
         remote = local = waiting = active = 0
         for node in self.remote:
             remote += len(node.queue)
@@ -231,5 +212,5 @@ class Gateway:
         return remote, local, waiting, active
 
 
-def _unexpected(act: Action) -> None:
-    raise RuntimeError(f"no run-level hands for {type(act).__name__}: RunLoops sets Gateway.run_action")
+def _unexpected(act: ev.Action) -> None:
+    raise RuntimeError(f"{type(act).__name__}: RunLoops sets Gateway.run_action")

@@ -12,9 +12,8 @@ from collections.abc import Callable
 from typing import Any
 
 from emulator.control.types import RequestSpec
-from emulator.run import timeline
+from emulator.run import protocol as ev, timeline
 from emulator.run.feed import Interval
-from emulator.run.protocol import Action, EndRun, Note, PauseArrivals, ReshapeLink, SetArrivalRate
 from emulator.run.steering import Steering
 from emulator.run.workload_clock import WorkloadTime
 from emulator.scenario import Scenario
@@ -181,23 +180,23 @@ class RunLoops:
     def _on_timeline(self, event: TimelineEvent) -> None:
         self.gateway.execute(self.steering.timeline(event))
 
-    def _run_action(self, act: Action) -> None:
+    def _run_action(self, act: ev.Action) -> None:
         """What the core asks of the run outside its requests and nodes: the fluid link, the
         arrival clock, the logs. (Pause and resume the core refuses: no wall clock to hold.)"""
-        if isinstance(act, ReshapeLink):
+        if isinstance(act, ev.ReshapeLink):
             to_local, to_remote = link_states(act.spec, self.scenario.transport.connections)
             self.gateway.link.set_state(to_local)
             self.egress.set_capacity(self.sim.now, _capacity_bit_per_s(to_local))
             self.gateway.reverse_link.set_state(to_remote)
-        elif isinstance(act, SetArrivalRate):
+        elif isinstance(act, ev.SetArrivalRate):
             self.arrivals.set_rate(act.rate_per_s)
-        elif isinstance(act, Note):
+        elif isinstance(act, ev.Note):
             line = timeline.note(self.sim.now, act.source, act.words)
             log.info("%s", line)
             (self.decisions if act.source == "scheduler" else self.knob_changes).append(line)
-        elif isinstance(act, EndRun):
+        elif isinstance(act, ev.EndRun):
             log.info("%.1f s: %s", self.sim.now, act.reason)
-        elif isinstance(act, PauseArrivals):
+        elif isinstance(act, ev.PauseArrivals):
             raise AssertionError("the run core refuses pause on the virtual engine")
 
 
