@@ -232,8 +232,8 @@ class RunCore:
 
     def _late_transfer(self, journey: Journey, start_s: float, end_s: float) -> None:
         record = journey.record
-        if record is None or record.transfer_end_s is not None:
-            return
+        if record is None or record.transfer_end_s is not None or record.prefill_end_s is None:
+            return  # known already, or the attempt ended before its prefill did: no KV was sent
         for i in range(len(self.records) - 1, -1, -1):
             if self.records[i] is record:
                 journey.record = self.records[i] = dataclasses.replace(

@@ -40,6 +40,7 @@ COMPILED = (
     "emulator/control/placement.py", "emulator/telemetry/records.py",
     "emulator/telemetry/metrics.py", "emulator/run/journey.py", "emulator/run/board.py", "emulator/run/core.py",
     "emulator/run/ttft_window.py", "emulator/run/feed.py", "emulator/run/workload_clock.py",
+    "emulator/run/protocol.py", "emulator/run/ending.py",
 )
 PACKAGES = ("emulator.control", "emulator.telemetry", "emulator.virtual", "emulator.run")
 MYPY_OPTIONS = ("--ignore-missing-imports", "--follow-imports=silent")
