@@ -1,6 +1,7 @@
 """A scenario file (YAML) as one frozen pydantic model: the schema and loading (schema.py), its
-sections (parts.py, workload.py), cross-field rules (rules.py), `--set` overrides (overrides.py)
-and the bounded YAML reader (yaml_reader.py). Callers import the public names from here."""
+sections (parts.py, workload.py), cross-field rules (rules.py), `--set` overrides (overrides.py),
+the bounded YAML reader (yaml_reader.py) and the files a scenario may read (shared_data.py).
+Callers import the public names from here."""
 
 from emulator.scenario.schema import (
     Scenario,

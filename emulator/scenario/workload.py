@@ -29,7 +29,7 @@ from emulator.limits import (
     MIN_RATE_PER_S,
 )
 from emulator.scenario.parts import Moment, Requests, Section, Tokens
-from emulator.shared_data import DATA_DIRS_ENV, may_read, relocate, shared_dir
+from emulator.scenario.shared_data import DATA_DIRS_ENV, may_read, relocate, shared_dir
 from emulator.validation import FIELD_ERROR
 
 MOONCAKE_BLOCK_TOKENS = 512  # the block a Mooncake trace's hash_ids each stand for (FAST'25 traces)

@@ -32,8 +32,8 @@ from emulator.limits import (
 from emulator.scenario import Scenario, apply_overrides, load_scenario
 from emulator.scenario.overrides import check_override_path, parse_override
 from emulator.scenario.schema import read_scenario_text
+from emulator.scenario.shared_data import may_read
 from emulator.scenario.yaml_reader import LimitError, describe_yaml_error, load_yaml
-from emulator.shared_data import may_read
 from emulator.sweep.capacity import (
     DEFAULT_NUM_REQUESTS,
     MAX_PROBES,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from emulator.shared_data import shared_dir
+from emulator.scenario.shared_data import shared_dir
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from emulator.scenario import apply_overrides, load_scenario, parse_scenario
-from emulator.shared_data import shared_dir
+from emulator.scenario.shared_data import shared_dir
 from emulator.virtual.engine import simulate
 from emulator.workload.build import LIVE_RATE_HEADROOM, arrival_horizon_s, build_workload, played_workload_s
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from emulator.errors import ScenarioError
-from emulator.shared_data import shared_dir
+from emulator.scenario.shared_data import shared_dir
 from emulator.workload.tokens import chain_hashes, synthesize_tokens
 from emulator.workload.traces import Stop, TraceSpec, check_trace, read_azure, read_mooncake, read_trace
 
