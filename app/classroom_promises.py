@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 
 from app.recorded_meta import RecordedMeta
-from emulator.analytic import workload_lengths
+from emulator.plane.inputs import workload_lengths
 from emulator.scenario import Scenario
 from emulator.telemetry.run_files import RunFolder
 

@@ -2,7 +2,7 @@
 overrides (N_prfaas, B_out, a log-normal length law), the optimum and baselines, Eq. 6's curves
 against t, Lambda_max against the local split, and the thresholds where the link binds.
 
-Pure functions over `emulator.analytic` and `emulator.control.throughput_model`; no Streamlit.
+Pure functions over `emulator.plane.inputs` and `emulator.control.throughput_model`; no Streamlit.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import numpy as np
 import pandas as pd
 
 from app.paper_compare import ProjectFigures
-from emulator.analytic import ProfileTables, model_inputs
 from emulator.control.profiles import LengthSamples
 from emulator.control.throughput_model import (
     ModelInputs,
@@ -27,6 +26,7 @@ from emulator.control.throughput_model import (
     stage_throughputs,
 )
 from emulator.paths import SCENARIOS_DIR
+from emulator.plane.inputs import ProfileTables, model_inputs
 from emulator.scenario import Scenario, load_scenario
 from emulator.scenario.workload import LognormalLength
 from emulator.telemetry.labels import BOTTLENECK_LABELS

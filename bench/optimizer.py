@@ -28,13 +28,13 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from emulator.analytic import model_inputs  # noqa: E402
 from emulator.control.throughput_model import (  # noqa: E402
     ModelInputs,
     Plan,
     default_t_grid,
     optimize,
 )
+from emulator.plane.inputs import model_inputs  # noqa: E402
 from emulator.scenario import load_scenario  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "optimizer.json"

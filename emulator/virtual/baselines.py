@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from emulator.analytic import model_inputs
 from emulator.control.throughput_model import OperatingPoint, Plan, optimize
 from emulator.errors import ScenarioError
+from emulator.plane.inputs import model_inputs
 from emulator.scenario import Scenario, apply_overrides
 from emulator.telemetry.records import RequestRecord, summarize
 from emulator.virtual.engine import record_run, run_duration_s, simulate

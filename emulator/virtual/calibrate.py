@@ -13,9 +13,9 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from emulator.analytic import ProfileTables
 from emulator.auto_rate import is_auto, recorded_rate, with_rate
 from emulator.errors import TelemetryError
+from emulator.plane.inputs import ProfileTables
 from emulator.scenario import Scenario, parse_scenario
 from emulator.telemetry.recorder import load_run
 from emulator.virtual.catalog import profile_document

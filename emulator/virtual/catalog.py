@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from emulator.analytic import MIB, ProfileTables
 from emulator.errors import ScenarioError
+from emulator.plane.inputs import MIB, ProfileTables
 
 CASE_STUDY_MODEL = "internal-1t-kimi-linear"
 CASE_STUDY_LENGTHS = (1024, 8192, 32768, 131072)

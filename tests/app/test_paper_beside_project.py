@@ -21,8 +21,8 @@ from app.paper_compare import (
 )
 from app.paper_figures import CASE_STUDY, PHI_KV_TABLE, PRESET_MIRRORS, TABLE5, phi_row
 from app.table_fit import MIN_WRAP_PX, PAGE_PX, natural_px
-from emulator.analytic import model_inputs
 from emulator.control.throughput_model import optimize
+from emulator.plane.inputs import model_inputs
 from emulator.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]

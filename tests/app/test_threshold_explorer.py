@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from emulator.analytic import model_inputs
 from emulator.control.throughput_model import optimize
+from emulator.plane.inputs import model_inputs
 from emulator.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from emulator.analytic import MIB, model_inputs, optimize_scenario, profile_tables
+from emulator.analytic import optimize_scenario
 from emulator.errors import ScenarioError
+from emulator.plane.inputs import MIB, model_inputs, profile_tables
 from emulator.scenario import apply_overrides, load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from emulator.analytic import model_inputs, profile_tables
 from emulator.control.types import Cluster
 from emulator.errors import ScenarioError
+from emulator.plane.inputs import model_inputs, profile_tables
 from emulator.scenario import Scenario
 from emulator.virtual.catalog import case_study_tables, device, profile_document
 from emulator.virtual.costs import CostModel, Curve

@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from emulator.analytic import model_inputs
 from emulator.control.throughput_model import optimize
+from emulator.plane.inputs import model_inputs
 from emulator.scenario import Scenario
 from emulator.virtual.baselines import CONFIGS, Saturation, saturation_throughput
 

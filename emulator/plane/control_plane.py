@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from emulator.analytic import MIB, model_inputs
 from emulator.control.control_state import ControlState, whole_threshold
 from emulator.control.curve import ClusterCurves, Curve
 from emulator.control.prefix_cache import PrefixCacheIndex
@@ -18,6 +17,7 @@ from emulator.control.router import PrefillEstimate, Router, RouterConfig
 from emulator.control.scheduler import DualTimescaleScheduler, SchedulerConfig
 from emulator.control.throughput_model import ModelInputs, Plan, homogeneous_baseline, optimize
 from emulator.control.types import Cluster, RequestSpec, RoutePolicy
+from emulator.plane.inputs import MIB, model_inputs
 from emulator.scenario import Scenario
 
 
