@@ -1,5 +1,7 @@
 """Imports flow one way: every package may import only what docs/architecture.md's layer table lists
 for it, and any arrow not listed fails. The table is the one source of truth; this test reads it.
+One way means both: the table allows no two packages to import each other, and the imports found
+form no cycle between packages (issue 27: scenario and run once imported each other).
 
 Imports are read with `ast`, so nothing is imported: top-level, nested, relative, TYPE_CHECKING,
 `from pkg import submodule` and `importlib.import_module("literal")` all count.
@@ -10,6 +12,7 @@ from __future__ import annotations
 import ast
 import re
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -141,6 +144,97 @@ def test_every_import_is_listed() -> None:
     assert not found, "imports the layer table does not allow:\n" + "\n".join(found)
 
 
+def package_of(name: str) -> str:
+    """The package a module (or a name in it) belongs to for the one-way rules: `app`, `model_stub`,
+    or `emulator.<first part>`, so a top-level module such as `emulator.errors` is a package of its
+    own and `emulator.virtual.accel` is `emulator.virtual`; the bare `emulator` (its docstring-only
+    `__init__`) is `emulator.__init__`."""
+    top, _, rest = name.partition(".")
+    if top != "emulator":
+        return top
+    return f"emulator.{rest.partition('.')[0]}" if rest else "emulator.__init__"
+
+
+def _is_project(name: str) -> bool:
+    return name.partition(".")[0] in PACKAGES
+
+
+def allowed_arrows(layers: tuple[Layer, ...], packages: set[str]) -> set[tuple[str, str]]:
+    """(importer, imported) package pairs the table allows: each row's packages to what the row lists
+    and to its own other scopes (a row may import itself). The bare `emulator` is every emulator
+    package in `packages`."""
+    arrows = set()
+    for layer in layers:
+        targets: set[str] = set()
+        for name in filter(_is_project, (*layer.scopes, *layer.allowed)):
+            targets |= {p for p in packages if p.startswith("emulator.")} if name == "emulator" else {package_of(name)}
+        arrows |= {(package_of(scope), target) for scope in layer.scopes for target in targets}
+    return {(a, b) for a, b in arrows if a != b}
+
+
+def two_way(arrows: set[tuple[str, str]]) -> list[str]:
+    return [f"{a} <-> {b}" for a, b in sorted(arrows) if a < b and (b, a) in arrows]
+
+
+def import_graph() -> dict[tuple[str, str], str]:
+    """{(importer package, imported package): one import that makes the arrow, in words}."""
+    edges: dict[tuple[str, str], str] = {}
+    for module, path in _modules():
+        for name in sorted(imported_names(path.read_text(), module, path.name == "__init__.py")):
+            edge = (package_of(module), package_of(name))
+            if _is_project(name) and edge[0] != edge[1]:
+                edges.setdefault(edge, f"{module} imports {name}")
+    return edges
+
+
+def cycles(edges: Iterable[tuple[str, str]]) -> list[list[str]]:
+    """The strongly connected components of more than one package (Tarjan), each sorted."""
+    graph: dict[str, list[str]] = {}
+    for a, b in edges:
+        graph.setdefault(a, []).append(b)
+        graph.setdefault(b, [])
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in graph[node]:
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while (member := stack.pop()) != node:
+                component.append(member)
+            if component:
+                found.append(sorted([node, *component]))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
+def test_the_table_allows_no_two_packages_to_import_each_other() -> None:
+    packages = {package_of(module) for module, _ in _modules()}
+    both = two_way(allowed_arrows(LAYERS, packages))
+    assert not both, f"{DOC.name}'s table lets these packages import each other:\n" + "\n".join(both)
+
+
+def test_the_imports_form_no_cycle_between_packages() -> None:
+    edges = import_graph()
+    assert ("emulator.live", "emulator.run") in edges  # guards against passing on an empty graph
+    found = cycles(edges)
+    witnesses = ["; ".join(edges[(a, b)] for a in cycle for b in cycle if (a, b) in edges) for cycle in found]
+    assert not found, "import cycles between packages:\n" + "\n".join(
+        f"{' / '.join(cycle)}: {why}" for cycle, why in zip(found, witnesses, strict=True))
+
+
 # A small table for the checker's own cases, in the doc's format.
 SAMPLE = f"""{TABLE_BEGIN}
 | package | may import | standard library |
@@ -181,3 +275,26 @@ def test_checker_catches_unlisted_arrows(module: str, source: str, expected: lis
 def test_a_module_in_no_layer_fails() -> None:
     assert violations("emulator.sweep.ray", {"math"}, parse_layers(SAMPLE)) == [
         f"emulator.sweep.ray is in no layer of {DOC.name}'s table; add it to one"]
+
+
+def test_a_table_that_lets_two_packages_import_each_other_is_caught() -> None:
+    def table(*rows: str) -> tuple[Layer, ...]:
+        return parse_layers("\n".join([TABLE_BEGIN, "| package | may import | standard library |", "|---|---|---|",
+                                        *rows, TABLE_END]))
+
+    packages = {"emulator.control", "emulator.live", "emulator.errors", "emulator.api", "emulator.cli"}
+    control, live = "| `emulator.control` | `emulator.errors` | any |", "| `emulator.live` | `emulator.control` | any |"
+    special = "| `emulator.control.special` | `emulator.live` | any |"  # a sub-row counts for its package
+    assert two_way(allowed_arrows(table(control, live), packages)) == []
+    assert two_way(allowed_arrows(table(control, special, live), packages)) == ["emulator.control <-> emulator.live"]
+    shared = "| `emulator.cli`, `emulator.api` | `emulator.errors` | any |"  # one row: each may import the other
+    assert two_way(allowed_arrows(table(shared), packages)) == ["emulator.api <-> emulator.cli"]
+    everything = "| `emulator.cli` | `emulator` | any |"  # the bare `emulator` is every emulator package
+    back = "| `emulator.live` | `emulator.cli.run` | any |"
+    assert two_way(allowed_arrows(table(everything, back), packages)) == ["emulator.cli <-> emulator.live"]
+
+
+def test_an_import_cycle_between_packages_is_caught() -> None:
+    assert package_of("emulator.virtual.accel") == "emulator.virtual" and package_of("emulator") == "emulator.__init__"
+    assert cycles([("a", "b"), ("b", "c"), ("c", "a"), ("c", "d"), ("d", "e")]) == [["a", "b", "c"]]
+    assert cycles([("a", "b"), ("b", "c"), ("a", "c")]) == []
