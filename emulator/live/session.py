@@ -236,7 +236,7 @@ class LiveSession:
             await t.step(Step.STATUS, self._status("stopped" if stopped else "finished", note))
 
     def _fail_rest(self, reason: FailReason, detail: str) -> None:
-        """End, without any I/O, whatever `fail_open` did not reach within its budget."""
+        """End, without any I/O, whatever the gateway's stop did not reach within its budget."""
         self.gateway.core.stop(reason, detail, self.gateway.now())
 
     async def _wait_for_workers(self, stop: asyncio.Event) -> None:
