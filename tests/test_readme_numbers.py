@@ -14,10 +14,10 @@ import pytest
 from emulator import limits as L
 from emulator.net import spec
 from emulator.net.spec import LinkSpec
+from emulator.run import ending
 from emulator.telemetry.control_messages import ThresholdControl
 from emulator.telemetry.error_echo import ERROR_ECHO_PERIOD_S
 from emulator.transport.receiver import STALL_TIMEOUT_S
-from emulator.run import ending
 from emulator.virtual import budget
 
 ROOT = Path(__file__).resolve().parents[1]

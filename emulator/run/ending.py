@@ -2,10 +2,10 @@
 
 Arrivals stop at the scenario's duration. The requests still open then get a drain (the
 scenario's `drain_s`, by default max(duration_s, MIN_DRAIN_S)) to end on their own; when the drain
-is over, each one still open fails `unfinished`, its detail naming the drain. A run whose requests have all ended after the
-arrivals stopped ends at once. The operator's stop (the Live page's Stop, a signal, a stop
-callback) ends it before: what is open fails `interrupted`. The policy reads no clock: the live
-engine measures the drain on the wall clock, the virtual one in simulated seconds.
+is over, each one still open fails `unfinished`, its detail naming the drain. A run whose requests
+have all ended after the arrivals stopped ends at once. The operator's stop (the Live page's Stop,
+a signal, a stop callback) ends it before: what is open fails `interrupted`. The policy reads no
+clock: the live engine measures the drain on the wall clock, the virtual one in simulated seconds.
 """
 
 from __future__ import annotations

@@ -215,5 +215,5 @@ def run_meta(scenario: Scenario, result: Simulation) -> RunMeta:
 
 
 def start_n_p(scenario: Scenario, plane: ControlPlane) -> int:
-    """Local prefill instances at the start (emulator.plane.start_n_p decides)."""
+    """Local prefill instances at the start (emulator.plane.control_plane.start_n_p decides)."""
     return plane.n_p

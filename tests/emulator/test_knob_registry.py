@@ -113,7 +113,7 @@ def test_virtual_timeline_turns_each_knob(path: str) -> None:
     assert (state.router, state.short_term_enabled, state.long_term_enabled, state.split_target) == (
         expected.router, expected.short_term_enabled, expected.long_term_enabled, expected.split_target)
     if path.startswith("link."):
-        assert getattr(result.loops.link_spec, path.removeprefix("link.")) == value
+        assert getattr(result.loops.steering.link, path.removeprefix("link.")) == value
 
 
 @pytest.mark.parametrize("path", list(SETTINGS))
@@ -134,12 +134,12 @@ def test_set_flag_turns_each_knob_at_the_start(path: str) -> None:
 def test_virtual_control_messages_go_through_the_registry_and_a_pause_is_refused() -> None:
     result = simulate(scenario())
     plane = result.plane
-    assert control_words(plane, result.loops.link_spec) == [
+    assert control_words(plane, result.loops.steering.link) == [
         "threshold -> 4096 tokens", f"threshold -> {plane.state.auto_threshold} tokens",
         "router policy -> prfaas", "affinity -> off", "scheduler short-term on, long-term on",
         "link -> 200 Mbit/s, 5 ms, 0 % loss", "arrival rate -> 2/s", "arrivals paused", "arrivals resumed"]
-    with pytest.raises(PrfaasError, match="virtual run has no wall clock"):
-        result.loops._perform(registry.KnobEffect("arrivals paused", registry.Pause(resume=False)))
+    note = result.loops.steering.command(parse_control("pause", b'{"v": 1}'))[-1]
+    assert note.refused and "virtual run has no wall clock" in note.words
 
 
 def test_a_refused_timeline_knob_is_noted_and_the_run_goes_on() -> None:
@@ -211,7 +211,7 @@ def test_live_turns_every_knob_as_the_virtual_engine(tmp_path: Path, embedded_br
     said = {kind: [line.split(f"{kind}: ", 1)[1] for line in changes if f"s {kind}: " in line]
             for kind in ("timeline", "control")}
     assert said["timeline"] == [line.split("timeline: ", 1)[1] for line in sim.loops.knob_changes]
-    assert said["control"] == control_words(sim.plane, sim.loops.link_spec)
+    assert said["control"] == control_words(sim.plane, sim.loops.steering.link)
     series = pd.read_parquet(tmp_path / "run" / "timeseries.parquet")
     auto = sim.plane.state.auto_threshold
     assert series["threshold_tokens"].iloc[0] == auto == doc["meta"]["threshold_start"]  # --set auto

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from emulator.run.ending import MIN_DRAIN_S
 from emulator.scenario import Scenario
 from emulator.telemetry.recorder import load_run
-from emulator.run.ending import MIN_DRAIN_S
 from emulator.virtual.budget import EndBudget, SimEnd
 from emulator.virtual.engine import record_run, simulate
 
