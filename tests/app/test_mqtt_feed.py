@@ -62,6 +62,7 @@ def test_broker_choice_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
     assert choice.url is None and "use mqtt://host:port" in choice.how
 
 
+@pytest.mark.live
 def test_without_a_setting_the_embedded_broker_starts_once(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(BROKER_ENV, raising=False)
     first, second = choose_broker(), choose_broker()

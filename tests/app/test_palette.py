@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+import pytest
 from streamlit.testing.v1 import AppTest
 
 from app.live_charts import queues_spec, share_spec, ttft_spec
@@ -123,6 +124,7 @@ def _series_colors(spec: dict) -> dict[str, str]:
     return dict(zip(scale["domain"], scale["range"], strict=True))
 
 
+@pytest.mark.slow
 def test_a_route_has_one_colour_on_the_runs_page_report_html_and_the_live_charts(runs_dir: Path) -> None:
     run_dir = runs_dir / "fast-live"
     runs = _run(str(PAGES / "2_Runs.py"))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from streamlit.testing.v1 import AppTest
 
 from app.outcome_view import Tone, outcome_lines
@@ -62,6 +63,7 @@ def test_a_finished_runs_missed_bound_is_named_by_its_label(tmp_path: Path) -> N
         (Tone.WARNING, "**Expect**: 1 of 1 bounds failed\n- TTFT P90 (s): 1.12, bound max 1: FAILED")]
 
 
+@pytest.mark.slow
 def test_the_runs_page_lists_and_opens_a_stopped_run(tmp_path: Path) -> None:
     write_run(tmp_path / "runs" / "finished")
     write_stopped(tmp_path / "runs" / "stopped")

@@ -30,6 +30,7 @@ def test_bad_overrides_are_refused_before_anything_starts(tmp_path: Path) -> Non
     assert registry.all() == [] and list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.live
 def test_a_virtual_run_records_under_its_id(tmp_path: Path) -> None:
     registry = RunRegistry()
     run = registry.start(SCENARIOS / "live-quickstart.yaml", "virtual", None, ("duration_s=10",),

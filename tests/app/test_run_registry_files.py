@@ -8,8 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from app.run_registry import StartedRun
 from emulator.api import RunHandle
+
+pytestmark = pytest.mark.live  # every test here starts a process
 
 
 def _started(out_dir: Path) -> StartedRun:

@@ -97,6 +97,7 @@ def test_the_page_lists_the_good_runs_names_the_bad_and_shows_no_secret(hostile_
     assert SECRET not in _all_text(app)
 
 
+@pytest.mark.slow
 def test_a_report_linked_elsewhere_is_not_offered_for_download(hostile_runs: Path) -> None:
     app = _page(hostile_runs)
     app.selectbox(key="runs_open").set_value("report-link").run()

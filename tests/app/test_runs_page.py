@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from streamlit.testing.v1 import AppTest
 
 from app.table_fit import PAGE_PX, natural_px
@@ -103,6 +104,7 @@ def test_opens_a_run_with_summary_charts_and_downloads(runs_dir: Path) -> None:
     assert buttons == {"runs_dl_parquet", "runs_dl_requests_csv", "runs_dl_timeseries_csv", "runs_dl_report"}
 
 
+@pytest.mark.slow
 def test_opens_a_run_recorded_in_mbit(runs_dir: Path) -> None:
     """A run written before bit/s (timeseries column egress_mbit) still opens, its egress charted."""
     frame = pd.DataFrame({"t_s": [0.0, 0.5], "egress_mbit": [10.0, 40.0], "link_capacity_mbit": [50.0, 50.0]})
@@ -115,6 +117,7 @@ def test_opens_a_run_recorded_in_mbit(runs_dir: Path) -> None:
     assert {t["name"] for t in egress["data"]} == {"egress", "link capacity"}
 
 
+@pytest.mark.slow
 def test_opens_and_compares_a_run_recorded_before_the_trace_study_figures(runs_dir: Path) -> None:
     _make_old(runs_dir / "fast-live")
     app = _page(runs_dir)
@@ -242,6 +245,7 @@ def test_a_directory_without_runs_says_so(tmp_path: Path) -> None:
     assert any("No recorded runs" in i.value for i in app.info)
 
 
+@pytest.mark.slow
 def test_a_run_added_later_appears_on_rerun(runs_dir: Path, make_run) -> None:
     app = _page(runs_dir)
     make_run(runs_dir / "newer", scale=3.0)
@@ -254,6 +258,7 @@ def test_an_empty_directory_name_is_an_error() -> None:
     assert [e.value for e in app.error] == ["runs directory: empty; type a directory such as runs/"]
 
 
+@pytest.mark.slow
 def test_a_partial_replay_stands_out_and_a_whole_one_is_a_caption(runs_dir: Path) -> None:
     from emulator.workload.coverage import WorkloadCoverage
 
@@ -275,6 +280,7 @@ def test_a_partial_replay_stands_out_and_a_whole_one_is_a_caption(runs_dir: Path
     assert "Workload: replaying all 8,819 rows of code.csv (azure)" in [c.value for c in app.caption]
 
 
+@pytest.mark.slow
 def test_a_run_recorded_before_the_workload_statement_says_so(runs_dir: Path) -> None:
     app = _page(runs_dir)
     app.selectbox(key="runs_open").set_value("fast-live").run()

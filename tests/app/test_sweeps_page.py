@@ -55,6 +55,7 @@ def _page(out: Path) -> AppTest:
     return app
 
 
+@pytest.mark.live
 def test_a_finished_sweep_shows_its_progress_figures_and_points(swept) -> None:
     _, out = swept
     app = _page(out)
@@ -106,6 +107,7 @@ def test_a_sweep_just_started_says_it_is_starting(live_env: str, tmp_path: Path)
     assert not app.exception
 
 
+@pytest.mark.live
 def test_a_point_saved_as_a_scenario_replays_its_row(swept, tmp_path: Path) -> None:
     sweep_file, out = swept
     rows, _ = read_results(out)
@@ -135,6 +137,7 @@ metrics: [t, n_p, n_d, configured_lambda_max, configured_lambda_max_mean_t, conf
 """
 
 
+@pytest.mark.live
 def test_a_figure5_sweep_shows_the_optimum_beside_the_paper_and_both_panels(tmp_path: Path) -> None:
     sweep_file = tmp_path / "page-figure5.yaml"
     sweep_file.write_text(FIGURE5.format(base=REPO_ROOT / "scenarios" / "paper-case-study.yaml"))
@@ -151,6 +154,7 @@ def test_a_figure5_sweep_shows_the_optimum_beside_the_paper_and_both_panels(tmp_
     assert (out / "report.html").stat().st_size > 0
 
 
+@pytest.mark.live
 def test_the_crossover_sweep_states_its_result(tmp_path: Path) -> None:
     out = tmp_path / "out"
     done = subprocess.run([sys.executable, "-m", "emulator", "sweep", "scenarios/sweeps/bandwidth-crossover.yaml",

@@ -8,11 +8,14 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.bench.scripts import BENCH, load_bench
 
 gpu_check = load_bench("gpu_check")
 
 
+@pytest.mark.live
 def test_the_quick_cpu_form_runs_every_step_and_reports_its_figures(tmp_path: Path) -> None:
     out = tmp_path / "gpu_check.json"
     done = subprocess.run(["bash", str(BENCH / "gpu_check.sh"), "--device", "cpu", "--quick", "--out", str(out)],
@@ -46,6 +49,7 @@ def test_live_workers_go_on_the_gpus_there_are() -> None:
     assert "clusters.local.devices=[1, 2]" in three and "clusters.remote.devices=[0]" in three
 
 
+@pytest.mark.live
 def test_cuda_without_a_gpu_is_refused_in_one_line(capsys) -> None:
     if gpu_check_has_cuda():
         return  # the refusal is for machines without one

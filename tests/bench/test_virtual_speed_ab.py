@@ -28,6 +28,7 @@ def head_sha() -> str:
                           check=True).stdout.strip()
 
 
+@pytest.mark.live
 @pytest.mark.parametrize("rev", ["no-such-revision", "", "--all", "HEAD:README.md"])
 def test_a_baseline_that_names_no_commit_is_refused(bench: ModuleType, rev: str) -> None:
     with pytest.raises(bench.BenchError, match=r"^--baseline: .* names no commit") as caught:
@@ -35,10 +36,12 @@ def test_a_baseline_that_names_no_commit_is_refused(bench: ModuleType, rev: str)
     assert "\n" not in str(caught.value)
 
 
+@pytest.mark.live
 def test_a_baseline_resolves_to_its_sha(bench: ModuleType) -> None:
     assert bench.resolve_rev("HEAD") == head_sha()
 
 
+@pytest.mark.live
 def test_the_command_line_refuses_a_bad_baseline_in_one_line_before_measuring() -> None:
     done = subprocess.run([sys.executable, str(SCRIPT), "--baseline", "no-such-revision", "--out", os.devnull],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -48,6 +51,7 @@ def test_the_command_line_refuses_a_bad_baseline_in_one_line_before_measuring() 
     assert done.stdout == ""
 
 
+@pytest.mark.live
 def test_the_worktree_is_removed_even_when_the_run_fails(bench: ModuleType) -> None:
     with pytest.raises(RuntimeError, match="midway"), bench.baseline_worktree(head_sha()) as tree:
         assert (tree / "emulator" / "virtual" / "accel_on.py").is_file()

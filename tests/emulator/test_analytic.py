@@ -80,6 +80,7 @@ def test_a_device_without_a_table_is_refused_at_the_schema_edge() -> None:
         apply_overrides(load_scenario(CASE_STUDY), ["clusters.remote.device=b200"])
 
 
+@pytest.mark.live
 def test_optimize_cli_prints_json_and_bad_files_exit_2(tmp_path: Path) -> None:
     run = subprocess.run([sys.executable, "-m", "emulator", "optimize", str(CASE_STUDY)],
                          capture_output=True, text=True, cwd=ROOT, timeout=60)

@@ -53,6 +53,7 @@ def test_a_stopped_live_run_fails_what_is_open_and_cleans_up(tmp_path: Path) -> 
     assert netns.list_netns(f"prf-{handle.run_id}-") == []
 
 
+@pytest.mark.live
 def test_a_dashboard_run_logs_its_progress_often_enough_for_a_run_of_seconds(tmp_path: Path) -> None:
     """The Live page reads a virtual run's progress from its log: a run of a few seconds must
     state its total when the simulation starts, not only at its end (a 5 s cadence wrote only the end)."""

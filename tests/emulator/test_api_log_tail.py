@@ -8,7 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from emulator.api import RunHandle, SweepHandle
+
+pytestmark = pytest.mark.live  # every test here starts a process
 
 SECRET = "TOPSECRET-5d0e77"
 

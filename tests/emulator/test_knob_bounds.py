@@ -199,6 +199,7 @@ def check_record(scenario: Scenario, result: Simulation) -> None:
 # --- the property -----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", KNOBS, ids=[spec.path for spec in KNOBS])
 @settings(max_examples=14, deadline=None)
 @given(data=st.data())

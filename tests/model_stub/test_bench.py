@@ -2,10 +2,13 @@
 
 import json
 
+import pytest
+
 from model_stub import bench
 from model_stub.config import PRESET_NAMES, get_preset
 
 
+@pytest.mark.live
 def test_bench_writes_results_and_table(tmp_path, capsys):
     out = tmp_path / "bench.json"
     argv = ["--size", "tiny", "--lengths", "64,192", "--repeats", "1", "--threads", "1", "--out", str(out)]
@@ -31,6 +34,7 @@ def test_bench_rejects_unknown_preset(capsys):
     assert "unknown presets" in capsys.readouterr().err
 
 
+@pytest.mark.live
 def test_bf16_bench_measures_a_bf16_gemm_and_half_the_cache_bytes(tmp_path):
     out = tmp_path / "bf16.json"
     argv = ["--presets", "kimi-linear-mini", "--size", "tiny", "--lengths", "64,192", "--repeats", "1",

@@ -17,6 +17,8 @@ import torch
 
 from model_stub import HybridModel, get_preset, serialize, tokenizer
 
+pytestmark = pytest.mark.live  # every test here starts a process
+
 PROMPT = (
     "Prefill-as-a-Service moves the prefill of long prompts to a remote datacenter and ships "
     "the KV cache back; hybrid models make that cheap."

@@ -8,11 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from emulator.cli.run import expect_lines
 
 REPO = Path(__file__).resolve().parents[3]
 
 
+@pytest.mark.live
 def test_the_final_table_lists_each_expect_bound_held_or_failed(tmp_path: Path) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "emulator", "run", "scenarios/mooncake-replay.yaml", "--out", str(tmp_path / "run"),

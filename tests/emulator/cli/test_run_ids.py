@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.live  # every test here starts a process
+
 REPO = Path(__file__).resolve().parents[3]
 
 

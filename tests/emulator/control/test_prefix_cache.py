@@ -257,7 +257,7 @@ class CacheMachine(RuleBasedStateMachine):
 
 
 CacheMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
-TestCacheMachine = CacheMachine.TestCase
+TestCacheMachine = pytest.mark.slow(CacheMachine.TestCase)
 
 
 def test_long_seeded_random_run_keeps_the_invariants() -> None:

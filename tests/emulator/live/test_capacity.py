@@ -39,6 +39,7 @@ def test_too_many_workers_for_the_memory():
     check_live_capacity(s, cores=64, memory_bytes=int(3 * LIVE_WORKER_BYTES / 0.75) + GIB)
 
 
+@pytest.mark.live
 def test_the_run_command_refuses_before_spawning(tmp_path):
     import subprocess
     import sys

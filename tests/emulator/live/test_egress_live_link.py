@@ -42,6 +42,7 @@ def tun_link() -> Iterator[Topology]:
         yield topology
 
 
+@pytest.mark.live
 def test_a_relay_stamps_its_counters_on_the_shared_clock() -> None:
     """Both relays say when they read (CLOCK_MONOTONIC), within the request's own bracket."""
     with Topology(LinkSpec(bandwidth_mbit=50), backend="proxy") as topology:

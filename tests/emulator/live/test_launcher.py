@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from emulator.control.types import Cluster, Role
 from emulator.live.launcher import WorkerPlan, WorkerProcesses, worker_env
 from emulator.live.placement import DevicePlacement, plan_devices
@@ -16,6 +18,8 @@ from emulator.net.topology import Topology
 from emulator.wire.worker_settings import WorkerSettings, read_settings
 
 from .test_engine import scenario
+
+pytestmark = pytest.mark.live  # every test here starts a process
 
 
 def _flags(command: list[str]) -> dict[str, str]:

@@ -94,5 +94,6 @@ def test_each_worker_sees_only_its_own_gpu_and_a_cpu_worker_none() -> None:
     assert device_env(AUTO, parent) == {} and device_env(DevicePlacement("cuda"), {}) == {}
 
 
+@pytest.mark.live
 def test_hidden_gpus_count_as_none() -> None:
     assert count_visible_gpus({**os.environ, "CUDA_VISIBLE_DEVICES": ""}) == 0

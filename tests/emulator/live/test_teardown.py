@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
 from emulator.live.teardown import HURRY_BUDGET_S, Outcome, Step, Teardown, in_thread, settle
 
 
@@ -75,6 +77,7 @@ def test_a_failing_step_is_recorded_and_returns_none() -> None:
     assert "relay gone" in teardown.records[0].note
 
 
+@pytest.mark.slow
 def test_a_hurry_never_cuts_the_record_write() -> None:
     """Issue 25: the record (a report takes seconds) was cut to the hurry's 0.5 s, twice, and lost.
     A hurry set before the write, and one set during it, both leave the write to finish."""

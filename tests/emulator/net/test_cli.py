@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from emulator.net.netns import list_netns
 
 from .conftest import needs_root
@@ -20,6 +22,7 @@ def emulator(*args: str, **kwargs) -> subprocess.CompletedProcess:
                           timeout=60, **kwargs)
 
 
+@pytest.mark.live
 def test_bad_link_flags_exit_2_with_one_line():
     out = emulator("net", "up", "--delay-ms", "-5")
     assert out.returncode == 2
@@ -81,6 +84,7 @@ def test_down_leaves_a_live_run_alone_unless_forced(run_id):
         up.wait(timeout=20)
 
 
+@pytest.mark.live
 def test_status_lists_every_run_and_names_each_unreadable_file_in_one_line(tmp_path):
     state = tmp_path / "state"
     state.mkdir(mode=0o700)
@@ -120,6 +124,7 @@ def test_status_lists_every_run_and_names_each_unreadable_file_in_one_line(tmp_p
     assert sorted(line.split()[2].rstrip(":") for line in lines) == sorted(bad)
 
 
+@pytest.mark.live
 def test_down_removes_a_dead_run_whose_ledger_is_unreadable_and_says_why_in_one_line(tmp_path):
     state = tmp_path / "state"
     (state / "a00009").mkdir(mode=0o700, parents=True)

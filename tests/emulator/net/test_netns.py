@@ -52,6 +52,7 @@ def _fork_then_signal(sig: int) -> int:
     return os.waitpid(pid, 0)[1]
 
 
+@pytest.mark.live
 def test_a_forked_child_dies_of_sigterm_whatever_handler_the_parent_holds() -> None:
     previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(15))
     try:

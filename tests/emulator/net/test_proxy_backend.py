@@ -21,6 +21,8 @@ from emulator.net.backend import TO_LOCAL, TO_REMOTE, LinkEnds
 from emulator.net.proxy_backend import ProxyBackend
 from emulator.net.spec import LinkSpec
 
+pytestmark = pytest.mark.live  # every test here starts a process
+
 ENDS = LinkEnds("beef01", None, None, "prf-beef01-rem", "prf-beef01-loc")
 HOST = "127.0.0.1"
 

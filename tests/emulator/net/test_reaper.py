@@ -44,6 +44,7 @@ def _reapers(run_id: str) -> list[int]:
     return found
 
 
+@pytest.mark.live
 @pytest.mark.parametrize("backend", [pytest.param("tun", marks=[needs_root, pytest.mark.root]), "proxy"])
 def test_a_killed_run_is_swept_by_its_reaper(backend: str) -> None:
     run_id = new_run_id()
@@ -66,6 +67,7 @@ def test_a_killed_run_is_swept_by_its_reaper(backend: str) -> None:
                        capture_output=True)
 
 
+@pytest.mark.live
 def test_an_orderly_teardown_lets_the_reaper_go_unused() -> None:
     run_id = new_run_id()
     topology = Topology(parse_link_spec({"bandwidth_mbit": 100, "delay_ms": 1}), backend="proxy", run_id=run_id)

@@ -25,6 +25,8 @@ from emulator.net.relay_control import MAX_LINE_BYTES, ControlServer, LineReader
 from emulator.net.relay_process import REPO_ROOT, RelayProcess
 from emulator.net.spec import LinkSpec
 
+pytestmark = pytest.mark.live  # every test here starts a process
+
 ENDS = LinkEnds("c0ffee", None, None, "prf-c0ffee-rem", "prf-c0ffee-loc")
 
 

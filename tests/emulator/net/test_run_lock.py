@@ -48,6 +48,7 @@ def test_the_lock_does_not_depend_on_the_state_folder(run_id, tmp_path, monkeypa
         lock.release()
 
 
+@pytest.mark.live
 def test_a_killed_holder_frees_the_id(run_id):
     holder = subprocess.Popen([sys.executable, "-c", HOLD, run_id], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:

@@ -53,6 +53,7 @@ def probe_args(topo: Topology) -> dict:
     return dict(src_netns=topo.netns(REMOTE), dst_netns=topo.netns(LOCAL), dst_addr=topo.address(LOCAL), route=route)
 
 
+@pytest.mark.live
 @pytest.mark.parametrize("link", ALL_BACKENDS, indirect=True)
 @pytest.mark.parametrize("mbit", [20, 100, 500])
 def test_tcp_stream_reaches_the_configured_rate(link, mbit):
@@ -61,6 +62,7 @@ def test_tcp_stream_reaches_the_configured_rate(link, mbit):
     assert 0.90 * mbit * 1e6 <= got["bits_per_s"] <= 1.02 * mbit * 1e6, got
 
 
+@pytest.mark.live
 @pytest.mark.parametrize("link", ALL_BACKENDS, indirect=True)
 @pytest.mark.parametrize("delay_ms", [10, 40])
 def test_round_trip_is_twice_the_delay(link, delay_ms):
@@ -82,6 +84,7 @@ def test_measured_loss_is_within_binomial_tolerance(link, loss_pct):
     assert abs(measured - p) <= 4 * math.sqrt(p * (1 - p) / n), got
 
 
+@pytest.mark.live
 @pytest.mark.parametrize("link", ["proxy"], indirect=True)
 def test_proxy_says_it_cannot_drop_packets(link):
     topo = link({"loss_pct": 1.0})
@@ -89,6 +92,7 @@ def test_proxy_says_it_cannot_drop_packets(link):
     assert "loss" in str(topo.backend.status())
 
 
+@pytest.mark.live
 @pytest.mark.parametrize("link", ALL_BACKENDS, indirect=True)
 def test_live_rate_change_is_followed_within_1_5_s(link):
     """100 -> 20 -> 300 Mbit/s while one TCP stream runs; each new rate shows within 1.5 s."""
@@ -112,6 +116,7 @@ def test_live_rate_change_is_followed_within_1_5_s(link):
         assert 0.85 * mbit * 1e6 <= statistics.mean(window) <= 1.1 * mbit * 1e6, (at, mbit, series)
 
 
+@pytest.mark.live
 @pytest.mark.parametrize("link", ALL_BACKENDS, indirect=True)
 def test_down_leaves_no_namespace_link_or_process(link, run_id):
     topo = link({"bandwidth_mbit": 50, "delay_ms": 5})

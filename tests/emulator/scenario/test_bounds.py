@@ -148,6 +148,7 @@ def test_a_device_file_is_refused_before_reading():
         load_scenario("/dev/zero")
 
 
+@pytest.mark.live
 def test_a_fifo_is_refused_without_hanging(tmp_path):
     fifo = tmp_path / "s.yaml"
     os.mkfifo(fifo)
@@ -180,6 +181,7 @@ def test_a_threshold_above_every_input_is_a_warning():
     assert scenario_warnings(load_scenario(SCENARIOS / "live-quickstart.yaml")) == []
 
 
+@pytest.mark.live
 def test_validate_prints_the_threshold_warning():
     out = subprocess.run([sys.executable, "-m", "emulator", "validate", "scenarios/classroom-basic.yaml",
                           "--set", "timeline.1.set={router.threshold_tokens: 9000}"],

@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from emulator.scenario.shared_data import shared_dir
+
+pytestmark = pytest.mark.live  # every test here starts a process
 
 REPO = Path(__file__).resolve().parents[3]
 

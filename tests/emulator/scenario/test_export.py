@@ -43,6 +43,7 @@ def test_knob_changes_join_the_timeline_in_time_order() -> None:
     assert parse_scenario(doc, Path.cwd()).timeline[0].set == {"router.threshold_tokens": 3072}
 
 
+@pytest.mark.live
 def test_a_saved_run_replays_headlessly_with_its_knobs(tmp_path: Path) -> None:
     scenario = load_scenario(REPO / "scenarios" / "mooncake-replay.yaml")
     events = [_sent("threshold", {"tokens": 8192}, 30.0), _sent("policy", {"policy": "local-only"}, 60.0),

@@ -87,6 +87,7 @@ def test_a_bad_length_line_names_file_and_line_without_its_content(tmp_path):
     assert f"{tmp_path / 'lengths.txt'} line 2" in text and SECRET not in text
 
 
+@pytest.mark.live
 def test_the_command_line_never_prints_a_system_file():
     out = subprocess.run(
         [sys.executable, "-m", "emulator", "run", "scenarios/live-quickstart.yaml", "--engine", "virtual",

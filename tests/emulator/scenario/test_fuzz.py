@@ -7,10 +7,13 @@ from __future__ import annotations
 import tracemalloc
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from emulator.errors import PrfaasError
 from emulator.scenario import Scenario, apply_overrides, load_scenario
+
+pytestmark = pytest.mark.slow  # each test fuzzes 100 inputs under tracemalloc: tens of seconds
 
 REPO = Path(__file__).resolve().parents[3]
 QUICKSTART_PATH = REPO / "scenarios" / "live-quickstart.yaml"

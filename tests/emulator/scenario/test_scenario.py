@@ -349,6 +349,7 @@ keys = st.sampled_from(sorted({*Scenario.model_fields, "preset", "profile", "rem
                                "arrival", "kind", "rate_per_s", "at_s", "set", "kill"}))
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.dictionaries(keys, junk, max_size=8) | junk)
 def test_junk_gives_a_scenario_error(data):
@@ -372,6 +373,7 @@ CASE_STUDY = raw("paper-case-study")
 CASE_STUDY_LOCATIONS = list(_locations(CASE_STUDY))
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_mutated_case_study_validates_or_says_why(data):

@@ -15,6 +15,8 @@ from emulator.errors import ScenarioError
 from emulator.scenario import Scenario, apply_overrides, load_scenario
 from emulator.sweep.capacity import CapacityResult, CapacitySlo, bisect_rate, find_capacity, initial_bracket, probe_rate
 
+pytestmark = pytest.mark.slow  # each test bisects a rate over virtual runs: seconds
+
 SCENARIOS = Path(__file__).resolve().parents[3] / "scenarios"
 TOLERANCE = 0.05
 

@@ -10,6 +10,8 @@ from typing import Any
 import pandas as pd
 import pytest
 
+pytestmark = pytest.mark.live  # every test here starts a process
+
 
 @pytest.fixture
 def two_nodes() -> Iterator[Any]:

@@ -13,8 +13,11 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
+import pytest
 
 from emulator.sweep import load_sweep, run_sweep
+
+pytestmark = pytest.mark.live  # every test here starts a process
 
 NUM_POINTS = 60
 

@@ -9,7 +9,11 @@ import os
 import signal
 import time
 
+import pytest
+
 from emulator.sweep.runner import ray_session, signal_handlers_kept
+
+pytestmark = pytest.mark.live  # every test here starts a process
 
 
 def _fork_and_terminate() -> int:

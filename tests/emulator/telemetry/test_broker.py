@@ -29,6 +29,7 @@ async def _echo(port: int) -> bytes:
             return message.payload
 
 
+@pytest.mark.live
 def test_embedded_broker_serves_mqtt_and_leaves_no_process() -> None:
     with EmbeddedBroker() as broker:
         pid = broker.pid
@@ -41,6 +42,7 @@ def test_embedded_broker_serves_mqtt_and_leaves_no_process() -> None:
         socket.create_connection(("127.0.0.1", broker.port), timeout=1).close()
 
 
+@pytest.mark.live
 def test_stop_is_idempotent_and_start_after_stop_works() -> None:
     broker = EmbeddedBroker().start()
     first_pid = broker.pid
@@ -54,6 +56,7 @@ def test_stop_is_idempotent_and_start_after_stop_works() -> None:
     assert not _is_alive(first_pid)
 
 
+@pytest.mark.live
 def test_busy_port_is_a_clear_error_and_no_process_is_left() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -66,6 +69,7 @@ def test_busy_port_is_a_clear_error_and_no_process_is_left() -> None:
     assert broker.pid is None
 
 
+@pytest.mark.live
 def test_broker_exits_when_its_parent_closes_stdin() -> None:
     broker = EmbeddedBroker().start()
     proc = broker._proc  # noqa: SLF001 - the parent-death path is what is under test

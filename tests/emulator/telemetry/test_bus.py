@@ -114,6 +114,7 @@ def test_bus_without_broker_records_locally(mqtt_run_id: str) -> None:
     assert run(scenario()) == (False, "mqtt: off (no broker given), recorded locally only")
 
 
+@pytest.mark.live
 def test_bus_survives_a_broker_restart(mqtt_run_id: str) -> None:
     first = EmbeddedBroker().start()
     second = EmbeddedBroker(port=first.port)

@@ -38,6 +38,7 @@ def test_a_nested_summary_is_one_line(tmp_path: Path) -> None:
         load_run(run)
 
 
+@pytest.mark.live
 def test_compare_names_the_bad_run_and_exits_2(tmp_path: Path) -> None:
     good = _run(tmp_path / "good")
     bad = _run(tmp_path / "bad")

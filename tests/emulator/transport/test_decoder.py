@@ -7,6 +7,8 @@ import socket
 import subprocess
 import sys
 
+import pytest
+
 from emulator.transport.receiver import KVReceiver
 from emulator.transport.sender import KVSender, TransferFailure
 
@@ -63,6 +65,7 @@ def test_a_layer_over_the_decoders_bound_is_refused_unread():
     assert result.status == "failed" and "layer_bytes" in result.reason and arrived is None
 
 
+@pytest.mark.live
 def test_the_transport_imports_no_model():
     code = ("import sys, emulator.transport.receiver, emulator.transport.sender; "
             "print([m for m in sys.modules if m.split('.')[0] in ('model_stub', 'torch')])")

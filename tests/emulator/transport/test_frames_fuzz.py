@@ -8,6 +8,7 @@ import struct
 import tracemalloc
 import zlib
 
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from emulator.errors import PrfaasError
@@ -136,6 +137,7 @@ def test_mutated_headers_either_decode_within_caps_or_raise_frame_errors(wire):
         assert h.layer_index < h.num_layers <= frames.MAX_LAYERS
 
 
+@pytest.mark.slow
 @FUZZ
 @given(streams(), st.sampled_from([1, 7, HEADER_BYTES, 4096, 1 << 20]))
 def test_a_hostile_stream_allocates_only_what_it_sent(data, step):
@@ -149,6 +151,7 @@ def test_a_hostile_stream_allocates_only_what_it_sent(data, step):
     assert reassembler.bytes_in_use <= len(data) + ALLOC_BUDGET_BYTES
 
 
+@pytest.mark.slow
 @FUZZ
 @given(streams(), st.sampled_from([1, 7, HEADER_BYTES, 4096, 1 << 20]))
 def test_an_unproven_stream_never_reaches_reassembly(data, step):

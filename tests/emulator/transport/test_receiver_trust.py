@@ -178,6 +178,7 @@ def test_proven_connections_beyond_the_limits_are_refused_and_the_receiver_keeps
     assert result.status == "delivered", result
 
 
+@pytest.mark.slow
 def test_silent_and_half_sent_connections_are_closed_but_an_idle_sender_is_not(shipped):
     """A connection that never sends a header, or stops halfway through one or through a payload,
     is closed; a real sender that connected and then waited longer than that still delivers (the
@@ -246,6 +247,7 @@ EMFILE_RECEIVER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.live
 def test_accept_out_of_descriptors_backs_off_logs_once_and_recovers(tmp_path):
     """The report: 1,100 idle connections made accept fail with EMFILE in a loop of tracebacks."""
     log_path = tmp_path / "receiver.log"

@@ -19,6 +19,8 @@ from emulator.plane.inputs import model_inputs
 from emulator.scenario import Scenario
 from emulator.virtual.baselines import CONFIGS, Saturation, saturation_throughput
 
+pytestmark = pytest.mark.slow  # the module's fixture drives every baseline to saturation: seconds
+
 
 @pytest.fixture(scope="module")
 def saturated(case_study: Scenario) -> dict[str, Saturation]:

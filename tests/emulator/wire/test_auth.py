@@ -173,6 +173,7 @@ def settings_file(tmp_path: Path, port: int) -> str:
     return str(WorkerSettings(gateway_port=port).write(tmp_path / "settings.json"))
 
 
+@pytest.mark.live
 def test_a_worker_refuses_a_gateway_that_sends_no_challenge(tmp_path):
     """Whatever answers on the gateway's port must challenge first; the worker exits 2 in one line."""
     async def main() -> subprocess.CompletedProcess:
@@ -197,6 +198,7 @@ def test_a_worker_refuses_a_gateway_that_sends_no_challenge(tmp_path):
     assert "settings.gateway_port: sent shutdown before a challenge" in err
 
 
+@pytest.mark.live
 def test_a_worker_without_the_secret_exits_2_naming_the_variable(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != auth.SECRET_ENV}
     done = subprocess.run([sys.executable, "-m", "emulator.worker", "--node", "local-decode-0",
@@ -205,6 +207,7 @@ def test_a_worker_without_the_secret_exits_2_naming_the_variable(tmp_path):
     assert done.returncode == 2 and f"{auth.SECRET_ENV}: missing" in done.stderr
 
 
+@pytest.mark.live
 def test_the_launcher_hands_each_worker_the_secret_in_its_environment_not_argv(tmp_path):
     """A worker the launcher starts proves itself with the run's secret, which its argv lacks, and
     finds the gateway through its settings file (its owner's only), not argv either."""

@@ -32,6 +32,7 @@ def test_chained_hashes_agree_exactly_through_the_shared_prefix() -> None:
     assert chain_hashes([]) == ()
 
 
+@pytest.mark.live
 def test_hashes_are_stable_across_processes() -> None:
     """No salted hash(): other PYTHONHASHSEEDs give the same chain."""
     script = "from emulator.workload.tokens import chain_hashes; print(chain_hashes([1, 2, 3]))"
