@@ -26,6 +26,7 @@ from emulator.net.spec import LinkSpec
 from emulator.net.topology import Topology
 from emulator.plane import make_control_plane
 from emulator.run.board import NodeBoard
+from emulator.run.ending import EndPolicy
 from emulator.scenario import Scenario, parse_scenario
 from emulator.telemetry.control_messages import ControlCommand
 from emulator.telemetry.schemas import MetricsSnapshot
@@ -125,7 +126,8 @@ def make_loops(link: ModelLink | Topology, scenario: Scenario | None = None) -> 
     nodes = NodeTable(board, [f"n{slot}" for slot in board.slots])
     bus = RecordingBus()
     gateway = Gateway(GatewaySettings("egresstest", scenario.seed, scenario.prefix_cache.block_tokens),
-                      plane, nodes, lambda cluster, port: ("127.0.0.1", port), bus)
+                      plane, nodes, lambda cluster, port: ("127.0.0.1", port), bus,
+                      EndPolicy.of(scenario.duration_s, scenario.drain_s))
 
     async def announce(state: str, note: str) -> None:
         return None

@@ -68,7 +68,7 @@ def test_a_control_snapshot_overtaking_a_periodic_one_moves_no_baseline() -> Non
         link.read_delays_s.extend([0.3, 0.002])
         periodic = asyncio.create_task(loops._snapshot(record=True))
         await asyncio.sleep(0.1)
-        await loops.knobs.apply_command(parse_control("threshold", b'{"v": 1, "tokens": 8000}'))
+        await loops.gateway.execute(loops.steering.command(parse_control("threshold", b'{"v": 1, "tokens": 8000}')))
         await loops._snapshot(record=False)
         await periodic
         for _ in range(3):
