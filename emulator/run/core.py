@@ -21,19 +21,6 @@ from emulator.run import protocol as ev
 from emulator.run.board import NodeBoard
 from emulator.run.ending import EndPolicy
 from emulator.run.journey import DECODING, ENDED, PREFILLING, ROUTED, TRANSFERRING, Journey
-from emulator.run.protocol import (
-    NOTHING,
-    Action,
-    Actions,
-    Dispatch,
-    Ended,
-    EndRun,
-    IllegalEvent,
-    Publish,
-    Release,
-    SendDecode,
-    StartFlip,
-)
 from emulator.run.ttft_window import TtftWindow
 from emulator.telemetry.records import RequestRecord
 
@@ -65,10 +52,10 @@ class RunCore:
         self.ttft = TtftWindow(TTFT_WINDOW_S)
         self.num_arrived = self.num_completed = self.num_failed = 0
         self.num_prfaas = self.num_local = 0  # routed, by route, once per request
-        self.is_stopping = False  # no retry once the run is ending
-        self.arrivals_over = False
+        self.is_stopping = self.arrivals_over = False  # stopping: no retry once the run is ending
         self.end_reason: str | None = None  # set once, with the EndRun action
         self._next_attempt = 1
+        self.clock_s = 0.0  # the latest event time seen: the index, router and scheduler need it monotonic
 
     @property
     def state(self) -> ControlState:
@@ -82,7 +69,14 @@ class RunCore:
     def in_flight(self) -> int:
         return self.num_arrived - self.num_completed - self.num_failed
 
-    def handle(self, event: ev.Event) -> Actions:
+    def _clock(self, t: float) -> float:
+        """`t`, or the latest time seen when `t` is earlier: a worker's stamp (its prefill's end)
+        may come after the gateway routed a later arrival; the record keeps the stamp itself."""
+        if t > self.clock_s:
+            self.clock_s = t
+        return self.clock_s
+
+    def handle(self, event: ev.Event) -> ev.Actions:
         """One event of emulator.run.protocol, whatever its kind (the methods below, by attempt id)."""
         if isinstance(event, ev.Arrive):
             return self.arrive(event.spec, event.t)
@@ -100,7 +94,7 @@ class RunCore:
             return self.stop(event.reason, event.detail, event.t)
         journey = self.by_attempt.get(event.attempt)
         if journey is None:
-            raise IllegalEvent(f"{type(event).__name__}: attempt {event.attempt} was never started in this run")
+            raise ev.IllegalEvent(f"{type(event).__name__}: attempt {event.attempt} was never started in this run")
         if isinstance(event, ev.PrefillStarted):
             return self.prefill_started(journey, event.attempt, event.t)
         if isinstance(event, ev.PrefillDone):
@@ -116,25 +110,25 @@ class RunCore:
 
     # ---- the request path ----
 
-    def arrive(self, spec: RequestSpec, t: float) -> Actions:
+    def arrive(self, spec: RequestSpec, t: float) -> ev.Actions:
         """Admit and route a request: Dispatch its first attempt, or Ended (nothing can take it)."""
         self.num_arrived += 1
         if self.fed is not None:
-            self.fed.observe_arrival(t, spec.input_len)
+            self.fed.observe_arrival(self._clock(t), spec.input_len)
         journey = Journey(spec, t)
         self.open[spec.id] = journey
-        acts: list[Action] = [Publish(journey, "arrived", detail={"input_len": spec.input_len})] \
+        acts: list[ev.Action] = [ev.Publish(journey, "arrived", detail={"input_len": spec.input_len})] \
             if self.publishes else []
         self._route(journey, t, acts)
         return acts
 
-    def _route(self, journey: Journey, t: float, acts: list[Action]) -> None:
+    def _route(self, journey: Journey, t: float, acts: list[ev.Action]) -> None:
         """Start an attempt: choose its prefill node and its decode node and count it on both."""
         journey.attempts += 1
         journey.attempt_id, self._next_attempt = self._next_attempt, self._next_attempt + 1
         self.by_attempt[journey.attempt_id] = journey
         spec, board = journey.spec, self.board
-        decision = self.router.decide(spec, board.loads, t)
+        decision = self.router.decide(spec, board.loads, self._clock(t))
         chosen, route = decision.node, decision.route
         if chosen is None or route is None:
             self._end(journey, t, None, FailReason.NO_PREFILL_NODE, decision.reason, acts)
@@ -156,27 +150,27 @@ class RunCore:
             else:
                 self.num_local += 1
         if self.publishes:
-            acts.append(Publish(journey, "routed", node=journey.prefill_node, reason=decision.reason))
-        acts.append(Dispatch(journey, decision))
+            acts.append(ev.Publish(journey, "routed", node=journey.prefill_node, reason=decision.reason))
+        acts.append(ev.Dispatch(journey, decision))
 
     def _current(self, journey: Journey, attempt: int) -> bool:
         """Whether a report is about the request's current attempt (else it is late: no action)."""
         return journey.attempt_id == attempt and journey.stage != ENDED
 
-    def prefill_started(self, journey: Journey, attempt: int, t: float) -> Actions:
+    def prefill_started(self, journey: Journey, attempt: int, t: float) -> ev.Actions:
         if not self._current(journey, attempt) or journey.stage > ROUTED:
-            return NOTHING  # late, or reported twice
+            return ev.NOTHING  # late, or reported twice
         journey.stage, journey.prefill_start_s = PREFILLING, t
-        return (Publish(journey, "prefill_start", node=journey.prefill_node),) if self.publishes else NOTHING
+        return (ev.Publish(journey, "prefill_start", node=journey.prefill_node),) if self.publishes else ev.NOTHING
 
     def prefill_done(self, journey: Journey, attempt: int, t: float, service_s: float, cached_len: int,
-                     kv_bytes: int) -> Actions:
+                     kv_bytes: int) -> ev.Actions:
         """The prompt is prefilled (its KV may still be on the way): its blocks enter the prefix
         index, the scheduler hears the prefill's cost, and the decode node is told to take it."""
         if not self._current(journey, attempt) or journey.stage > PREFILLING:
-            return NOTHING
+            return ev.NOTHING
         if journey.stage < PREFILLING:
-            raise IllegalEvent(self._illegal("prefill done", journey, "before its prefill started"))
+            raise ev.IllegalEvent(_illegal("prefill done", journey, "before its prefill started"))
         journey.stage, journey.prefill_end_s = TRANSFERRING, t
         journey.cached_len, journey.kv_bytes = cached_len, kv_bytes
         spec, slot = journey.spec, journey.prefill_slot
@@ -184,49 +178,49 @@ class RunCore:
         if self.use_index:
             full_blocks = min(spec.input_len // self.block_tokens, len(spec.block_hashes))
             if full_blocks:
-                self.index.insert(self.board.ids[slot], spec.block_hashes[:full_blocks], t)
+                self.index.insert(self.board.ids[slot], spec.block_hashes[:full_blocks], self._clock(t))
         if self.fed is not None:
             cluster = _REMOTE if slot < self.board.num_remote else _LOCAL
-            self.fed.observe_prefill(cluster, spec.input_len - cached_len, service_s, t)
-        acts: list[Action] = [Publish(journey, "prefill_end", node=journey.prefill_node,
+            self.fed.observe_prefill(cluster, spec.input_len - cached_len, service_s, self._clock(t))
+        acts: list[ev.Action] = [ev.Publish(journey, "prefill_end", node=journey.prefill_node,
                                       detail={"kv_bytes": kv_bytes, "cached_len": cached_len})] \
             if self.publishes else []
-        acts.append(SendDecode(journey))
+        acts.append(ev.SendDecode(journey))
         if self.board.flips_due:
             self._flips(acts)
         return acts
 
-    def transfer_done(self, journey: Journey, attempt: int, t_start: float, t_end: float) -> Actions:
+    def transfer_done(self, journey: Journey, attempt: int, t_start: float, t_end: float) -> ev.Actions:
         """The KV is at the decode node (the live sender's DONE may come after the decode side's
         first token, or after the request ended: its times are filled in all the same)."""
         if journey.attempt_id != attempt:
-            return NOTHING
+            return ev.NOTHING
         if journey.stage == ENDED:
             self._late_transfer(journey, t_start, t_end)
-            return NOTHING
+            return ev.NOTHING
         if journey.stage < TRANSFERRING:
-            raise IllegalEvent(self._illegal("transfer done", journey, "before its prefill ended"))
+            raise ev.IllegalEvent(_illegal("transfer done", journey, "before its prefill ended"))
         if journey.transfer_end_s is not None:
-            return NOTHING
+            return ev.NOTHING
         journey.stage, journey.transfer_start_s, journey.transfer_end_s = DECODING, t_start, t_end
-        return (Publish(journey, "transfer_end", node=journey.prefill_node),) if self.publishes else NOTHING
+        return (ev.Publish(journey, "transfer_end", node=journey.prefill_node),) if self.publishes else ev.NOTHING
 
-    def first_token(self, journey: Journey, attempt: int, t: float) -> Actions:
+    def first_token(self, journey: Journey, attempt: int, t: float) -> ev.Actions:
         if not self._current(journey, attempt) or journey.first_token_s is not None:
-            return NOTHING
+            return ev.NOTHING
         if journey.stage < TRANSFERRING:
-            raise IllegalEvent(self._illegal("first token", journey, "before its prefill ended"))
+            raise ev.IllegalEvent(_illegal("first token", journey, "before its prefill ended"))
         journey.stage, journey.first_token_s = DECODING, t  # the decode side has the KV
-        return (Publish(journey, "first_token", node=journey.decode_node,
-                        detail={"ttft_s": t - journey.arrival_s}),) if self.publishes else NOTHING
+        return (ev.Publish(journey, "first_token", node=journey.decode_node,
+                        detail={"ttft_s": t - journey.arrival_s}),) if self.publishes else ev.NOTHING
 
-    def finished(self, journey: Journey, attempt: int, t: float, tpot_s: float | None) -> Actions:
+    def finished(self, journey: Journey, attempt: int, t: float, tpot_s: float | None) -> ev.Actions:
         """The last token is out: the request's one record."""
         if not self._current(journey, attempt):
-            return NOTHING
+            return ev.NOTHING
         if journey.first_token_s is None:
-            raise IllegalEvent(self._illegal("finished", journey, "before its first token"))
-        acts: list[Action] = []
+            raise ev.IllegalEvent(_illegal("finished", journey, "before its first token"))
+        acts: list[ev.Action] = []
         self._end(journey, t, tpot_s, None, None, acts)
         return acts
 
@@ -240,27 +234,22 @@ class RunCore:
                     record, transfer_start_s=start_s, transfer_end_s=end_s)
                 return
 
-    @staticmethod
-    def _illegal(what: str, journey: Journey, why: str) -> str:
-        return (f"{what} for request {journey.spec.id} (attempt {journey.attempt_id}) {why}: it is "
-                f"{_STAGES[journey.stage]}; the report is refused")
-
     # ---- failures ----
 
     def attempt_failed(self, journey: Journey, attempt: int, t: float, reason: FailReason, detail: str,
-                       transfer: tuple[float, float] | None = None) -> Actions:
+                       transfer: tuple[float, float] | None = None) -> ev.Actions:
         """A node reported the attempt failed: Release it, then Dispatch another or end it failed."""
         if not self._current(journey, attempt):
-            return NOTHING
+            return ev.NOTHING
         if transfer is not None:
             journey.transfer_start_s, journey.transfer_end_s = transfer
-        acts: list[Action] = []
+        acts: list[ev.Action] = []
         self._retry_or_fail(journey, reason, detail, t, acts)
         self._flips(acts)
         return acts
 
     def _retry_or_fail(self, journey: Journey, reason: FailReason, detail: str, t: float,
-                       acts: list[Action]) -> None:
+                       acts: list[ev.Action]) -> None:
         if journey.attempts >= MAX_ATTEMPTS or self.is_stopping:
             self._end(journey, t, None, reason, detail, acts)
             return
@@ -268,18 +257,18 @@ class RunCore:
         journey.reset()
         self._route(journey, t, acts)
 
-    def _release(self, journey: Journey, acts: list[Action]) -> None:
+    def _release(self, journey: Journey, acts: list[ev.Action]) -> None:
         """Take the attempt off the nodes that hold it, and ask the engine to let go of it."""
         board, stage = self.board, journey.stage
         if stage == ROUTED or stage == PREFILLING:
             board.end_prefill(journey.prefill_slot, journey.incremental_len)
         if journey.decode_slot >= 0:
             board.end_decode(journey.decode_slot)
-        acts.append(Release(journey, journey.attempt_id, journey.handle, stage, journey.prefill_slot,
+        acts.append(ev.Release(journey, journey.attempt_id, journey.handle, stage, journey.prefill_slot,
                             journey.decode_slot))
 
     def _end(self, journey: Journey, t: float, tpot_s: float | None, reason: FailReason | None,
-             detail: str | None, acts: list[Action]) -> None:
+             detail: str | None, acts: list[ev.Action]) -> None:
         failed = reason is not None
         if failed:
             self._release(journey, acts)
@@ -305,48 +294,48 @@ class RunCore:
         else:
             self.num_completed += 1
             if first is not None:
-                self.ttft.add(t, first - arrival)
-        acts.append(Ended(journey, record))
+                self.ttft.add(self._clock(t), first - arrival)
+        acts.append(ev.Ended(journey, record))
         if self.board.flips_due:
             self._flips(acts)
-        if self.arrivals_over and not self.open and not self.is_stopping and self.end_reason is None:
+        if self.arrivals_over and not self.open and not self.is_stopping:
             self._end_run(self.ending.words(0), acts)
 
     # ---- the end of the run (emulator.run.ending) ----
 
-    def end_arrivals(self, t: float) -> Actions:
+    def end_arrivals(self, t: float) -> ev.Actions:
         """The duration is over: no more arrivals; the run ends once nothing is open."""
         self.arrivals_over = True
-        acts: list[Action] = []
-        if not self.open and self.end_reason is None:
+        acts: list[ev.Action] = []
+        if not self.open:
             self._end_run(self.ending.words(0), acts)
         return acts
 
-    def drain_over(self, t: float) -> Actions:
+    def drain_over(self, t: float) -> ev.Actions:
         """The drain is over: what is still open fails `unfinished`, and the run ends."""
         num_open = len(self.open)
         acts = self._fail_open(FailReason.UNFINISHED, self.ending.unfinished_detail(), t)
-        if self.end_reason is None:
-            self._end_run(self.ending.words(num_open), acts)
+        self._end_run(self.ending.words(num_open), acts)
         return acts
 
-    def stop(self, reason: FailReason, detail: str, t: float) -> Actions:
+    def stop(self, reason: FailReason, detail: str, t: float) -> ev.Actions:
         """The run is stopped (or failed) now: what is open fails `reason`."""
         acts = self._fail_open(reason, detail, t)
-        if self.end_reason is None:
-            self._end_run(f"run ended: {detail}", acts)
+        self._end_run(f"run ended: {detail}", acts)
         return acts
 
-    def _fail_open(self, reason: FailReason, detail: str, t: float) -> list[Action]:
+    def _fail_open(self, reason: FailReason, detail: str, t: float) -> list[ev.Action]:
         self.is_stopping = self.arrivals_over = True
-        acts: list[Action] = []
+        acts: list[ev.Action] = []
         for journey in list(self.open.values()):
             self._end(journey, t, None, reason, detail, acts)
         return acts
 
-    def _end_run(self, reason: str, acts: list[Action]) -> None:
-        self.end_reason = reason
-        acts.append(EndRun(reason))
+    def _end_run(self, reason: str, acts: list[ev.Action]) -> None:
+        """EndRun, once: the first reason stands."""
+        if self.end_reason is None:
+            self.end_reason = reason
+            acts.append(ev.EndRun(reason))
 
     # ---- nodes ----
 
@@ -357,54 +346,59 @@ class RunCore:
         return [j for j in self.open.values()
                 if (j.prefill_slot == slot and ROUTED <= j.stage <= TRANSFERRING) or j.decode_slot == slot]
 
-    def node_lost(self, slot: int, t: float, why: str) -> Actions:
+    def node_lost(self, slot: int, t: float, why: str) -> ev.Actions:
         """The node at `slot` is lost: it takes no work, its cached prefixes are gone, and each
         journey it held is Released and retried elsewhere or ended failed."""
         board = self.board
         if not board.is_up[slot]:
-            return NOTHING
+            return ev.NOTHING
         board.set_up(slot, False)
         if board.is_prefill[slot]:
             self.index.drop_node(board.ids[slot])
-        acts: list[Action] = []
+        acts: list[ev.Action] = []
         detail = f"worker lost: {board.names[slot]} ({why})"
         for journey in self.held_by(slot):
             self._retry_or_fail(journey, FailReason.WORKER_LOST, detail, t, acts)
         self._flips(acts)
         return acts
 
-    def node_back(self, slot: int) -> Actions:
+    def node_back(self, slot: int) -> ev.Actions:
         self.board.set_up(slot, True)
-        return NOTHING
+        return ev.NOTHING
 
-    def request_flip(self, slot: int, role: Role) -> Actions:
+    def request_flip(self, slot: int, role: Role) -> ev.Actions:
         """Drain-then-flip: the node takes no new work and flips once it holds nothing (StartFlip)."""
-        acts: list[Action] = []
+        acts: list[ev.Action] = []
         if self.board.request_flip(slot, role):
             self._flips(acts)
         return acts
 
-    def flipped(self, slot: int) -> Actions:
+    def flipped(self, slot: int) -> ev.Actions:
         """The engine carried a flip out: a prefill node's cached prefixes go with its old role."""
         board = self.board
         if not board.is_draining[slot]:
-            raise IllegalEvent(f"flipped: {board.names[slot]} was not asked to flip")
+            raise ev.IllegalEvent(f"flipped: {board.names[slot]} was not asked to flip")
         if board.is_prefill[slot]:
             self.index.drop_node(board.ids[slot])
         board.flipped(slot)
-        return NOTHING
+        return ev.NOTHING
 
-    def set_split(self, target: int) -> tuple[str, Actions]:
+    def set_split(self, target: int) -> tuple[str, ev.Actions]:
         """Flip local nodes toward `target` prefill nodes (control.placement's rule), drained first."""
         board = self.board
         before = board.num_local_prefill_heading
         done = sum(board.request_flip(board.num_remote + index, role) for index, role in board.split_flips(target))
-        acts: list[Action] = []
+        acts: list[ev.Action] = []
         self._flips(acts)
         return f"local prefill instances {before} -> {target} ({done} flips, drained first)", acts
 
-    def _flips(self, acts: list[Action]) -> None:
+    def _flips(self, acts: list[ev.Action]) -> None:
         """A StartFlip for each draining node that holds nothing now."""
         board = self.board
         for slot in board.take_flips():
-            acts.append(StartFlip(slot, Role.DECODE if board.is_prefill[slot] else Role.PREFILL))
+            acts.append(ev.StartFlip(slot, Role.DECODE if board.is_prefill[slot] else Role.PREFILL))
+
+
+def _illegal(what: str, journey: Journey, why: str) -> str:
+    return (f"{what} for request {journey.spec.id} (attempt {journey.attempt_id}) {why}: it is "
+            f"{_STAGES[journey.stage]}; the report is refused")

@@ -286,3 +286,17 @@ def test_an_attempt_failing_while_the_run_stops_is_not_retried() -> None:
     assert shown(acts) == [("release", "late", 1, Stage.ROUTED, LOCAL_PREFILL, DECODE_A),
                            ("ended", "late", "failed", "worker_lost")]
     assert late.attempts == 1 and held(core) == NOTHING_HELD
+
+
+def test_a_workers_stamp_earlier_than_the_last_one_the_core_took_is_kept_in_the_record() -> None:
+    """Live: two workers' prefills end 1 ms apart, and their reports cross on the way to the gateway;
+    the prefix index refused the earlier time second and the run died (bench/live_overhead.py)."""
+    core = make_core()
+    remote, local = start(core, "r1", LONG, 1.0), start(core, "r2", SHORT, 1.0)
+    core.handle(PrefillStarted(remote.attempt_id, 1.5))
+    core.handle(PrefillStarted(local.attempt_id, 1.5))
+    core.handle(PrefillDone(local.attempt_id, 2.45, 0.95, 0, 1024))
+    acts = core.handle(PrefillDone(remote.attempt_id, 2.4, 0.9, 0, 4096))  # stamped earlier, heard later
+    assert [type(a).__name__ for a in acts] == ["SendDecode"]
+    assert (remote.prefill_end_s, local.prefill_end_s, core.clock_s) == (2.4, 2.45, 2.45)
+    assert core.index.lookup(remote.spec.block_hashes).on_node(core.board.ids[REMOTE]) > 0
