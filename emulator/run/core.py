@@ -21,6 +21,7 @@ from emulator.run import protocol as ev
 from emulator.run.board import NodeBoard
 from emulator.run.ending import EndPolicy
 from emulator.run.journey import DECODING, ENDED, PREFILLING, ROUTED, TRANSFERRING, Journey
+from emulator.run.protocol import NOTHING, Action, Actions, Dispatch, Ended, SendDecode
 from emulator.run.ttft_window import TtftWindow
 from emulator.telemetry.records import RequestRecord
 
@@ -35,15 +36,17 @@ _STAGES: Final = ("arrived", "routed", "prefilling", "transferring", "decoding",
 
 class RunCore:
     """One run's requests and nodes. `records` holds each request's one ending, in order.
-    `publishes`: answer each step of a request with a Publish (the live engine's feed)."""
+    `publishes`: answer each step of a request with a Publish (the live engine's feed).
+    `by_id`: index every attempt by its id for `handle` (the live engine's workers report by wire
+    id); the virtual engine hands the journey itself and keeps no ended journey alive."""
 
     def __init__(self, router: Router, index: PrefixCacheIndex, scheduler: DualTimescaleScheduler | None,
                  board: NodeBoard, *, block_tokens: int, ending: EndPolicy, use_index: bool = True,
-                 publishes: bool = False) -> None:
+                 publishes: bool = False, by_id: bool = True) -> None:
         self.router, self.index, self.scheduler, self.board = router, index, scheduler, board
         self.block_tokens, self.ending = block_tokens, ending
         self.use_index = use_index  # False only when no lookup can ever hit (the virtual engine knows)
-        self.publishes = publishes
+        self.publishes, self.by_id = publishes, by_id
         self.fed: DualTimescaleScheduler | None = None  # the scheduler while a loop of it runs
         self.refresh_feed()
         self.open: dict[str, Journey] = {}  # arrived and not ended, by request id
@@ -76,7 +79,7 @@ class RunCore:
             self.clock_s = t
         return self.clock_s
 
-    def handle(self, event: ev.Event) -> ev.Actions:
+    def handle(self, event: ev.Event) -> Actions:
         """One event of emulator.run.protocol, whatever its kind (the methods below, by attempt id)."""
         if isinstance(event, ev.Arrive):
             return self.arrive(event.spec, event.t)
@@ -110,23 +113,24 @@ class RunCore:
 
     # ---- the request path ----
 
-    def arrive(self, spec: RequestSpec, t: float) -> ev.Actions:
+    def arrive(self, spec: RequestSpec, t: float) -> Actions:
         """Admit and route a request: Dispatch its first attempt, or Ended (nothing can take it)."""
         self.num_arrived += 1
         if self.fed is not None:
             self.fed.observe_arrival(self._clock(t), spec.input_len)
         journey = Journey(spec, t)
         self.open[spec.id] = journey
-        acts: list[ev.Action] = [ev.Publish(journey, "arrived", detail={"input_len": spec.input_len})] \
+        acts: list[Action] = [ev.Publish(journey, "arrived", detail={"input_len": spec.input_len})] \
             if self.publishes else []
         self._route(journey, t, acts)
         return acts
 
-    def _route(self, journey: Journey, t: float, acts: list[ev.Action]) -> None:
+    def _route(self, journey: Journey, t: float, acts: list[Action]) -> None:
         """Start an attempt: choose its prefill node and its decode node and count it on both."""
         journey.attempts += 1
         journey.attempt_id, self._next_attempt = self._next_attempt, self._next_attempt + 1
-        self.by_attempt[journey.attempt_id] = journey
+        if self.by_id:
+            self.by_attempt[journey.attempt_id] = journey
         spec, board = journey.spec, self.board
         decision = self.router.decide(spec, board.loads, self._clock(t))
         chosen, route = decision.node, decision.route
@@ -151,24 +155,24 @@ class RunCore:
                 self.num_local += 1
         if self.publishes:
             acts.append(ev.Publish(journey, "routed", node=journey.prefill_node, reason=decision.reason))
-        acts.append(ev.Dispatch(journey, decision))
+        acts.append(Dispatch(journey, decision))
 
     def _current(self, journey: Journey, attempt: int) -> bool:
         """Whether a report is about the request's current attempt (else it is late: no action)."""
         return journey.attempt_id == attempt and journey.stage != ENDED
 
-    def prefill_started(self, journey: Journey, attempt: int, t: float) -> ev.Actions:
+    def prefill_started(self, journey: Journey, attempt: int, t: float) -> Actions:
         if not self._current(journey, attempt) or journey.stage > ROUTED:
-            return ev.NOTHING  # late, or reported twice
+            return NOTHING  # late, or reported twice
         journey.stage, journey.prefill_start_s = PREFILLING, t
-        return (ev.Publish(journey, "prefill_start", node=journey.prefill_node),) if self.publishes else ev.NOTHING
+        return (ev.Publish(journey, "prefill_start", node=journey.prefill_node),) if self.publishes else NOTHING
 
     def prefill_done(self, journey: Journey, attempt: int, t: float, service_s: float, cached_len: int,
-                     kv_bytes: int) -> ev.Actions:
+                     kv_bytes: int) -> Actions:
         """The prompt is prefilled (its KV may still be on the way): its blocks enter the prefix
         index, the scheduler hears the prefill's cost, and the decode node is told to take it."""
         if not self._current(journey, attempt) or journey.stage > PREFILLING:
-            return ev.NOTHING
+            return NOTHING
         if journey.stage < PREFILLING:
             raise ev.IllegalEvent(_illegal("prefill done", journey, "before its prefill started"))
         journey.stage, journey.prefill_end_s = TRANSFERRING, t
@@ -182,45 +186,45 @@ class RunCore:
         if self.fed is not None:
             cluster = _REMOTE if slot < self.board.num_remote else _LOCAL
             self.fed.observe_prefill(cluster, spec.input_len - cached_len, service_s, self._clock(t))
-        acts: list[ev.Action] = [ev.Publish(journey, "prefill_end", node=journey.prefill_node,
+        acts: list[Action] = [ev.Publish(journey, "prefill_end", node=journey.prefill_node,
                                       detail={"kv_bytes": kv_bytes, "cached_len": cached_len})] \
             if self.publishes else []
-        acts.append(ev.SendDecode(journey))
+        acts.append(SendDecode(journey))
         if self.board.flips_due:
             self._flips(acts)
         return acts
 
-    def transfer_done(self, journey: Journey, attempt: int, t_start: float, t_end: float) -> ev.Actions:
+    def transfer_done(self, journey: Journey, attempt: int, t_start: float, t_end: float) -> Actions:
         """The KV is at the decode node (the live sender's DONE may come after the decode side's
         first token, or after the request ended: its times are filled in all the same)."""
         if journey.attempt_id != attempt:
-            return ev.NOTHING
+            return NOTHING
         if journey.stage == ENDED:
             self._late_transfer(journey, t_start, t_end)
-            return ev.NOTHING
+            return NOTHING
         if journey.stage < TRANSFERRING:
             raise ev.IllegalEvent(_illegal("transfer done", journey, "before its prefill ended"))
         if journey.transfer_end_s is not None:
-            return ev.NOTHING
+            return NOTHING
         journey.stage, journey.transfer_start_s, journey.transfer_end_s = DECODING, t_start, t_end
-        return (ev.Publish(journey, "transfer_end", node=journey.prefill_node),) if self.publishes else ev.NOTHING
+        return (ev.Publish(journey, "transfer_end", node=journey.prefill_node),) if self.publishes else NOTHING
 
-    def first_token(self, journey: Journey, attempt: int, t: float) -> ev.Actions:
+    def first_token(self, journey: Journey, attempt: int, t: float) -> Actions:
         if not self._current(journey, attempt) or journey.first_token_s is not None:
-            return ev.NOTHING
+            return NOTHING
         if journey.stage < TRANSFERRING:
             raise ev.IllegalEvent(_illegal("first token", journey, "before its prefill ended"))
         journey.stage, journey.first_token_s = DECODING, t  # the decode side has the KV
         return (ev.Publish(journey, "first_token", node=journey.decode_node,
-                        detail={"ttft_s": t - journey.arrival_s}),) if self.publishes else ev.NOTHING
+                        detail={"ttft_s": t - journey.arrival_s}),) if self.publishes else NOTHING
 
-    def finished(self, journey: Journey, attempt: int, t: float, tpot_s: float | None) -> ev.Actions:
+    def finished(self, journey: Journey, attempt: int, t: float, tpot_s: float | None) -> Actions:
         """The last token is out: the request's one record."""
         if not self._current(journey, attempt):
-            return ev.NOTHING
+            return NOTHING
         if journey.first_token_s is None:
             raise ev.IllegalEvent(_illegal("finished", journey, "before its first token"))
-        acts: list[ev.Action] = []
+        acts: list[Action] = []
         self._end(journey, t, tpot_s, None, None, acts)
         return acts
 
@@ -237,19 +241,19 @@ class RunCore:
     # ---- failures ----
 
     def attempt_failed(self, journey: Journey, attempt: int, t: float, reason: FailReason, detail: str,
-                       transfer: tuple[float, float] | None = None) -> ev.Actions:
+                       transfer: tuple[float, float] | None = None) -> Actions:
         """A node reported the attempt failed: Release it, then Dispatch another or end it failed."""
         if not self._current(journey, attempt):
-            return ev.NOTHING
+            return NOTHING
         if transfer is not None:
             journey.transfer_start_s, journey.transfer_end_s = transfer
-        acts: list[ev.Action] = []
+        acts: list[Action] = []
         self._retry_or_fail(journey, reason, detail, t, acts)
         self._flips(acts)
         return acts
 
     def _retry_or_fail(self, journey: Journey, reason: FailReason, detail: str, t: float,
-                       acts: list[ev.Action]) -> None:
+                       acts: list[Action]) -> None:
         if journey.attempts >= MAX_ATTEMPTS or self.is_stopping:
             self._end(journey, t, None, reason, detail, acts)
             return
@@ -257,7 +261,7 @@ class RunCore:
         journey.reset()
         self._route(journey, t, acts)
 
-    def _release(self, journey: Journey, acts: list[ev.Action]) -> None:
+    def _release(self, journey: Journey, acts: list[Action]) -> None:
         """Take the attempt off the nodes that hold it, and ask the engine to let go of it."""
         board, stage = self.board, journey.stage
         if stage == ROUTED or stage == PREFILLING:
@@ -268,7 +272,7 @@ class RunCore:
                             journey.decode_slot))
 
     def _end(self, journey: Journey, t: float, tpot_s: float | None, reason: FailReason | None,
-             detail: str | None, acts: list[ev.Action]) -> None:
+             detail: str | None, acts: list[Action]) -> None:
         failed = reason is not None
         if failed:
             self._release(journey, acts)
@@ -295,7 +299,7 @@ class RunCore:
             self.num_completed += 1
             if first is not None:
                 self.ttft.add(self._clock(t), first - arrival)
-        acts.append(ev.Ended(journey, record))
+        acts.append(Ended(journey, record))
         if self.board.flips_due:
             self._flips(acts)
         if self.arrivals_over and not self.open and not self.is_stopping:
@@ -303,35 +307,35 @@ class RunCore:
 
     # ---- the end of the run (emulator.run.ending) ----
 
-    def end_arrivals(self, t: float) -> ev.Actions:
+    def end_arrivals(self, t: float) -> Actions:
         """The duration is over: no more arrivals; the run ends once nothing is open."""
         self.arrivals_over = True
-        acts: list[ev.Action] = []
+        acts: list[Action] = []
         if not self.open:
             self._end_run(self.ending.words(0), acts)
         return acts
 
-    def drain_over(self, t: float) -> ev.Actions:
+    def drain_over(self, t: float) -> Actions:
         """The drain is over: what is still open fails `unfinished`, and the run ends."""
         num_open = len(self.open)
         acts = self._fail_open(FailReason.UNFINISHED, self.ending.unfinished_detail(), t)
         self._end_run(self.ending.words(num_open), acts)
         return acts
 
-    def stop(self, reason: FailReason, detail: str, t: float) -> ev.Actions:
+    def stop(self, reason: FailReason, detail: str, t: float) -> Actions:
         """The run is stopped (or failed) now: what is open fails `reason`."""
         acts = self._fail_open(reason, detail, t)
         self._end_run(f"run ended: {detail}", acts)
         return acts
 
-    def _fail_open(self, reason: FailReason, detail: str, t: float) -> list[ev.Action]:
+    def _fail_open(self, reason: FailReason, detail: str, t: float) -> list[Action]:
         self.is_stopping = self.arrivals_over = True
-        acts: list[ev.Action] = []
+        acts: list[Action] = []
         for journey in list(self.open.values()):
             self._end(journey, t, None, reason, detail, acts)
         return acts
 
-    def _end_run(self, reason: str, acts: list[ev.Action]) -> None:
+    def _end_run(self, reason: str, acts: list[Action]) -> None:
         """EndRun, once: the first reason stands."""
         if self.end_reason is None:
             self.end_reason = reason
@@ -346,34 +350,34 @@ class RunCore:
         return [j for j in self.open.values()
                 if (j.prefill_slot == slot and ROUTED <= j.stage <= TRANSFERRING) or j.decode_slot == slot]
 
-    def node_lost(self, slot: int, t: float, why: str) -> ev.Actions:
+    def node_lost(self, slot: int, t: float, why: str) -> Actions:
         """The node at `slot` is lost: it takes no work, its cached prefixes are gone, and each
         journey it held is Released and retried elsewhere or ended failed."""
         board = self.board
         if not board.is_up[slot]:
-            return ev.NOTHING
+            return NOTHING
         board.set_up(slot, False)
         if board.is_prefill[slot]:
             self.index.drop_node(board.ids[slot])
-        acts: list[ev.Action] = []
+        acts: list[Action] = []
         detail = f"worker lost: {board.names[slot]} ({why})"
         for journey in self.held_by(slot):
             self._retry_or_fail(journey, FailReason.WORKER_LOST, detail, t, acts)
         self._flips(acts)
         return acts
 
-    def node_back(self, slot: int) -> ev.Actions:
+    def node_back(self, slot: int) -> Actions:
         self.board.set_up(slot, True)
-        return ev.NOTHING
+        return NOTHING
 
-    def request_flip(self, slot: int, role: Role) -> ev.Actions:
+    def request_flip(self, slot: int, role: Role) -> Actions:
         """Drain-then-flip: the node takes no new work and flips once it holds nothing (StartFlip)."""
-        acts: list[ev.Action] = []
+        acts: list[Action] = []
         if self.board.request_flip(slot, role):
             self._flips(acts)
         return acts
 
-    def flipped(self, slot: int) -> ev.Actions:
+    def flipped(self, slot: int) -> Actions:
         """The engine carried a flip out: a prefill node's cached prefixes go with its old role."""
         board = self.board
         if not board.is_draining[slot]:
@@ -381,18 +385,18 @@ class RunCore:
         if board.is_prefill[slot]:
             self.index.drop_node(board.ids[slot])
         board.flipped(slot)
-        return ev.NOTHING
+        return NOTHING
 
-    def set_split(self, target: int) -> tuple[str, ev.Actions]:
+    def set_split(self, target: int) -> tuple[str, Actions]:
         """Flip local nodes toward `target` prefill nodes (control.placement's rule), drained first."""
         board = self.board
         before = board.num_local_prefill_heading
         done = sum(board.request_flip(board.num_remote + index, role) for index, role in board.split_flips(target))
-        acts: list[ev.Action] = []
+        acts: list[Action] = []
         self._flips(acts)
         return f"local prefill instances {before} -> {target} ({done} flips, drained first)", acts
 
-    def _flips(self, acts: list[ev.Action]) -> None:
+    def _flips(self, acts: list[Action]) -> None:
         """A StartFlip for each draining node that holds nothing now."""
         board = self.board
         for slot in board.take_flips():

@@ -19,6 +19,7 @@ from emulator.run.board import NodeBoard
 from emulator.run.core import RunCore
 from emulator.run.ending import EndPolicy
 from emulator.run.journey import ENDED, PREFILLING, ROUTED, Journey
+from emulator.run.protocol import Action, Actions, Dispatch, Ended, Publish, Release, SendDecode
 from emulator.virtual.core import Simulator
 from emulator.virtual.costs import CostModel
 from emulator.virtual.link import FluidLink, Transfer
@@ -40,8 +41,8 @@ class Gateway:
         self.link, self.reverse_link = link, reverse_link
         self.board = NodeBoard(num_remote, num_local, n_p)
         self.core = RunCore(plane.router, plane.index, plane.scheduler, self.board,
-                            block_tokens=block_tokens, ending=ending, use_index=use_index)
-        self.run_action: Callable[[ev.Action], None] = _unexpected
+                            block_tokens=block_tokens, ending=ending, use_index=use_index, by_id=False)
+        self.run_action: Callable[[Action], None] = _unexpected
         self.tail_fraction = costs.tail_fraction  # read per request: kept, not recomputed
         self.local_rate_bytes_per_s = costs.local_rate_bytes_per_s
         board = self.board
@@ -75,13 +76,13 @@ class Gateway:
 
     # ---- the core's actions ----
 
-    def execute(self, acts: ev.Actions) -> None:
+    def execute(self, acts: Actions) -> None:
         for act in acts:
-            if isinstance(act, ev.Dispatch):
+            if isinstance(act, Dispatch):
                 self._dispatch(act.journey, act.decision)
-            elif isinstance(act, (ev.SendDecode, ev.Ended, ev.Publish)):
+            elif isinstance(act, (SendDecode, Ended, Publish)):
                 pass  # a decode instance takes the request once its KV is in; the core keeps the records
-            elif isinstance(act, ev.Release):
+            elif isinstance(act, Release):
                 self._let_go(act)
             elif isinstance(act, ev.StartFlip):
                 self._flip(act.slot)
@@ -108,7 +109,7 @@ class Gateway:
         journey.handle = link.start(self.costs.kv_bytes(move.tokens), self._on_prefix_arrived,
                                     (journey, journey.attempt_id, node))
 
-    def _let_go(self, release: ev.Release) -> None:
+    def _let_go(self, release: Release) -> None:
         """Stop what a given-up attempt still has in motion: a transfer on either link direction,
         and its place at a prefill node that is still up (a killed node dropped its queues already)."""
         transfer = release.handle
@@ -212,5 +213,5 @@ class Gateway:
         return remote, local, waiting, active
 
 
-def _unexpected(act: ev.Action) -> None:
+def _unexpected(act: Action) -> None:
     raise RuntimeError(f"{type(act).__name__}: RunLoops sets Gateway.run_action")

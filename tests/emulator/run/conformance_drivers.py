@@ -289,7 +289,8 @@ class VirtualDriver:
         gateway, core, now = self.gateway, self.core, self.sim.now
         if kind == "arrive":
             gateway.arrive(spec(args[0], args[1]))
-            self.journeys[args[0]] = next(j for j in core.by_attempt.values() if j.spec.id == args[0])
+            if args[0] in core.open:  # else it ended at once: no step names it again
+                self.journeys[args[0]] = core.open[args[0]]
         elif kind == "lost":
             gateway.execute((ev.KillNode(gateway.board.names.index(args[0])),))
         elif kind == "flip":
