@@ -26,7 +26,7 @@ def test_sigint_keeps_finished_points_and_a_rerun_completes(write_sweep: Callabl
                                                            tmp_path: Path) -> None:
     rates = ", ".join(f"{1.0 + i / 20:.2f}" for i in range(NUM_POINTS // 2))
     path = write_sweep(f"axes:\n  workload.arrival.rate_per_s: {{values: [{rates}]}}\n"
-                       "seeds: [0, 1]\nmetrics: [throughput_rps]\n", duration_s=600)
+                       "seeds: [0, 1]\nmetrics: [throughput_rps]\n", duration_s=1800)
     out = tmp_path / "out"
     proc = subprocess.Popen([sys.executable, "-m", "emulator", "sweep", str(path), "--out", str(out),
                              "--workers", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
