@@ -1,7 +1,8 @@
 """`python -m model_stub bench`: prefill and decode speed, S_kv(l), Phi_kv(l) and roofline efficiency.
 
-The roofline is a large square GEMM measured in the same run on the same device and threads, so
-efficiency = (model matmul FLOPs / prefill seconds) / GEMM FLOP/s is a same-machine ratio.
+The roofline is a square GEMM on the same device and threads, timed before and after every prefill
+run, so efficiency = (model matmul FLOPs / prefill seconds) / GEMM FLOP/s beside it is a same-moment
+ratio; a length's figure is the median of those paired ratios (see roofline.py).
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import platform
 import statistics
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -23,9 +23,10 @@ import torch
 from model_stub.config import PRESET_NAMES, SIZES, LayerKind, get_preset
 from model_stub.flops import prefill_flops
 from model_stub.model import TORCH_DTYPES, HybridModel, resolve_device
+from model_stub.roofline import GemmReference, PairedRun, interleave, summary, timed
 
 DENSE = "dense-gqa-mini"
-EFFICIENCY_PRESET, EFFICIENCY_TOKENS, EFFICIENCY_TARGET = "kimi-linear-mini", 4096, 0.40
+EFFICIENCY_TOKENS, EFFICIENCY_TARGET = 4096, 0.40  # issue 28: every hybrid preset, median paired ratio, CPU
 GPU_EFFICIENCY_TOKENS, GPU_EFFICIENCY_TARGET = 16384, 0.40  # issue 18: every hybrid preset, on CUDA
 SUPERLINEAR_TARGET = 1.25  # dense T(16K) / T(4K) must exceed 4 x this
 
@@ -70,32 +71,13 @@ class BenchSettings:
     dtype: str = "float32"  # the model's and the GEMM's
 
 
-def _timed(fn: Callable[[], object], device: torch.device) -> float:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return time.perf_counter() - start
-
-
-def measure_gemm(device: torch.device, n: int, repeats: int, dtype: torch.dtype = torch.float32) -> list[float]:
-    """GFLOP/s samples of an n x n x n matmul in `dtype` (after warm-up): the model's own precision,
-    so efficiency compares like with like."""
-    a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
-    for _ in range(3):
-        a @ b
-    return [2 * n**3 / _timed(lambda: a @ b, device) / 1e9 for _ in range(max(5, repeats))]
-
-
-def measure_prefill(model: HybridModel, tokens: int, repeats: int) -> tuple[list[float], int]:
-    """Seconds per prefill of `tokens` random byte tokens, and the cache bytes it produced."""
+def measure_prefill(model: HybridModel, tokens: int, repeats: int, gemm: GemmReference) -> tuple[PairedRun, int]:
+    """Prefills of `tokens` random byte tokens interleaved with GEMM samples, and the cache bytes."""
     gen = torch.Generator().manual_seed(tokens)
     ids = torch.randint(0, 256, (tokens,), generator=gen)
     model.prefill(ids[: min(tokens, 256)])  # warm-up
     cache_bytes = model.prefill(ids)[1].nbytes
-    return [_timed(lambda: model.prefill(ids), model.device) for _ in range(repeats)], cache_bytes
+    return interleave(lambda: model.prefill(ids), gemm, repeats), cache_bytes
 
 
 def measure_decode(model: HybridModel, batch: int, context: int, steps: int) -> list[float]:
@@ -105,29 +87,27 @@ def measure_decode(model: HybridModel, batch: int, context: int, steps: int) -> 
     caches = [type(cache)(cache.config, list(cache.layers), cache.num_tokens) for _ in range(batch)]
     tokens = [65] * batch
     model.decode_step(tokens, caches)  # warm-up
-    return [1e3 * _timed(lambda: model.decode_step(tokens, caches), model.device) for _ in range(steps)]
+    return [1e3 * timed(lambda: model.decode_step(tokens, caches), model.device) for _ in range(steps)]
 
 
-def _summary(samples: list[float]) -> dict[str, float]:
-    return {"median": statistics.median(samples), "min": min(samples), "max": max(samples)}
-
-
-def bench_preset(name: str, s: BenchSettings, gemm_gflops: float) -> dict:
+def bench_preset(name: str, s: BenchSettings, gemm: GemmReference) -> dict:
     config = get_preset(name, s.size, dtype=s.dtype)
     model = HybridModel(config, s.device)
     by_length = {}
     for tokens in s.lengths:
-        samples, cache_bytes = measure_prefill(model, tokens, s.repeats)
-        seconds = statistics.median(samples)
+        paired, cache_bytes = measure_prefill(model, tokens, s.repeats, gemm)
+        seconds = statistics.median(paired.model_s)
         flops = prefill_flops(config, tokens)
+        ratios = paired.ratios(flops)
         by_length[str(tokens)] = {
-            "prefill_s": _summary(samples), "samples_s": samples, "tokens_per_s": tokens / seconds,
+            "prefill_s": summary(paired.model_s), "samples_s": paired.model_s, "tokens_per_s": tokens / seconds,
             "flops": flops, "gflops_per_s": flops / seconds / 1e9,
-            "efficiency": flops / seconds / 1e9 / gemm_gflops,
+            "efficiency": statistics.median(ratios), "efficiency_paired": summary(ratios), "ratios": ratios,
+            "gemm_gflops_samples": paired.gemm_gflops,
             "s_kv_bytes": cache_bytes, "s_kv_bytes_model": config.cache_bytes(tokens),
             "phi_kv_mbit_s": cache_bytes * 8 / seconds / 1e6,
         }
-    decode = {str(b): _summary(measure_decode(model, b, s.decode_context, s.decode_steps)) for b in s.decode_batches}
+    decode = {str(b): summary(measure_decode(model, b, s.decode_context, s.decode_steps)) for b in s.decode_batches}
     del model
     if torch.cuda.is_available():
         torch.cuda.empty_cache()  # the next preset's weights and caches get the memory back
@@ -156,16 +136,16 @@ def run(s: BenchSettings, progress: Callable[[str], None] = lambda _: None) -> d
     device = resolve_device(s.device)
     if device.type == "cpu":
         torch.set_num_threads(s.threads)
-    progress(f"gemm {s.gemm_n}^3 {s.dtype} on {device}")
-    gemm = measure_gemm(device, s.gemm_n, s.repeats, TORCH_DTYPES[s.dtype])
-    gemm_gflops = statistics.median(gemm)
+    progress(f"gemm {s.gemm_n}^3 {s.dtype} on {device}, timed beside every prefill run")
+    gemm = GemmReference(device, s.gemm_n, TORCH_DTYPES[s.dtype])
     presets = {}
     for name in s.presets:
         progress(f"{name} ({s.size})")
-        presets[name] = bench_preset(name, s, gemm_gflops)
+        presets[name] = bench_preset(name, s, gemm)
+    samples = [g for p in presets.values() for row in p["prefill"].values() for g in row["gemm_gflops_samples"]]
     result = {
         "bench": "model_stub", "machine": _machine(device), "settings": asdict(s),
-        "gemm_gflops": _summary(gemm), "gemm_samples": gemm, "presets": presets,
+        "gemm_gflops": summary(samples), "gemm_samples": samples, "presets": presets,
     }
     result["summary"] = summarize(result)
     return result
@@ -184,8 +164,9 @@ def summarize(result: dict) -> dict:
         if {4096, 16384} <= set(lengths):
             t = presets[DENSE]["prefill"]
             out["dense_prefill_growth_4k_to_16k"] = t["16384"]["prefill_s"]["median"] / t["4096"]["prefill_s"]["median"]
-    if EFFICIENCY_PRESET in presets and str(EFFICIENCY_TOKENS) in presets[EFFICIENCY_PRESET]["prefill"]:
-        out["kimi_efficiency_at_4k"] = presets[EFFICIENCY_PRESET]["prefill"][str(EFFICIENCY_TOKENS)]["efficiency"]
+    if not result["machine"]["device"].startswith("cuda") and EFFICIENCY_TOKENS in lengths:
+        out["hybrid_efficiency_at_4k"] = {n: p["prefill"][str(EFFICIENCY_TOKENS)]["efficiency"]
+                                          for n, p in presets.items() if n != DENSE}
     if result["machine"]["device"].startswith("cuda") and GPU_EFFICIENCY_TOKENS in lengths:
         out["hybrid_efficiency_at_16k"] = {n: p["prefill"][str(GPU_EFFICIENCY_TOKENS)]["efficiency"]
                                            for n, p in presets.items() if n != DENSE}
@@ -193,15 +174,15 @@ def summarize(result: dict) -> dict:
 
 
 def check(result: dict) -> list[str]:
-    """Targets from the [Foundation] issue that this run missed (empty when all hold)."""
-    failures, summary = [], result["summary"]
-    eff = summary.get("kimi_efficiency_at_4k")
-    if eff is not None and eff < EFFICIENCY_TARGET:
-        failures.append(f"{EFFICIENCY_PRESET} prefill at 4K: efficiency {eff:.0%} < {EFFICIENCY_TARGET:.0%}")
-    for name, eff in summary.get("hybrid_efficiency_at_16k", {}).items():
+    """Targets from the [Foundation] issue and issue 28 that this run missed (empty when all hold)."""
+    failures, figures = [], result["summary"]
+    for name, eff in figures.get("hybrid_efficiency_at_4k", {}).items():
+        if eff < EFFICIENCY_TARGET:
+            failures.append(f"{name} prefill at 4K: median paired efficiency {eff:.0%} < {EFFICIENCY_TARGET:.0%}")
+    for name, eff in figures.get("hybrid_efficiency_at_16k", {}).items():
         if eff < GPU_EFFICIENCY_TARGET:
             failures.append(f"{name} prefill at 16K on CUDA: efficiency {eff:.0%} < {GPU_EFFICIENCY_TARGET:.0%}")
-    growth = summary.get("dense_prefill_growth_4k_to_16k")
+    growth = figures.get("dense_prefill_growth_4k_to_16k")
     if growth is not None and growth < 4 * SUPERLINEAR_TARGET:
         failures.append(
             f"{DENSE} prefill 4K->16K grew {growth:.2f}x, not clearly super-linear (> {4 * SUPERLINEAR_TARGET})")
@@ -220,16 +201,21 @@ def check(result: dict) -> list[str]:
     return failures
 
 
+def _efficiency_cell(row: dict) -> str:
+    paired = row["efficiency_paired"]
+    return f"{100 * paired['median']:.0f} ({100 * paired['min']:.0f}-{100 * paired['max']:.0f})"
+
+
 def format_table(result: dict) -> str:
     lengths = result["settings"]["lengths"]
     pick = [str(n) for n in lengths if n in (4096, 16384)] or [str(n) for n in lengths[-2:]]
-    head = f"{'preset':<20}" + "".join(f"{'tok/s@' + n:>12}{'eff@' + n:>10}" for n in pick)
+    head = f"{'preset':<20}" + "".join(f"{'tok/s@' + n:>12}{'eff% (min-max)@' + n:>21}" for n in pick)
     head += f"{'dec ms b1/b8':>14}{'S_kv MiB@' + pick[-1]:>15}{'Phi Mbit/s':>11}"
     dtype = result["settings"].get("dtype", "float32")
     lines = [f"gemm {result['gemm_gflops']['median']:.1f} GFLOP/s {dtype} on {result['machine']['device']}", head]
     for name, p in result["presets"].items():
         row = f"{name:<20}" + "".join(
-            f"{p['prefill'][n]['tokens_per_s']:>12.0f}{p['prefill'][n]['efficiency']:>10.0%}" for n in pick
+            f"{p['prefill'][n]['tokens_per_s']:>12.0f}{_efficiency_cell(p['prefill'][n]):>21}" for n in pick
         )
         dec = "/".join(f"{p['decode_ms_per_step'][b]['median']:.1f}" for b in p["decode_ms_per_step"])
         last = p["prefill"][pick[-1]]
@@ -262,7 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--quick", action="store_true", help="CI-sized: two lengths, one repeat")
+    parser.add_argument("--quick", action="store_true",
+                        help="CI-sized: two lengths, shorter decode and a smaller GEMM (--repeats still applies)")
     parser.add_argument("--gemm-n", type=int, default=None,
                         help="side of the roofline GEMM (default: 2048 on CPU, 8192 on CUDA; 1024/4096 quick)")
     parser.add_argument("--check", action="store_true", help="exit 1 when an issue target is missed")
@@ -287,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = BenchSettings(
         presets=presets, size=args.size or base.size, lengths=args.lengths or base.lengths,
         decode_batches=base.decode_batches, decode_context=base.decode_context, decode_steps=base.decode_steps,
-        repeats=1 if args.quick else args.repeats, device=args.device, threads=args.threads,
+        repeats=args.repeats, device=args.device, threads=args.threads,
         gemm_n=args.gemm_n or base.gemm_n, dtype=base.dtype if args.dtype == "auto" else args.dtype,
     )
     result = run(settings, progress=lambda msg: print(f"[bench] {msg}", file=sys.stderr, flush=True))

@@ -20,6 +20,8 @@ def test_bench_writes_results_and_table(tmp_path, capsys):
         for tokens, row in preset["prefill"].items():
             assert row["s_kv_bytes"] == config.cache_bytes(int(tokens))
             assert row["phi_kv_mbit_s"] > 0 and 0 < row["efficiency"]
+            assert len(row["gemm_gflops_samples"]) == len(row["samples_s"]) + 1  # G, M, G: paired
+            assert row["efficiency_paired"]["min"] <= row["efficiency"] <= row["efficiency_paired"]["max"]
         assert set(preset["decode_ms_per_step"]) == {"1", "8"}
     ratios = result["summary"]["s_kv_ratio_vs_dense_at_192"]
     assert ratios["dense-gqa-mini"] == 1.0
@@ -61,6 +63,23 @@ def test_the_gpu_target_holds_each_hybrid_preset_at_16k_to_40_percent():
     assert result["summary"]["hybrid_efficiency_at_16k"] == {"kimi-linear-mini": 0.52, "qwen3-next-mini": 0.31}
     assert [f for f in bench.check(result) if "CUDA" in f] == [
         "qwen3-next-mini prefill at 16K on CUDA: efficiency 31% < 40%"]
+
+
+def test_the_cpu_target_holds_each_hybrid_preset_at_4k_on_the_median_paired_ratio():
+    """check() on a CPU result: every hybrid preset's median paired efficiency at 4K must reach 40 %;
+    one high pair (a slow GEMM moment) does not lift a preset whose median misses."""
+    def preset(ratios: list[float]) -> dict:
+        median = sorted(ratios)[len(ratios) // 2]
+        return {"prefill": {"4096": {"efficiency": median, "s_kv_bytes": 1, "s_kv_bytes_model": 1}}}
+
+    result = {"machine": {"device": "cpu"}, "settings": {"lengths": [4096], "size": "small"},
+              "presets": {"kimi-linear-mini": preset([0.41, 0.44, 0.43]),
+                          "qwen3-next-mini": preset([0.35, 1.23, 0.36]),
+                          "dense-gqa-mini": preset([0.10, 0.10, 0.10])}}
+    result["summary"] = bench.summarize(result)
+    assert result["summary"]["hybrid_efficiency_at_4k"] == {"kimi-linear-mini": 0.43, "qwen3-next-mini": 0.36}
+    assert [f for f in bench.check(result) if "4K" in f] == [
+        "qwen3-next-mini prefill at 4K: median paired efficiency 36% < 40%"]
 
 
 def test_cuda_without_a_gpu_is_refused_in_one_line(capsys):
