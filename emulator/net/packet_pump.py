@@ -1,10 +1,12 @@
 """One direction of the TUN relay: read packets from one fd, shape them, write them to another.
 
-A reader thread reads each packet and asks the `DirectionShaper` when it is due; a writer thread
-sleeps until then and writes it out. Both block in system calls with the GIL released. Shaping
-decisions are exact (the shaper's arithmetic); the writer aims its sleeps early by its learned
-wake-up latency (`WakeEstimator`) and spins the rest, so a packet leaves within tens of microseconds
-of its time; when it falls behind it catches up in a burst, so rates stay exact on average.
+A reader thread reads each packet (or unsegmented TCP burst, see vnet_header.py) and asks the
+`DirectionShaper` when it is due; a writer thread sleeps until then and writes it out. Both block in
+system calls with the GIL released. Shaping decisions are exact (the shaper's arithmetic); the
+writer aims its sleeps early by its learned wake-up latency (`WakeEstimator`) and spins the rest, so
+a packet leaves within tens of microseconds of its time; when it falls behind it catches up in a
+burst, so rates stay exact on average. A TCP burst moves in one read and one write, which is what
+takes a lossless link past 2 Gbit/s (issue 28): the relay pays per read, not per segment.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from dataclasses import dataclass
 
 from emulator.net.shaper import DirectionShaper
 from emulator.net.spec import LinkShape
+from emulator.net.tun_device import set_segmentation
+from emulator.net.vnet_header import READ_BYTES, carries_bursts, wire_size
 from emulator.net.wake_timer import WakeEstimator
 
 log = logging.getLogger(__name__)
@@ -55,12 +59,14 @@ class PacketPump:
     the queue's tail, which is what lets `reshape` re-time them in place.
     """
 
-    def __init__(self, name: str, src_fd: int, dst_fd: int, shape: LinkShape, mtu: int,
+    def __init__(self, name: str, src_fd: int, dst_fd: int, shape: LinkShape,
                  rng: random.Random) -> None:
         self.name = name
         self._src, self._dst = src_fd, dst_fd
-        self._read_size = mtu + 64
+        self._read_size = READ_BYTES  # a burst, even just after segmentation was turned off
         self._shaper = DirectionShaper(shape, rng)
+        self._bursts = carries_bursts(shape)
+        set_segmentation(src_fd, self._bursts)
         self._lock = threading.Lock()  # guards the shaper and the queue's entries
         self._queue: deque[list] = deque()
         self._wake = threading.Event()
@@ -95,6 +101,9 @@ class PacketPump:
             retimed = self._shaper.reshape(shape, time.monotonic())
             for entry, delivery in zip(reversed(self._queue), reversed(retimed), strict=False):
                 entry[0] = delivery
+        if carries_bursts(shape) != self._bursts:
+            self._bursts = not self._bursts
+            set_segmentation(self._src, self._bursts)
         self._wake.set()
 
     def counters(self) -> PumpCounters:
@@ -119,13 +128,14 @@ class PacketPump:
                 if not self._stop.is_set():
                     log.error("%s: read failed (%s); direction stopped", self.name, err)
                 return
+            size, packets = wire_size(packet)
             with lock:
                 if self._queued_bytes + len(packet) > MAX_QUEUED_BYTES:
-                    self._overflow_drops += 1
+                    self._overflow_drops += packets
                     continue
-                delivery = admit(len(packet), time.monotonic())
+                delivery = admit(size, time.monotonic(), packets)
                 if delivery is not None:
-                    queue.append([delivery, packet])
+                    queue.append([delivery, packet, size, packets])
                     self._queued_bytes += len(packet)
             if delivery is not None and self._writer_idle:
                 self._wake.set()
@@ -159,12 +169,12 @@ class PacketPump:
                 continue
             spin = False
             with lock:
-                packet = queue.popleft()[1]
+                _, packet, size, packets = queue.popleft()
                 self._queued_bytes -= len(packet)
             try:
-                write(self._dst, packet)
-                self._packets += 1
-                self._bytes += len(packet)
+                write(self._dst, packet)  # its header too: the far stack takes a burst whole
+                self._packets += packets
+                self._bytes += size
                 self._late_s_sum -= wait_s
                 self._late_s_max = max(self._late_s_max, -wait_s)
             except OSError as err:  # e.g. the far device went down: count it, keep the link

@@ -70,6 +70,7 @@ class _Pending:
     """A packet admitted but not yet fully serialised: the backlog that a reshape re-times."""
 
     size: int
+    packets: int  # a burst (several segments sent as one) counts each of them
     tx_end: float
     jitter_u: float  # the packet's jitter draw in [-1, 1], reused when re-timed
     delivery: float
@@ -96,6 +97,7 @@ class DirectionShaper:
         self._rate = shape.rate_bytes_per_s
         self._loss = CorrelatedLoss(shape.loss_pct, shape.loss_correlation_pct, rng)
         self._pending: deque[_Pending] = deque()
+        self._num_pending_packets = 0  # the queue's length in packets, bursts counted by segment
         self._link_free_at = -math.inf
         self._last_delivery = -math.inf
         self._last_fixed_delivery = -math.inf  # newest delivery among packets off the queue
@@ -114,20 +116,26 @@ class DirectionShaper:
 
     @property
     def num_pending(self) -> int:
-        """Packets waiting for serialisation as of the last call: the last ones `admit` accepted."""
+        """Admissions (a burst is one) waiting for serialisation as of the last call: the last ones
+        `admit` accepted."""
         return len(self._pending)
 
     def backlog_s(self, now: float) -> float:
         """Seconds until the bottleneck is idle again (0 when it already is)."""
         return max(0.0, self._link_free_at - now)
 
-    def admit(self, size_bytes: int, now: float) -> float | None:
-        """The delivery time of a packet of `size_bytes` offered at `now`, or None if dropped."""
+    def admit(self, size_bytes: int, now: float, packets: int = 1) -> float | None:
+        """The delivery time of a packet of `size_bytes` offered at `now`, or None if dropped.
+
+        `packets` > 1 is a burst of that many segments totalling `size_bytes`: it is served as one
+        unit and counts as `packets` in the queue and the stats. Loss draws once per call, so
+        lossy links are fed single packets (the tun relay turns segmentation off for them).
+        """
         self._release(now)
         if self._loss.lose(self._rng):
             self._loss_drops += 1
             return None
-        if len(self._pending) >= self._shape.queue_packets:
+        if self._num_pending_packets >= self._shape.queue_packets:
             self._queue_drops += 1
             return None
         tx_end = max(now, self._link_free_at) + size_bytes / self._rate
@@ -136,10 +144,11 @@ class DirectionShaper:
         delivery = max(tx_end + self._propagation(jitter_u), self._last_delivery)
         self._last_delivery = delivery
         if tx_end > now:
-            self._pending.append(_Pending(size_bytes, tx_end, jitter_u, delivery))
+            self._pending.append(_Pending(size_bytes, packets, tx_end, jitter_u, delivery))
+            self._num_pending_packets += packets
         else:
             self._last_fixed_delivery = delivery
-        self._packets += 1
+        self._packets += packets
         self._bytes += size_bytes
         return delivery
 
@@ -182,4 +191,6 @@ class DirectionShaper:
         """Forget packets whose serialisation has ended by `now`; they no longer count as queued."""
         pending = self._pending
         while pending and pending[0].tx_end <= now:
-            self._last_fixed_delivery = pending.popleft().delivery
+            done = pending.popleft()
+            self._last_fixed_delivery = done.delivery
+            self._num_pending_packets -= done.packets

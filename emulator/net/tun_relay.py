@@ -53,9 +53,9 @@ class TunRelay:
         remote_fd = self._open(ends.remote_netns, ends.remote_ifname, ends.remote_addr)
         local_fd = self._open(ends.local_netns, ends.local_ifname, ends.local_addr)
         self.pumps = {
-            TO_LOCAL: PacketPump("to-local", remote_fd, local_fd, spec.to_local, ends.mtu,
+            TO_LOCAL: PacketPump("to-local", remote_fd, local_fd, spec.to_local,
                                  random.Random(rng.random())),
-            TO_REMOTE: PacketPump("to-remote", local_fd, remote_fd, spec.to_remote, ends.mtu,
+            TO_REMOTE: PacketPump("to-remote", local_fd, remote_fd, spec.to_remote,
                                   random.Random(rng.random())),
         }
 

@@ -179,3 +179,26 @@ def test_reshape_applies_new_loss_and_keeps_counters() -> None:
     assert all(s.admit(100, now=0.0) is None for _ in range(100))
     assert s.stats.packets == 100 and s.stats.loss_drops == 100
     assert s.shape.loss_pct == 100
+
+
+def test_a_burst_is_served_as_its_bytes_and_counted_by_its_segments() -> None:
+    s = shaper(bandwidth_mbit=MBIT_8, queue_packets=10)
+    # a 6-segment burst of 6000 bytes takes as long as six 1000-byte packets: 6 ms
+    assert s.admit(6000, now=0.0, packets=6) == pytest.approx(0.006, abs=1e-12)
+    assert s.admit(1000, now=0.0, packets=1) == pytest.approx(0.007, abs=1e-12)
+    assert s.admit(3000, now=0.0, packets=3) == pytest.approx(0.010, abs=1e-12)
+    assert s.admit(1000, now=0.0) is None  # 10 segments wait: the queue is full
+    assert s.stats.packets == 10 and s.stats.bytes == 10_000 and s.stats.queue_drops == 1
+    # the first burst's 6 ms pass: its six segments leave the queue together
+    assert s.admit(1000, now=0.006) == pytest.approx(0.011, abs=1e-12)
+    assert s.num_pending == 3
+
+
+def test_a_reshape_keeps_a_bursts_segments_in_the_queue_count() -> None:
+    s = shaper(bandwidth_mbit=MBIT_8, queue_packets=8)
+    s.admit(4000, now=0.0, packets=4)
+    s.admit(4000, now=0.0, packets=4)
+    assert s.reshape(LinkShape(bandwidth_mbit=2 * MBIT_8, queue_packets=8), now=0.0) == pytest.approx(
+        [0.002, 0.004], abs=1e-12)
+    assert s.admit(1000, now=0.0) is None
+    assert s.admit(1000, now=0.002) == pytest.approx(0.0045, abs=1e-12)

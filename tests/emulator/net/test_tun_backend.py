@@ -11,21 +11,24 @@ import json
 import math
 import os
 import signal
+import socket
 import statistics
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 
 import pytest
+from pyroute2.ethtool import Ethtool
 
 from emulator.errors import TopologyError
 from emulator.net import probe
 from emulator.net.backend import TO_LOCAL, TO_REMOTE, LinkEnds
 from emulator.net.names import ifname, netns_name, new_run_id
-from emulator.net.netns import create_netns, remove_netns
+from emulator.net.netns import create_netns, netns_socket, remove_netns, run_in_netns
 from emulator.net.relay_process import REPO_ROOT
 from emulator.net.spec import LinkSpec
 from emulator.net.tun_backend import TunRelayBackend
@@ -123,6 +126,66 @@ def test_udp_loss_matches_the_spec(tun: TunRelayBackend, ends: LinkEnds) -> None
     assert abs(lost - 0.1 * n) <= 4.5 * math.sqrt(n * 0.1 * 0.9)
     assert tun.counters().directions[TO_LOCAL].drops == lost
     assert tun.counters().directions[TO_REMOTE].drops == 0
+
+
+def tcp_segmentation(netns: str | None, name: str) -> bool:
+    """Whether the kernel lets TCP bursts through `name` unsegmented (ethtool's tx-tcp-segmentation)."""
+
+    def read() -> bool:
+        with closing(Ethtool()) as ethtool:
+            return ethtool.get_features(name).features["tx-tcp-segmentation"].enable
+
+    return run_in_netns(netns, read)
+
+
+def test_lossless_directions_carry_bursts_and_lossy_ones_single_packets(tun: TunRelayBackend,
+                                                                        ends: LinkEnds) -> None:
+    tun.apply(LinkSpec(bandwidth_mbit=1000, reverse={"bandwidth_mbit": 1000, "loss_pct": 1}))
+    assert tcp_segmentation(ends.remote_netns, ends.remote_ifname)  # sends remote -> local
+    assert not tcp_segmentation(ends.local_netns, ends.local_ifname)
+    tun.update(LinkSpec(bandwidth_mbit=1000, jitter_ms=0.5, reverse={"bandwidth_mbit": 1000}))
+    assert not tcp_segmentation(ends.remote_netns, ends.remote_ifname)
+    assert tcp_segmentation(ends.local_netns, ends.local_ifname)
+
+
+def send_exactly(ends: LinkEnds, num_bytes: int) -> int:
+    """Send `num_bytes` remote -> local over one TCP connection; the bytes the receiver got."""
+    listener = netns_socket(ends.local_netns)
+    listener.bind((ends.local_addr, 0))
+    listener.listen(1)
+    listener.settimeout(10)
+    client = netns_socket(ends.remote_netns)
+    client.connect((ends.local_addr, listener.getsockname()[1]))
+    conn, _ = listener.accept()
+    received = 0
+
+    def drain() -> None:
+        nonlocal received
+        while chunk := conn.recv(1 << 20):
+            received += len(chunk)
+
+    reader = threading.Thread(target=drain)
+    reader.start()
+    with client:
+        client.sendall(bytes(num_bytes))
+        client.shutdown(socket.SHUT_WR)
+        reader.join(30)
+    conn.close()
+    listener.close()
+    return received
+
+
+def test_bursts_are_counted_as_the_segments_they_stand_for(tun: TunRelayBackend,
+                                                           ends: LinkEnds) -> None:
+    tun.apply(LinkSpec(bandwidth_mbit=2000, delay_ms=1))
+    num_bytes = 50_000_000
+    assert send_exactly(ends, num_bytes) == num_bytes
+    sent = tun.counters().directions[TO_LOCAL]
+    # at most an MSS of data per segment, each with 52 bytes of IP and TCP headers (timestamps on)
+    mss = ends.mtu - 52
+    assert sent.packets >= math.ceil(num_bytes / mss)
+    assert sent.bytes >= num_bytes + 52 * math.ceil(num_bytes / mss)
+    assert sent.bytes <= sent.packets * ends.mtu
 
 
 def test_close_leaves_no_relay_and_no_device(tun: TunRelayBackend, ends: LinkEnds) -> None:
