@@ -160,8 +160,8 @@ class LiveSession:
         self.doc: dict[str, Any] = {}
         self.record_error: RecordError | None = None  # why the last write failed, if it did
         status = topology.status()
-        self.notes = [f"link backend: {status['backend']} ({status['reason']})", *speed_notes(scenario),
-                      *self.placement.notes]
+        self.notes = [f"link backend: {status['backend']} ({status['reason']})", *status["warnings"],
+                      *speed_notes(scenario), *self.placement.notes]
         for note in self.notes:
             log.info("%s", note)
 

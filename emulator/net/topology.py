@@ -16,6 +16,7 @@ from pathlib import Path
 from emulator.errors import TopologyError
 from emulator.net import netns
 from emulator.net.backend import LinkBackend, LinkCounters, LinkEnds
+from emulator.net.ceiling import ceiling_warnings
 from emulator.net.ledger import Ledger
 from emulator.net.names import ifname, netns_name, new_run_id
 from emulator.net.reaper import Reaper
@@ -69,6 +70,7 @@ class Topology:
         self._ends: LinkEnds | None = None
         self._reaper: Reaper | None = None
         self.ledger: Ledger | None = None  # this run's own, from up() to down(): it holds the run id
+        self.warnings: list[str] = []  # the link asks more than the backend carries (ceiling.py)
 
     def __enter__(self) -> Topology:
         return self.up()
@@ -95,6 +97,7 @@ class Topology:
             self._reaper = Reaper(ledger)  # sweeps the run if this process dies before down()
             self.choice = choose_backend(self.requested)
             log.info("%s", self.choice.describe())
+            self._warn_ceiling(self.spec)
             if self.uses_netns:
                 for dc in self.dcs:
                     name = netns_name(self.run_id, dc)
@@ -179,6 +182,14 @@ class Topology:
         _, backend = self._require_up()
         backend.update(spec)
         self.spec = spec
+        self._warn_ceiling(spec)
+
+    def _warn_ceiling(self, spec: LinkSpec) -> None:
+        """Warn, as each shape is applied, where it asks more than the chosen backend was measured to carry."""
+        assert self.choice is not None
+        self.warnings = ceiling_warnings(self.choice.name, spec)
+        for line in self.warnings:
+            log.warning("%s", line)
 
     def counters(self) -> LinkCounters:
         _, backend = self._require_up()
@@ -193,4 +204,5 @@ class Topology:
             "description": self.backend.description if self.backend else None,
             "namespaces": [netns_name(self.run_id, dc) for dc in self.dcs] if self.uses_netns else [],
             "spec": self.spec.model_dump(),
+            "warnings": list(self.warnings),
         }

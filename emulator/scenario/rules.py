@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from emulator.control.types import Cluster, NodeId, Role, RoutePolicy
 from emulator.knobs import BY_PATH as KNOBS
 from emulator.limits import MAX_OUTPUT_TOKENS
+from emulator.net.ceiling import ceiling_warnings
 from emulator.net.spec import LinkSpec
 from emulator.scenario.parts import ACTIONS, ClustersSpec
 from emulator.scenario.workload import (
@@ -230,8 +231,21 @@ def longest_length(dist: LengthDist | None) -> int | None:
 
 def scenario_warnings(s: Scenario) -> list[str]:
     """Valid but probably unintended settings, one `path: what; fix` line each (validate prints
-    them). A fixed threshold above every input the workload can draw routes nothing remote: legal
-    (a what-if, and tests use it), but a local-only policy says so plainly."""
+    them): a live link faster than a userspace backend carries, and a threshold that routes
+    nothing remote."""
+    return [*_link_ceiling_warnings(s), *_threshold_warnings(s)]
+
+
+def _link_ceiling_warnings(s: Scenario) -> list[str]:
+    """A live link above the tun backend's measured ceiling: tun runs where the kernel lacks
+    sch_netem. The backend is chosen at run time, which warns again for the one chosen, and for
+    each shape the timeline applies."""
+    return ceiling_warnings("tun", s.link) if s.engine == "live" else []
+
+
+def _threshold_warnings(s: Scenario) -> list[str]:
+    """A fixed threshold above every input the workload can draw routes nothing remote: legal (a
+    what-if, and tests use it), but a local-only policy says so plainly."""
     longest = longest_length(s.workload.input_len)
     if longest is None or s.router.policy is not RoutePolicy.PRFAAS:
         return []

@@ -131,3 +131,13 @@ def test_down_leaves_no_namespace_link_or_process(link, run_id):
     if pid:
         assert process_start_time(pid) != started  # the relay is gone
     assert not [line for line in os.popen("ip -o link").read().splitlines() if f"prf-{run_id}" in line]
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("link", [TUN, "proxy"], indirect=True)
+def test_a_link_above_the_backends_ceiling_is_announced(link):
+    topo = link({"bandwidth_mbit": 5000})
+    assert [line.split(":")[0] for line in topo.status()["warnings"]] == ["link.bandwidth_mbit"]
+    assert "Mbit/s" in topo.status()["warnings"][0] and topo.choice.name in topo.status()["warnings"][0]
+    topo.update(parse_link_spec({"bandwidth_mbit": 500}))
+    assert topo.status()["warnings"] == []
