@@ -9,12 +9,14 @@ Each connection first answers the receiver's CHALLENGE with a HELLO proving the 
 (issue 25); it takes chunks only after that. A receiver closes a proven connection that carries no
 data for its stall time, so a connection lost while holding nothing is reopened when chunks come,
 not at once; reconnects are limited in a row (an ACK resets the count), not per lifetime.
+
+Writes go out through `socket_io.send_all` (header and payload gathered by sendmsg, never joined),
+reads through its SocketReader: no stream transport copies chunk bytes (issue 28).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import socket
 import time
@@ -32,9 +34,11 @@ from emulator.transport.frames import (
     HelloProof,
     check_payload,
     decode_header,
+    encode_header,
     hello,
     split_layer,
 )
+from emulator.transport.socket_io import SocketReader, send_all
 
 log = logging.getLogger(__name__)
 CONGESTION_CONTROLS = ("cubic", "reno", "bbr")
@@ -69,7 +73,6 @@ class _Link:
     """One connection's state: what it owes ACKs for, and whether it has proven and been acked."""
 
     sock: socket.socket
-    writer: asyncio.StreamWriter
     owned: dict[tuple[int, int, int], Chunk] = field(default_factory=dict)
     proven: asyncio.Event = field(default_factory=asyncio.Event)  # its HELLO is sent: it may take chunks
     acked: bool = False
@@ -113,7 +116,6 @@ class KVSender:
         self._results: dict[int, asyncio.Future[TransferResult]] = {}
         self._started_at: dict[int, float] = {}
         self._tasks: list[asyncio.Task] = []
-        self._writers: list[asyncio.StreamWriter] = []
         self._reconnects = 0  # failed connects and connections lost before any ACK, in a row
         self._topping_up: asyncio.Task | None = None
         self._closing = False
@@ -132,24 +134,26 @@ class KVSender:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER_BYTES)
         sock.setsockopt(socket.IPPROTO_TCP, TCP_NOTSENT_LOWAT, NOTSENT_LOWAT_BYTES)
         sock.setblocking(False)
-        await asyncio.wait_for(self._loop.sock_connect(sock, self.target), timeout=10)
-        reader, writer = await asyncio.open_connection(sock=sock)
-        self._writers.append(writer)
+        try:
+            await asyncio.wait_for(self._loop.sock_connect(sock, self.target), timeout=10)
+        except BaseException:
+            sock.close()
+            raise
         self.sockets.append(sock)
         if self.monitor is not None:
             self.monitor.add(sock)
-        link = _Link(sock, writer)
-        tasks = [asyncio.create_task(self._write_loop(link)), asyncio.create_task(self._read_loop(reader, link))]
+        link = _Link(sock)
+        tasks = [asyncio.create_task(self._write_loop(link)), asyncio.create_task(self._read_loop(link))]
         self._tasks += [*tasks, asyncio.create_task(self._watch(link, tasks))]
 
-    async def _answer_challenge(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _answer_challenge(self, reader: SocketReader, sock: socket.socket) -> None:
         """Read the receiver's CHALLENGE and send the HELLO that proves it (FrameError if it is not one)."""
-        header = decode_header(await asyncio.wait_for(reader.readexactly(HEADER_BYTES), CHALLENGE_TIMEOUT_S))
+        header = decode_header(await asyncio.wait_for(reader.read_exactly(HEADER_BYTES), CHALLENGE_TIMEOUT_S))
         if header.type is not FrameType.CHALLENGE:
             raise FrameError(f"chunk.type: the receiver sent {header.type.name} before its CHALLENGE")
-        nonce = await asyncio.wait_for(reader.readexactly(header.length), CHALLENGE_TIMEOUT_S)
+        nonce = await asyncio.wait_for(reader.read_exactly(header.length), CHALLENGE_TIMEOUT_S)
         check_payload(header, nonce)
-        writer.write(hello(self.proof.prove(nonce, self.sender_id), self.sender_id))
+        await send_all(sock, [hello(self.proof.prove(nonce, self.sender_id), self.sender_id)])
 
     def send_layer(self, request_id: int, layer_index: int, num_layers: int, layer_frame: bytes) -> None:
         """Queue one layer's frame; returns at once and may be called from any thread."""
@@ -195,7 +199,7 @@ class KVSender:
 
     async def _write_loop(self, link: _Link) -> None:
         await link.proven.wait()  # no chunk waits on a connection that has not said its HELLO
-        writer, owned = link.writer, link.owned
+        sock, owned = link.sock, link.owned
         while True:
             chunk = await self._queue.get()
             try:  # a permit is taken only with a chunk in hand, so a cancelled loop leaks none
@@ -208,18 +212,19 @@ class KVSender:
                 self._window.release()  # its request already ended (failed): drop the leftovers
                 continue
             self._unacked[key] = owned[key] = chunk
-            writer.write(chunk.encode())  # one write: with TCP_NODELAY a lone header would go as its own packet
+            # one sendmsg gathers header and payload: with TCP_NODELAY a lone header would be its own packet
+            await send_all(sock, (encode_header(chunk.header), chunk.payload))
             self.bytes_sent += HEADER_BYTES + chunk.header.length
             if self.monitor is not None:
                 self.monitor.record_sent(self.destination, HEADER_BYTES + chunk.header.length)
-            await writer.drain()
 
-    async def _read_loop(self, reader: asyncio.StreamReader, link: _Link) -> None:
-        await self._answer_challenge(reader, link.writer)
+    async def _read_loop(self, link: _Link) -> None:
+        reader = SocketReader(link.sock)
+        await self._answer_challenge(reader, link.sock)
         link.proven.set()
         while True:
-            header = decode_header(await reader.readexactly(HEADER_BYTES))
-            payload = await reader.readexactly(header.length)
+            header = decode_header(await reader.read_exactly(HEADER_BYTES))
+            payload = await reader.read_exactly(header.length)
             check_payload(header, payload)
             chunk = self._unacked.pop(header.key, None)
             if header.type is FrameType.ACK and chunk is not None:
@@ -240,16 +245,15 @@ class KVSender:
     async def _watch(self, link: _Link, tasks: list) -> None:
         """When a connection dies, put its unacked chunks back and, if there is work, open a
         replacement (a connection the receiver closed while idle is reopened by `_enqueue`)."""
-        sock, writer, owned = link.sock, link.writer, link.owned
+        sock, owned = link.sock, link.owned
         done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         for task in tasks:
             task.cancel()
+        await asyncio.wait(tasks)  # their loop registrations go before the socket closes
         error = next((t.exception() for t in done if not t.cancelled() and t.exception()), None)
         if owned and isinstance(error, (FrameError, asyncio.IncompleteReadError, TimeoutError, OSError)):
             log.warning("KV connection lost (%s); resending its unacked chunks", error)
-        with contextlib.suppress(OSError):
-            writer.close()
-        self._writers = [w for w in self._writers if w is not writer]
+        sock.close()
         self.sockets = [s for s in self.sockets if s is not sock]
         if self.monitor is not None:
             self.monitor.remove(sock)
@@ -285,15 +289,12 @@ class KVSender:
                            "link: every connection lost and reconnects exhausted")
 
     async def close(self) -> None:
-        """Stop every connection through its transport (closing a socket under a live transport
-        would let the loop confuse a reused descriptor with it)."""
+        """Stop every connection's tasks first, then close its socket (closing a socket the loop
+        still watches would let it confuse a reused descriptor with it)."""
         self._closing = True
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        for writer in self._writers:
-            with contextlib.suppress(OSError):
-                writer.close()
-        await asyncio.sleep(0)
-        self._writers.clear()
+        for sock in self.sockets:
+            sock.close()
         self.sockets.clear()
