@@ -1,6 +1,7 @@
 """The threshold router: local-only, all-remote or PrfaaS (incremental length over t goes remote)
 under either of the paper's prefix rules, then a prefill node of that cluster by the affinity rule:
-least estimated time to first token (`cost`), longest cached prefix, or least loaded (`off`).
+least estimated time to first token (`cost`), longest cached prefix, or least work left (`off`).
+Ties between nodes go round a rotation that starts at the run's seed, so no node is favoured.
 
 It decides and explains; it does not queue, run or fail requests (the engine does, with the reason).
 """
@@ -39,12 +40,20 @@ T_prefill, as the plane builds it): pure, no I/O, called per candidate node on t
 
 class NodeLoad(NamedTuple):
     """A node's queue as the engine sees it when a request arrives (a tuple: engines build one
-    whenever a queue changes, and a frozen dataclass costs three times as much to build)."""
+    whenever a queue changes, and a frozen dataclass costs three times as much to build).
+
+    `queued_tokens`/`queued_requests` count every prompt the node holds, the one in service too.
+    Its work left at time `now` is `queued_s` (the profile's seconds of each prompt not started
+    yet, at its own uncached length) plus what remains of the prompt in service,
+    `max(busy_until_s - now, 0)`: with deterministic service, sending each prompt to the node with
+    the least work left is one shared FCFS queue (M/D/c), issue 28."""
 
     node: NodeId
     queued_tokens: int
     queued_requests: int
     is_up: bool = True
+    queued_s: float = 0.0
+    busy_until_s: float = 0.0  # when the prompt in service ends by the profile (0: none in service)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,13 +147,19 @@ class Router:
     touched, so prefixes that keep being routed to stay cached. Its settings are the run's
     ControlState's (given, or a new one from `config`): the router only reads them. `prefill_s`
     prices a prefill for the `cost` rule (emulator.plane builds it from the scenario's profile).
+
+    Ties between equally good nodes (idle ones, mostly) go to the first from a per-cluster turn
+    onward, and the turn moves past each node chosen: a rotation, started at `seed` (the scenario's)
+    so a run repeats exactly, with no preference for low node ids. `decide` without `now_s` reads
+    every load at t = 0.
     """
 
     def __init__(self, config: RouterConfig, index: PrefixCacheIndex,
-                 state: ControlState | None = None, *, prefill_s: PrefillEstimate) -> None:
+                 state: ControlState | None = None, *, prefill_s: PrefillEstimate, seed: int = 0) -> None:
         self.state = state if state is not None else ControlState(config)
         self.index = index
         self.prefill_s = prefill_s
+        self.remote_turn = self.local_turn = seed  # where each cluster's rotation continues
 
     @property
     def config(self) -> RouterConfig:
@@ -176,16 +191,25 @@ class Router:
         shipped = transfer.tokens if transfer else 0
         queue_s = prefill_s = 0.0
         affinity, estimated = config.affinity, False
-        if not lookup.hits:  # no node holds any of it: each rule reduces to the least loaded (`cost`
-            # too, its prefill term being equal on every node): no estimate on unshared prompts
-            load = _least_loaded(up)
+        now = 0.0 if now_s is None else now_s
+        is_remote = cluster is _REMOTE
+        turn = self.remote_turn if is_remote else self.local_turn
+        if not lookup.hits:  # no node holds any of it: each rule reduces to the least work left
+            # (`cost` too, its prefill term being equal on every node): no estimate on unshared prompts
+            seat = _least_work(up, now, turn)
         elif affinity is _COST:
-            load, queue_s, prefill_s = _cheapest(self.prefill_s, cluster, up, lookup, input_len, shipped)
+            seat, queue_s, prefill_s = _cheapest(self.prefill_s, cluster, up, lookup, input_len, shipped, now,
+                                                 turn)
             estimated = True
         elif affinity is _LONGEST:
-            load = _longest_prefix(up, lookup, input_len)
+            seat = _longest_prefix(up, lookup, input_len, now, turn)
         else:
-            load = _least_loaded(up)
+            seat = _least_work(up, now, turn)
+        if is_remote:
+            self.remote_turn = seat + 1
+        else:
+            self.local_turn = seat + 1
+        load = up[seat]
         own = min(lookup.on_node(load.node), input_len)
         cached = max(own, shipped)
         if now_s is not None and own:
@@ -223,42 +247,44 @@ def _transfer(config: RouterConfig, cluster: Cluster, local: int, remote: int) -
     return CacheTransfer(_REMOTE, _LOCAL, remote) if remote > local else None
 
 
+def _work_left(load: NodeLoad, now_s: float) -> float:
+    """Seconds of prefill a node owes before it can start another prompt (NodeLoad says how)."""
+    rest = load.busy_until_s - now_s
+    return load.queued_s + rest if rest > 0.0 else load.queued_s
+
+
 def _cheapest(prefill_s: PrefillEstimate, cluster: Cluster, up: list[NodeLoad], lookup: PrefixLookup,
-              input_len: int, shipped: int) -> tuple[NodeLoad, float, float]:
-    """The node with the least estimated time to first token, with its two terms: its queued work
-    (n queued prefills of their mean uncached length, exact on a linear profile segment) plus this
-    prompt's prefill there, where only that node's own prefix (or the prefix shipped in under the
-    bandwidth-abundant rule) is skipped. This is SGLang's cache-aware balancing and Dynamo's KV
-    router (prefix overlap weighed against load) with both sides in seconds of the profile. Ties:
-    the lowest node id (`up` is one cluster's nodes)."""
-    best, best_total, best_queue, best_prefill = up[0], -1.0, 0.0, 0.0
-    for load in up:
+              input_len: int, shipped: int, now_s: float, turn: int) -> tuple[int, float, float]:
+    """The seat in `up` of the node with the least estimated time to first token, with its two
+    terms: its work left plus this prompt's prefill there, where only that node's own prefix (or
+    the prefix shipped in under the bandwidth-abundant rule) is skipped. This is SGLang's
+    cache-aware balancing and Dynamo's KV router (prefix overlap weighed against load) with both
+    sides in seconds of the profile. Ties: fewer prompts held, then the rotation from `turn`."""
+    num = len(up)
+    best, best_total, best_held, best_queue, best_prefill = -1, 0.0, 0, 0.0, 0.0
+    for i in range(num):
+        seat = (turn + i) % num
+        load = up[seat]
         cached = lookup.on_node(load.node)
         if shipped > cached:
             cached = shipped
         if cached > input_len:
             cached = input_len
-        requests = load.queued_requests
-        queue = requests * prefill_s(cluster, load.queued_tokens // requests) if requests else 0.0
+        queue = _work_left(load, now_s)
         prefill = prefill_s(cluster, input_len - cached)
-        total = queue + prefill
-        if best_total < 0.0 or total < best_total or (total == best_total and load.node.index < best.node.index):
-            best, best_total, best_queue, best_prefill = load, total, queue, prefill
+        total, held = queue + prefill, load.queued_requests
+        if best < 0 or total < best_total or (total == best_total and held < best_held):
+            best, best_total, best_held, best_queue, best_prefill = seat, total, held, queue, prefill
     return best, best_queue, best_prefill
 
 
-def _longest_prefix(up: list[NodeLoad], lookup: PrefixLookup, input_len: int) -> NodeLoad:
-    """The longest own prefix wins (ties: fewest queued tokens, then requests); the lowest node id
-    breaks any remaining tie so decisions are reproducible."""
-    return min(
-        up,
-        key=lambda n: (
-            -min(lookup.on_node(n.node), input_len),
-            n.queued_tokens,
-            n.queued_requests,
-            n.node,
-        ),
-    )
+def _longest_prefix(up: list[NodeLoad], lookup: PrefixLookup, input_len: int, now_s: float, turn: int) -> int:
+    """The seat of the longest own prefix (ties: least work left, fewer prompts held, then the
+    rotation from `turn`)."""
+    num = len(up)
+    keys = [(-min(lookup.on_node(load.node), input_len), _work_left(load, now_s), load.queued_requests,
+             (seat - turn) % num) for seat, load in enumerate(up)]
+    return min(range(num), key=keys.__getitem__)
 
 
 def _up_prefill(loads: Sequence[NodeLoad]) -> tuple[list[NodeLoad], list[NodeLoad]]:
@@ -275,18 +301,17 @@ def _up_prefill(loads: Sequence[NodeLoad]) -> tuple[list[NodeLoad], list[NodeLoa
     return remote, local
 
 
-def _least_loaded(up: list[NodeLoad]) -> NodeLoad:
-    """min(up) by (queued tokens, queued requests, node id), the first on a full tie, as `min`
-    with that key; the loop compares ints and builds no key tuples (it runs per request). `up` is
-    one cluster's prefill nodes, so their ids differ only in the index."""
-    loads = iter(up)
-    best = next(loads)
-    best_tokens, best_requests, best_index = best.queued_tokens, best.queued_requests, best.node.index
-    for load in loads:
-        tokens, requests, index = load.queued_tokens, load.queued_requests, load.node.index
-        if tokens < best_tokens or (tokens == best_tokens and (
-                requests < best_requests or (requests == best_requests and index < best_index))):
-            best, best_tokens, best_requests, best_index = load, tokens, requests, index
+def _least_work(up: list[NodeLoad], now_s: float, turn: int) -> int:
+    """The seat in `up` of the node with the least work left (ties: fewer prompts held, then the
+    first from `turn` on). Floats and ints only, no key tuples: it runs per request."""
+    num = len(up)
+    best, best_work, best_held = -1, 0.0, 0
+    for i in range(num):
+        seat = (turn + i) % num
+        load = up[seat]
+        work, held = _work_left(load, now_s), load.queued_requests
+        if best < 0 or work < best_work or (work == best_work and held < best_held):
+            best, best_work, best_held = seat, work, held
     return best
 
 

@@ -65,7 +65,8 @@ def make_control_plane(scenario: Scenario, *, requests: list[RequestSpec] | None
     state = ControlState(RouterConfig(spec.policy, threshold, spec.prefix_rule, spec.affinity),
                          auto_threshold=auto, short_term_enabled=loops.short_term.enabled,
                          long_term_enabled=loops.long_term.enabled)
-    router = Router(state.router, _index(scenario, inputs), state, prefill_s=prefill_estimate(inputs))
+    router = Router(state.router, _index(scenario, inputs), state, prefill_s=prefill_estimate(inputs),
+                    seed=scenario.seed)
     wants_scheduler = spec.policy is RoutePolicy.PRFAAS and state.is_scheduling
     scheduler = (DualTimescaleScheduler(inputs, scheduler_config(scenario), n_p=n_p, state=state)
                  if wants_scheduler else None)

@@ -17,7 +17,11 @@ from emulator.control.types import Cluster, NodeId, Role
 class NodeBoard:
     """Per slot: role, up, draining, prefills and decodes held. `loads` is the list the router
     reads (the prefill nodes, remote first, then local by index), kept current in place of a
-    rebuild per request; `flips_due` collects the draining slots that became idle."""
+    rebuild per request; `flips_due` collects the draining slots that became idle.
+
+    A prefill slot's work left is kept as running figures, not recomputed per decision: the
+    profile seconds of the prompts it holds that have not started (each at its own length, added
+    and taken off as they come and go) and when the prompt in service ends."""
 
     def __init__(self, num_remote: int, num_local: int, num_local_prefill: int) -> None:
         self.num_remote = num_remote
@@ -27,6 +31,8 @@ class NodeBoard:
         self.is_draining = [False] * total
         self.prefill_held = [0] * total  # routed to it, prefill not finished
         self.prefill_tokens = [0] * total  # their incremental tokens
+        self.queued_s = [0.0] * total  # profile seconds of those not started yet
+        self.busy_until_s = [0.0] * total  # when the one in service ends by the profile (0: none)
         self.decode_held = [0] * total  # placed on it, not ended
         self.flips_due: list[int] = []
         self.ids: list[NodeId] = []
@@ -76,18 +82,35 @@ class NodeBoard:
         is_up, held, tokens = self.is_up[slot] and not self.is_draining[slot], self.prefill_held[slot], \
             self.prefill_tokens[slot]
         self.loads[seat] = (self._idle[slot] if is_up and not held and not tokens
-                            else NodeLoad(self.ids[slot], tokens, held, is_up))
+                            else NodeLoad(self.ids[slot], tokens, held, is_up, self.queued_s[slot],
+                                          self.busy_until_s[slot]))
 
     # ---- what the run hands out and hears back ----
 
-    def add_prefill(self, slot: int, tokens: int) -> None:
+    def add_prefill(self, slot: int, tokens: int, service_s: float) -> None:
+        """A prompt of `tokens` uncached tokens, `service_s` by the profile, is routed to `slot`."""
         self.prefill_held[slot] += 1
         self.prefill_tokens[slot] += tokens
+        self.queued_s[slot] += service_s
         self.refresh(slot)
 
-    def end_prefill(self, slot: int, tokens: int) -> None:
+    def start_prefill(self, slot: int, t: float, service_s: float) -> None:
+        """One of its prompts (`service_s` by the profile) went into service at `t`."""
+        self.queued_s[slot] -= service_s
+        self.busy_until_s[slot] = t + service_s
+        self.refresh(slot)
+
+    def end_prefill(self, slot: int, tokens: int, service_s: float, *, is_started: bool) -> None:
+        """A prompt leaves `slot`: prefilled or let go of in service (`is_started`), or let go of
+        while it waited (its `service_s` comes off the queue)."""
         self.prefill_held[slot] -= 1
         self.prefill_tokens[slot] -= tokens
+        if is_started:
+            self.busy_until_s[slot] = 0.0
+        else:
+            self.queued_s[slot] -= service_s
+        if not self.prefill_held[slot]:  # empty: no float residue of the running sum survives
+            self.queued_s[slot] = self.busy_until_s[slot] = 0.0
         self.refresh(slot)
         if self.is_draining[slot] and not self.prefill_held[slot]:
             self.flips_due.append(slot)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import pytest
@@ -63,11 +64,13 @@ def make_router(case: Case, capacity: int = 10**9) -> Router:
 
 
 def make_loads(case: Case) -> list[NodeLoad]:
-    """`queued` tokens as one queued prefill per node that has any."""
-    return [
-        NodeLoad(NodeId.parse(n), case.queued.get(n, 0), int(n in case.queued), n not in case.down)
-        for n in NODES
-    ]
+    """`queued` tokens as one queued prefill per node that has any, not started yet."""
+    loads = []
+    for n in NODES:
+        node, tokens = NodeId.parse(n), case.queued.get(n, 0)
+        queued_s = prefill_s(node.cluster, tokens) if tokens else 0.0
+        loads.append(NodeLoad(node, tokens, int(n in case.queued), n not in case.down, queued_s))
+    return loads
 
 
 def est(node: str, queue_s: float, prefill: float, own: int, input_len: int, queued: int = 0) -> str:
@@ -228,13 +231,15 @@ def test_cost_weighs_queued_work_in_seconds_not_tokens() -> None:
     case = Case("", PRFAAS, SCARCE, 25_000, 30_000, Route.LOCAL, None, 0, 0, "",
                 blocks={"local-prefill-0": 5, "local-prefill-1": 5})
     lp0, lp1 = NodeId.parse("local-prefill-0"), NodeId.parse("local-prefill-1")
-    loads = [NodeLoad(lp0, 2400, 3), NodeLoad(lp1, 3000, 1), NodeLoad(NodeId.parse("remote-prefill-0"), 0, 0)]
+    loads = [NodeLoad(lp0, 2400, 3, True, 3 * prefill_s(Cluster.LOCAL, 800)),
+             NodeLoad(lp1, 3000, 1, True, prefill_s(Cluster.LOCAL, 3000)),
+             NodeLoad(NodeId.parse("remote-prefill-0"), 0, 0)]
     decision = make_router(case).decide(request(30_000), loads)
     assert (decision.node, decision.cached_len) == (lp1, 5000)
     assert decision.reason.endswith(est("local-prefill-1", 0.8, 5.2, 5000, 30_000, 3000))
     case = Case("", PRFAAS, SCARCE, 25_000, 30_000, Route.LOCAL, None, 0, 0, "", affinity=OFF,
                 blocks={"local-prefill-0": 5, "local-prefill-1": 5})
-    assert make_router(case).decide(request(30_000), loads).node == lp0  # off: fewest queued tokens
+    assert make_router(case).decide(request(30_000), loads).node == lp1  # off: least work left, not tokens
 
 
 def test_every_rule_spreads_unshared_prompts_by_load() -> None:
@@ -244,3 +249,42 @@ def test_every_rule_spreads_unshared_prompts_by_load() -> None:
                     queued={"local-prefill-0": 4000})
         decision = make_router(case).decide(request(30_000), make_loads(case))
         assert decision.reason == f"policy local-only -> local (local-prefill-1 {IDLE})"
+
+
+LOCAL3 = [NodeId.parse(f"local-prefill-{i}") for i in range(3)]
+
+
+@pytest.mark.parametrize("affinity", list(Affinity))
+def test_least_work_left_counts_only_what_remains_of_the_prompt_in_service(affinity: Affinity) -> None:
+    """At t = 10 s, local-prefill-0's 20,000-token prompt (4.2 s) ends in 0.5 s and local-prefill-1's
+    5,000-token one (1.2 s) has just started: the node holding more tokens has less work left."""
+    case = Case("", LOCAL_ONLY, SCARCE, 0, 30_000, Route.LOCAL, None, 0, 0, "", affinity=affinity)
+    lp0, lp1 = LOCAL3[:2]
+    loads = [NodeLoad(lp0, 20_000, 1, True, 0.0, 10.5), NodeLoad(lp1, 5000, 1, True, 0.0, 11.2)]
+    assert make_router(case).decide(request(30_000), loads, now_s=10.0).node == lp0
+    loads[0] = NodeLoad(lp0, 23_000, 2, True, prefill_s(Cluster.LOCAL, 3000), 10.5)  # + a 0.8 s one waiting
+    assert make_router(case).decide(request(30_000), loads, now_s=10.0).node == lp1
+    case = dataclasses.replace(case, blocks={"local-prefill-0": 2, "local-prefill-1": 2})  # the prefix path
+    assert make_router(case).decide(request(30_000), loads, now_s=10.0).node == lp1
+    over = [NodeLoad(lp0, 20_000, 1, True, 0.0, 9.0), NodeLoad(lp1, 0, 0)]  # overran its estimate
+    assert make_router(case).decide(request(30_000), over, now_s=10.0).node == lp1  # equal work: fewer held
+
+
+@pytest.mark.parametrize("affinity", list(Affinity))
+def test_ties_go_round_a_rotation_that_starts_at_the_seed(affinity: Affinity) -> None:
+    """Three idle nodes take turns whatever the rule, from the seed's place: no node is favoured,
+    and the same seed gives the same turns."""
+    config = RouterConfig(LOCAL_ONLY, 0, SCARCE, affinity)
+    idle = [NodeLoad(node, 0, 0) for node in LOCAL3]
+
+    def turns(seed: int, hashes: tuple[int, ...]) -> list[int]:
+        index = PrefixCacheIndex(TOKENS, 100, 10, {Cluster.REMOTE: 10**9, Cluster.LOCAL: 10**9})
+        for node in LOCAL3:  # the same prefix everywhere: a hit that favours no node
+            index.insert(node, hashes, now_s=0.0)
+        router = Router(config, index, prefill_s=prefill_s, seed=seed)
+        return [router.decide(RequestSpec(f"r{i}", 0.0, 3000, 8, hashes), idle, now_s=0.0).node.index
+                for i in range(6)]
+
+    for hashes in ((), (1, 2)):
+        assert turns(0, hashes) == [0, 1, 2, 0, 1, 2]
+        assert turns(7, hashes) == [1, 2, 0, 1, 2, 0] == turns(7, hashes)

@@ -95,8 +95,10 @@ SCRIPTS = (
         (("arrive", "r1", LONG), (("ended", "r1", "no_prefill_node"),)))),
     Script("an idle node flips at once", (
         (("flip", "local-decode-2", "prefill"), (("flip", "local-decode-2", "prefill"),)),
-        (("flipped", "local-decode-2"), ()),
-        (("arrive", "r1", SHORT), (LOCAL_DISPATCH,)), *_complete("r1", "local-decode-1"))),
+        (("flipped", "local-decode-2"), ()),  # both local prefill nodes idle: core_case's seed 1 starts
+        # the rotation at the second, the flipped one
+        (("arrive", "r1", SHORT), (("dispatch", "r1", "local-prefill-2", "local-decode-1"),)),
+        *_complete("r1", "local-decode-1"))),
     Script("a busy node drains, then flips", (
         (("arrive", "r1", SHORT), (LOCAL_DISPATCH,)), (("flip", "local-decode-1", "prefill"), ()),
         (("arrive", "r2", SHORT), (("dispatch", "r2", "local-prefill-0", "local-decode-2"),)),

@@ -36,16 +36,34 @@ def test_slot_of_finds_a_node_by_its_index_whatever_its_role(name: str, slot: in
 
 def test_prefills_held_are_the_loads_the_router_reads() -> None:
     board = NodeBoard(2, 4, 2)
-    board.add_prefill(1, 3000)
-    board.add_prefill(1, 500)
-    board.add_prefill(3, 200)
+    board.add_prefill(1, 3000, 1.5)
+    board.add_prefill(1, 500, 0.25)
+    board.add_prefill(3, 200, 0.125)
     assert loads(board)[1] == ("remote-prefill-1", 3500, 2, True)
     assert loads(board)[3] == ("local-prefill-1", 200, 1, True)
-    board.end_prefill(1, 3000)
-    board.end_prefill(3, 200)
+    board.end_prefill(1, 3000, 1.5, is_started=False)
+    board.end_prefill(3, 200, 0.125, is_started=False)
     assert loads(board)[1] == ("remote-prefill-1", 500, 1, True)
     assert board.loads[3] == NodeLoad(NodeId.parse("local-prefill-1"), 0, 0, True)
     assert board.prefill_held == [0, 1, 0, 0, 0, 0] and board.flips_due == []
+
+
+def test_work_left_is_the_prompts_waiting_plus_the_end_of_the_one_in_service() -> None:
+    """Each prompt counts its own seconds while it waits; once started, its end time instead."""
+    board = NodeBoard(2, 4, 2)
+    board.add_prefill(2, 4000, 2.0)
+    board.add_prefill(2, 1000, 0.5)
+    board.add_prefill(2, 3000, 1.25)
+    assert board.loads[2][4:] == (3.75, 0.0)
+    board.start_prefill(2, 10.0, 2.0)
+    assert board.loads[2][4:] == (1.75, 12.0)
+    board.end_prefill(2, 3000, 1.25, is_started=False)  # let go of while it waited
+    assert board.loads[2][4:] == (0.5, 12.0)
+    board.end_prefill(2, 4000, 0.0, is_started=True)
+    board.start_prefill(2, 12.0, 0.5)
+    assert board.loads[2] == NodeLoad(NodeId.parse("local-prefill-0"), 1000, 1, True, 0.0, 12.5)
+    board.end_prefill(2, 1000, 0.0, is_started=True)
+    assert board.loads[2] == NodeLoad(NodeId.parse("local-prefill-0"), 0, 0, True, 0.0, 0.0)
 
 
 def test_a_down_node_is_down_for_the_router_and_for_decode_placement() -> None:
@@ -77,13 +95,13 @@ def test_decode_placement_prefers_the_fewest_held_and_draining_nodes_last() -> N
 
 def test_a_draining_node_flips_when_its_last_request_leaves() -> None:
     board = NodeBoard(2, 4, 2)
-    board.add_prefill(3, 100)
+    board.add_prefill(3, 100, 0.5)
     board.add_decode(5)
     assert board.request_flip(3, Role.DECODE) and board.request_flip(5, Role.PREFILL)
     assert loads(board)[3] == ("local-prefill-1", 100, 1, False)  # draining: not up for routing
     assert board.take_flips() == []
     board.end_decode(5)
-    board.end_prefill(3, 100)
+    board.end_prefill(3, 100, 0.5, is_started=False)
     assert board.take_flips() == [5, 3] and board.take_flips() == []
     board.flipped(5)
     board.flipped(3)
@@ -94,12 +112,12 @@ def test_a_draining_node_flips_when_its_last_request_leaves() -> None:
 
 def test_asking_a_draining_node_for_its_own_role_calls_the_flip_off() -> None:
     board = NodeBoard(2, 4, 2)
-    board.add_prefill(3, 100)
+    board.add_prefill(3, 100, 0.5)
     assert board.request_flip(3, Role.DECODE) and board.split_flips(2) == [(1, Role.PREFILL)]
     assert board.num_local_prefill == 2 and board.num_local_prefill_heading == 1
     assert board.request_flip(3, Role.PREFILL)
     assert not board.is_draining[3] and loads(board)[3] == ("local-prefill-1", 100, 1, True)
-    board.end_prefill(3, 100)
+    board.end_prefill(3, 100, 0.5, is_started=False)
     assert board.take_flips() == [] and board.num_local_prefill_heading == 2
 
 
