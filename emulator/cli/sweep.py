@@ -20,8 +20,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("sweep", type=Path, help="path to a sweep YAML file (scenarios/sweeps/)")
     parser.add_argument("--out", type=Path, help="output directory (default sweeps/<name>); re-running "
                         "into it runs only the points not yet there")
-    parser.add_argument("--ray", metavar="ADDRESS", help="join an existing Ray cluster (e.g. from "
-                        "`ray start --head`) instead of starting a local one")
+    parser.add_argument("--ray", metavar="ADDRESS", help="join an existing Ray cluster at HOST:PORT (from "
+                        "`ray start --head`, with RAY_AUTH_MODE=token and the head's token as README.md shows; "
+                        "`auto`: the one started on this machine) instead of starting a local one")
     parser.add_argument("--workers", type=int, help="CPUs of the local Ray (default: every core)")
 
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from emulator.errors import PrfaasError
 from emulator.limits import MAX_SWEEP_WORKERS
+from emulator.ray_cluster import RayUnavailable, check_cluster
 from emulator.sweep.point import FAILED, run_point
 from emulator.sweep.points import Point, expand
 from emulator.sweep.spec import Sweep, SweepSpec
@@ -30,10 +30,6 @@ FLUSH_EVERY_ROWS = 50
 IN_FLIGHT_PER_CPU = 2  # tasks submitted ahead of the free CPUs: enough to keep them busy, few to cancel
 
 Progress = Callable[[int, int, int], None]  # (points done, points total, points failed)
-
-
-class RayUnavailable(PrfaasError):
-    """Ray cannot start here, or the cluster at the given address cannot be joined."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +199,7 @@ def ray_session(address: str | None, workers: int | None) -> Iterator[dict[str, 
         if not was_up:
             try:
                 if address:
+                    check_cluster(address)  # seconds, and the cause in one line; ray.init retries for 20 s
                     ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
                 else:
                     # address="local": always a new Ray of our own; without it ray.init joins whatever
@@ -211,9 +208,10 @@ def ray_session(address: str | None, workers: int | None) -> Iterator[dict[str, 
                              logging_level=logging.WARNING, log_to_driver=False)
             except (ConnectionError, RuntimeError, ValueError) as err:
                 where = f"the Ray cluster at {address}" if address else "a local Ray"
+                fix = ("`ray status` there shows its state" if address
+                       else "Ray's logs under /tmp/ray/session_latest/logs say why")
                 raise RayUnavailable(f"cannot start or join {where}: "
-                                     f"{str(err).splitlines()[0] if str(err) else err}; "
-                                     "check the address (`ray status`) or run without --ray") from None
+                                     f"{str(err).splitlines()[0] if str(err) else err}; {fix}") from None
         try:
             mode = "already-initialised" if was_up else "joined" if address else "local"
             num_nodes = sum(1 for node in ray.nodes() if node.get("Alive"))
