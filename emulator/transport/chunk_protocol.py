@@ -2,12 +2,13 @@
 reusable per-connection buffers (asyncio.BufferedProtocol), after the handshake that proves the peer.
 
 A stream reader copies every byte twice before the receiver sees it; at 1 Gbit/s on two cores
-those copies cost goodput. The payload buffer is handed to `on_chunk` and reused for the next
-chunk, so `on_chunk` must finish with it before returning.
+those copies cost goodput. A DATA payload is `on_chunk`'s to keep: a buffer exactly its size is
+handed over (the connection takes another, from the BufferPool reassembly refills, issue 28), and a
+small payload that sits in a larger buffer is copied out.
 
 The payload buffer grows (doubling, from INITIAL_PAYLOAD_BYTES) as payload bytes arrive, never to
-what a header claims, so a header alone costs nothing; once grown it is reused, so steady state
-copies nothing extra. The protocol also keeps the times its owner needs to close connections that
+what a header claims, so a header alone costs nothing; a pooled buffer is already allocated, so
+steady state allocates and copies nothing extra. The protocol also keeps the times its owner needs to close connections that
 never prove a HELLO, send no data after it, or stall halfway through a frame (`stale_reason`).
 
 The handshake (issue 25): the protocol writes its CHALLENGE (a nonce) on connect; the first frame it
@@ -21,17 +22,19 @@ import asyncio
 import time
 from collections.abc import Callable
 
+from emulator.transport.buffer_pool import BufferPool
 from emulator.transport.frames import HEADER_BYTES, ChunkHeader, FrameError, FrameType, challenge, decode_header
 
 INITIAL_PAYLOAD_BYTES = 64 << 10
 
-OnChunk = Callable[[ChunkHeader, memoryview, "ChunkProtocol"], None]
+OnChunk = Callable[[ChunkHeader, bytes | memoryview, "ChunkProtocol"], None]  # the payload is its to keep
 OnHello = Callable[["ChunkProtocol", ChunkHeader, memoryview], None]
 
 
 class ChunkProtocol(asyncio.BufferedProtocol):
     def __init__(self, on_chunk: OnChunk, on_hello: OnHello, on_close: Callable[[ChunkProtocol], None],
-                 nonce: bytes) -> None:
+                 nonce: bytes, buffers: BufferPool | None = None) -> None:
+        self.buffers = buffers  # where a payload buffer comes from when one of its size is idle
         self.on_chunk, self.on_hello, self.on_close = on_chunk, on_hello, on_close
         self.nonce = nonce  # this connection's challenge: its HELLO must prove it
         self.transport: asyncio.Transport | None = None
@@ -95,7 +98,7 @@ class ChunkProtocol(asyncio.BufferedProtocol):
                 self.on_hello(self, header, payload)
             else:
                 self.has_data = True
-                self.on_chunk(header, payload, self)
+                self.on_chunk(header, self._hand_over(payload), self)
 
     def _start_payload(self) -> None:
         """The header is whole: check it (sizes before any allocation) and aim at its payload."""
@@ -116,9 +119,20 @@ class ChunkProtocol(asyncio.BufferedProtocol):
         if header.type is FrameType.HELLO:  # under 100 bytes: never the shared payload buffer
             self._view = memoryview(bytearray(header.length))
             return
-        if not self._payload_buf:
+        pooled = self.buffers.take(header.length) if self.buffers is not None else None
+        if pooled is not None:
+            self._payload_buf = pooled
+        elif not self._payload_buf:
             self._payload_buf = bytearray(INITIAL_PAYLOAD_BYTES)
         self._view = memoryview(self._payload_buf)[: header.length]
+
+    def _hand_over(self, payload: memoryview) -> bytes | memoryview:
+        """The payload for `on_chunk` to keep: its buffer when that is exactly its size (this
+        connection takes another next time), else a copy (its buffer stays here for reuse)."""
+        if len(self._payload_buf) == len(payload):
+            self._payload_buf = bytearray()
+            return payload
+        return bytes(payload)
 
     def _grow_payload(self) -> None:
         """Double the payload buffer (up to the frame's length): it has filled with received bytes."""

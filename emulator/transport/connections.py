@@ -24,6 +24,7 @@ import time
 from collections.abc import Iterator
 
 from emulator.limits import MAX_KV_CONNECTIONS, MAX_KV_CONNECTIONS_PER_PEER, MAX_KV_PENDING_HANDSHAKES
+from emulator.transport.buffer_pool import BufferPool
 from emulator.transport.chunk_protocol import ChunkProtocol, OnChunk
 from emulator.transport.frames import ChunkHeader, FrameError, HelloProof, check_payload, read_hello
 
@@ -46,9 +47,10 @@ def default_limits() -> tuple[int, int]:
 class KVConnections:
     def __init__(self, proof: HelloProof, on_chunk: OnChunk, max_connections: int | None = None,
                  max_connections_per_peer: int = MAX_KV_CONNECTIONS_PER_PEER, max_pending: int | None = None,
-                 handshake_timeout_s: float = 10.0, stall_timeout_s: float = 30.0) -> None:
+                 handshake_timeout_s: float = 10.0, stall_timeout_s: float = 30.0,
+                 buffers: BufferPool | None = None) -> None:
         proven, pending = default_limits()
-        self.proof, self.on_chunk = proof, on_chunk
+        self.proof, self.on_chunk, self.buffers = proof, on_chunk, buffers
         self.max_connections = proven if max_connections is None else max_connections
         self.max_pending = pending if max_pending is None else max_pending
         self.max_connections_per_peer = max_connections_per_peer
@@ -99,7 +101,7 @@ class KVConnections:
             oldest = next(iter(self._pending))
             self._drop(oldest, f"the oldest of {len(self._pending)} unproven connections, closed to make room")
         conn.setblocking(False)
-        protocol = ChunkProtocol(self.on_chunk, self._on_hello, self._on_close, self.proof.new_nonce())
+        protocol = ChunkProtocol(self.on_chunk, self._on_hello, self._on_close, self.proof.new_nonce(), self.buffers)
         protocol.peer = peer
         self._pending[protocol] = None
         task = asyncio.create_task(self._adopt(loop, conn, protocol))

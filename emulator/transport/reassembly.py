@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from emulator.limits import KV_PEER_SHARE
+from emulator.transport.buffer_pool import BufferPool
 from emulator.transport.frames import ChunkHeader, FrameError
 
 # Bookkeeping charged against the budget besides payload bytes, so that many tiny chunks cannot
@@ -52,7 +53,7 @@ class Finished:
 class LayerAssembly:
     layer_bytes: int
     num_chunks: int
-    parts: dict[int, tuple[int, bytes]] = field(default_factory=dict)  # chunk index -> (offset, payload)
+    parts: dict[int, tuple[int, bytes | memoryview]] = field(default_factory=dict)  # chunk index -> (offset, payload)
     received_bytes: int = 0
 
     @property
@@ -69,11 +70,16 @@ class LayerAssembly:
         if expected != self.layer_bytes:
             raise Refused(f"chunk.length: layer {layer_index}'s chunks hold {expected} of {self.layer_bytes} bytes")
 
-    def frame(self) -> bytes:
-        """The whole layer frame (one join; called off the event loop)."""
-        if len(self.parts) == 1:
-            return next(iter(self.parts.values()))[1]
-        return b"".join(payload for _, (_, payload) in sorted(self.parts.items()))
+    def frame(self, buffers: BufferPool | None = None) -> bytes:
+        """The whole layer frame (one join; called off the event loop, once). Payload buffers a
+        connection handed over go back to `buffers`: the parts are not read after this."""
+        payloads = [payload for _, (_, payload) in sorted(self.parts.items())]
+        frame = bytes(payloads[0]) if len(payloads) == 1 else b"".join(payloads)
+        if buffers is not None:
+            for payload in payloads:
+                if isinstance(payload, memoryview) and isinstance(payload.obj, bytearray):
+                    buffers.give(payload.obj)
+        return frame
 
 
 @dataclass(slots=True)
@@ -130,7 +136,7 @@ class Reassembler:
     def add(self, h: ChunkHeader, payload: bytes | memoryview, now: float, peer: str = "",
             owner: str = "") -> RequestAssembly | None:
         """Place a checked chunk; duplicates (resends) are harmless; a finished request's chunks are
-        ignored. Raises FrameError on a chunk that contradicts earlier ones, Refused on a claim this
+        ignored. `payload` is kept, not copied (its owner must not change it). Raises FrameError on a chunk that contradicts earlier ones, Refused on a claim this
         model cannot make, BudgetExceeded when the chunk does not fit. A new request is charged to
         `peer`'s budget share and belongs to `owner`."""
         if h.request_id in self._finished:
@@ -156,7 +162,7 @@ class Reassembler:
             request = self.partial[h.request_id] = RequestAssembly(h.request_id, h.num_layers, now, payer, owner)
         if layer is None:
             layer = request.layers[h.layer_index] = LayerAssembly(h.layer_bytes, h.num_chunks)
-        layer.parts[h.chunk_index] = (h.offset, bytes(payload))
+        layer.parts[h.chunk_index] = (h.offset, payload)
         layer.received_bytes += h.length
         request.charged += charge
         self._in_use += charge

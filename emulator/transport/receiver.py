@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from emulator.limits import MAX_KV_CONNECTIONS_PER_PEER, MAX_KV_PARTIAL_BYTES
+from emulator.transport.buffer_pool import BufferPool
 from emulator.transport.chunk_protocol import ChunkProtocol
 from emulator.transport.connections import KVConnections
 from emulator.transport.frames import (
@@ -94,8 +95,9 @@ class KVReceiver(Generic[Cache]):
         self.decoder = decoder
         self.on_cache = on_cache
         self.reassembler = Reassembler(max_partial_bytes, abandon_after_s, layer_caps=tuple(decoder.layer_caps))
+        self.buffers = BufferPool()  # payload buffers: connection -> reassembly -> back after the layer's join
         self.connections = KVConnections(proof, self._on_chunk, max_connections, max_connections_per_peer,
-                                         max_pending, handshake_timeout_s, stall_timeout_s)
+                                         max_pending, handshake_timeout_s, stall_timeout_s, self.buffers)
         self.failures: collections.deque[ReceiveFailure] = collections.deque(maxlen=MAX_FAILURES_KEPT)
         self.bytes_received = 0
         self.corrupt_chunks = 0
@@ -159,9 +161,8 @@ class KVReceiver(Generic[Cache]):
         self._decoded.pop(request_id, None)
         self.failures.append(ReceiveFailure(request_id, reason))
 
-    def _on_chunk(self, header: ChunkHeader, payload: memoryview, protocol: ChunkProtocol) -> None:
-        """Check and place one chunk of a proven connection (its bytes are copied before returning),
-        then ACK it; the chunk that completes a request schedules the rebuild and DONE."""
+    def _on_chunk(self, header: ChunkHeader, payload: bytes | memoryview, protocol: ChunkProtocol) -> None:
+        """Check and place one chunk of a proven connection (reassembly keeps its payload), then ACK it; the chunk that completes a request schedules the rebuild and DONE."""
         transport, rid, sender = protocol.transport, header.request_id, protocol.sender
         try:
             check_payload(header, payload)
@@ -270,7 +271,7 @@ class KVReceiver(Generic[Cache]):
             pending[index] = asyncio.get_running_loop().run_in_executor(None, self._decode, index, layer)
 
     def _decode(self, index: int, layer: LayerAssembly) -> Any:
-        return self.decoder.decode_layer(index, layer.frame())
+        return self.decoder.decode_layer(index, layer.frame(self.buffers))
 
     async def _gather_layers(self, rid: int) -> Cache:
         """Wait for every layer's decode and build the cache (each layer's decode is a future, so
