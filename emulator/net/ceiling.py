@@ -24,10 +24,13 @@ class Ceiling:
     per_packet_mbit: float
 
     def for_shape(self, shape: LinkShape) -> tuple[float, str]:
-        """The ceiling that applies to `shape`, and the words that say which one it is."""
+        """The ceiling that applies to `shape`, and the words that say which one it is (none when
+        the backend has one figure for every shape)."""
+        if self.rate_mbit == self.per_packet_mbit:
+            return self.rate_mbit, ""
         if carries_bursts(shape):
-            return self.rate_mbit, "without loss or jitter"
-        return self.per_packet_mbit, "with loss or jitter, packet by packet"
+            return self.rate_mbit, "without loss or jitter; "
+        return self.per_packet_mbit, "with loss or jitter, packet by packet; "
 
 
 # tun: lossless TCP moves as unsegmented bursts (vnet_header.py); loss or jitter needs single packets.
@@ -61,5 +64,5 @@ def shape_warning(ceiling: Ceiling, shape: LinkShape, field: str) -> str | None:
     if shape.bandwidth_mbit <= top:
         return None
     return (f"{field}: {shape.bandwidth_mbit:g} is above the {ceiling.backend} backend's measured "
-            f"ceiling of {top:g} Mbit/s ({which}; bench/link_fidelity.py), so on it the link carries "
+            f"ceiling of {top:g} Mbit/s ({which}bench/link_fidelity.py), so on it the link carries "
             f"less than asked; lower it to {top:g}, or run where the kernel has sch_netem")

@@ -49,3 +49,8 @@ def test_validate_warns_for_a_live_link_above_the_tun_ceiling_only() -> None:
     assert [w for w in scenario_warnings(fast) if w.startswith("link.")] == ceiling_warnings("tun", fast.link)
     assert len(ceiling_warnings("tun", fast.link)) == 1
     assert scenario_warnings(apply_overrides(fast, ["engine=virtual"])) == []
+
+
+def test_a_backend_with_one_figure_does_not_speak_of_packets() -> None:
+    (line,) = ceiling_warnings("proxy", parse_link_spec({"bandwidth_mbit": 5000, "loss_pct": 1}))
+    assert f"ceiling of {CEILINGS['proxy'].rate_mbit:g} Mbit/s (bench/link_fidelity.py)" in line
