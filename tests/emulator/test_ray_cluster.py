@@ -73,7 +73,14 @@ def test_a_driver_the_cluster_turns_away_is_told_why_in_one_line(
     assert "ray get-auth-token" in lines[1]
 
 
-def test_nothing_listening_is_named() -> None:
+@pytest.fixture
+def some_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A token in the environment, so the check gets past this machine's own set-up whatever mode an
+    earlier test's Ray left this process in (a local Ray turns token mode on in-process)."""
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "0" * 32)
+
+
+def test_nothing_listening_is_named(some_token: None) -> None:
     port = free_port()  # bound and released: nothing listens there now
     with pytest.raises(ClusterUnreachable, match="nothing is listening there") as err:
         check_cluster(f"127.0.0.1:{port}")
@@ -90,7 +97,7 @@ def silent_listener() -> Iterator[str]:
 
 
 @pytest.mark.slow
-def test_a_port_that_is_not_a_ray_head_is_named(silent_listener: str) -> None:
+def test_a_port_that_is_not_a_ray_head_is_named(silent_listener: str, some_token: None) -> None:
     with pytest.raises(ClusterUnreachable, match="something listens there but it is not a Ray head") as err:
         check_cluster(silent_listener)
     assert err.value.problem is Problem.NOT_RAY
