@@ -99,7 +99,11 @@ class KVPair:
         self.sender = Peer("sender", root, {"netns": topo.netns(REMOTE), "megabytes": megabytes,
                                             "target": topo.target(LOCAL, port),
                                             "connections": connections})
-        self.bytes = self.sender.read()["bytes"]
+        try:
+            self.bytes = self.sender.read()["bytes"]
+        except BaseException:
+            self.close()
+            raise
         self._next_id = 0
 
     def transfer(self) -> dict:
@@ -220,10 +224,11 @@ def bench_vs_iperf(quick: bool, runs: int, baseline: Path | None) -> list[dict]:
         seconds = 2 if quick else 3
         megabytes = mbit / 8 * seconds
         with Topology(parse_link_spec({"bandwidth_mbit": mbit, "delay_ms": delay}), backend="tun") as topo:
-            pairs = {"ours": KVPair(topo, ROOT, megabytes, 4)}
-            if baseline is not None:
-                pairs["baseline"] = KVPair(topo, baseline, megabytes, 4)
+            pairs: dict[str, KVPair] = {}
             try:
+                for name, root in [("ours", ROOT), ("baseline", baseline)]:
+                    if root is not None:
+                        pairs[name] = KVPair(topo, root, megabytes, 4)
                 rounds = []
                 for _ in range(runs):
                     sample = {name: pair.transfer() for name, pair in pairs.items()}
@@ -290,14 +295,14 @@ def check(results: dict) -> list[str]:
 
 
 def print_table(results: dict) -> None:
+    """At most 6 lines: per goodput point the ratio span and each side's medians, then the rest."""
     for point in results["vs_iperf3"]:
         ratios = [r for r in point["ratios"] if r is not None]
         span = f"{min(ratios):.3f}-{max(ratios):.3f}" if ratios else "n/a"
-        print(f"{point['mbit']:>5} Mbit/s {point['delay_ms']} ms, 4 conns, {len(point['ratios'])} runs: "
-              f"ratio to iperf3 {span}; medians (Mbit/s, CPU s/GB sender/receiver):")
-        for name, m in point["summary"].items():
-            print(f"      {name:<8} {m['mbit'] or 0:7.0f}  {m['sender_cpu_s_per_gb'] or 0:5.2f} / "
-                  f"{m['receiver_cpu_s_per_gb'] or 0:5.2f}")
+        sides = ", ".join(f"{name} {m['mbit'] or 0:.0f} {m['sender_cpu_s_per_gb'] or 0:.2f}/"
+                          f"{m['receiver_cpu_s_per_gb'] or 0:.2f}" for name, m in point["summary"].items())
+        print(f"{point['mbit']:>4} Mbit/s {point['delay_ms']} ms x{len(point['ratios'])}: /iperf3 {span}; "
+              f"Mbit/s, CPU s/GB send/recv: {sides}")
     base = results["connections"][0]["mbit"]
     print("40 ms RTT, 0.5% loss: " + ", ".join(
         f"{r['connections']} conn {r['mbit']:.0f} Mbit/s ({r['mbit'] / base:.1f}x)" for r in results["connections"]))
