@@ -60,12 +60,18 @@ class ShortConv(nn.Module):
     def forward(self, x: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
         """x: (b, t, c); state: (b, c, K-1). Returns (silu(conv(x)): (b, t, c), padded input).
 
-        The padded input (b, c, K-1+t) lets callers read the conv state at any position p
-        (relative to the start of x): padded[..., p : p + K - 1].
+        The padded input (b, K-1+t, c) lets callers read the conv state at any position p
+        (relative to the start of x): padded[:, p : p + K - 1].transpose(1, 2).
+        K shifted multiply-adds in the (b, t, c) layout: no transposes of the activations, and on
+        CPU about 10x less time than F.conv1d's depthwise kernel at 4K tokens (issue 28).
         """
-        padded = torch.cat([state, x.transpose(1, 2)], dim=-1)  # (b, c, K-1+t)
-        y = F.conv1d(padded, self.weight, groups=padded.shape[1])  # (b, c, t)
-        return F.silu(y.transpose(1, 2)), padded
+        t = x.shape[1]
+        padded = torch.cat([state.transpose(1, 2), x], dim=1)  # (b, K-1+t, c)
+        taps = self.weight[:, 0]  # (c, K)
+        y = padded[:, :t] * taps[:, 0]
+        for j in range(1, self.kernel):
+            y.addcmul_(padded[:, j : j + t], taps[:, j])
+        return F.silu(y, inplace=True), padded
 
     def step(self, x: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
         """One token: x (b, c), state (b, c, K-1) -> (silu(conv): (b, c), new state)."""

@@ -87,7 +87,8 @@ class DeltaRuleMixer(nn.Module):
                 state, self.chunk_size,
             )
             outputs.append(o)
-            layer_state = LayerCache(self.kind, (state[0], padded[0, :, hi : hi + kernel - 1]))
+            conv_state = padded[0, hi : hi + kernel - 1].T.contiguous()  # (c, K-1), not a view of padded
+            layer_state = LayerCache(self.kind, (state[0], conv_state))
             if hi < t:
                 checkpoints[start + hi] = layer_state
             lo = hi
