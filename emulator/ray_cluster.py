@@ -145,12 +145,12 @@ def check_cluster(address: str) -> ClusterInfo:
         )
 
         maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
-    tokens = token_setup()  # this machine's own set-up first: no network needed to find it wrong
+    resolved = resolve_address(address)  # this machine's own set-up first: no network needed to find it wrong
+    tokens = token_setup()
     if tokens.is_token_mode and tokens.source is None:
         raise ClusterUnreachable(Problem.TOKEN_MISSING, f"--ray {address}: RAY_AUTH_MODE=token but this machine "
                                  "has no token (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token); "
                                  f"{HEAD_TOKEN_HINT}")
-    resolved = resolve_address(address)
     host, port = parse_address(resolved)
     _check_listening(address, host, port)
     metadata, num_alive = _ask_gcs(address, resolved, tokens)

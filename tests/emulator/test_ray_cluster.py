@@ -5,10 +5,12 @@ nodes, and each way a driver can be turned away is named in one line, with its f
 from __future__ import annotations
 
 import json
+import platform
 import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from importlib.metadata import version
 from pathlib import Path
 
 import pandas as pd
@@ -80,6 +82,41 @@ def some_token(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RAY_AUTH_TOKEN", "0" * 32)
 
 
+# Run with the cluster's token: check the cluster as it is, then record other versions in the head's
+# CLUSTER_METADATA (where `ray start` put its own), check again, and put the record back whatever happened.
+OTHER_VERSIONS_SNIPPET = """
+import json, sys
+from ray._raylet import InnerGcsClient
+from emulator.ray_cluster import ClusterUnreachable, check_cluster
+key, space = b"CLUSTER_METADATA", b"cluster"
+info = check_cluster(sys.argv[1])
+gcs = InnerGcsClient.standalone(sys.argv[1], None, 5000)
+found = gcs.internal_kv_get(key, space, 5.0)
+other = {**json.loads(found), "ray_version": "2.52.1"}
+gcs.internal_kv_put(key, json.dumps(other).encode(), True, space, 5.0)
+try:
+    check_cluster(sys.argv[1]); refused = None
+except ClusterUnreachable as err:
+    refused = [err.problem.value, str(err)]
+finally:
+    gcs.internal_kv_put(key, found, True, space, 5.0)
+print(json.dumps({"found": [info.ray_version, info.python_version, info.num_alive_nodes], "refused": refused}))
+"""
+
+
+@pytest.mark.live
+def test_the_check_reads_the_cluster_and_names_another_ray(cluster: RayStartCluster) -> None:
+    done = subprocess.run([sys.executable, "-c", OTHER_VERSIONS_SNIPPET, cluster.address], env=cluster.env,
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["found"] == [version("ray"), platform.python_version(), 2]
+    problem, message = result["refused"]
+    assert problem == Problem.VERSION_MISMATCH.value
+    assert message.startswith(f"--ray {cluster.address}: the cluster runs Ray 2.52.1 on Python ")
+    assert message.endswith("(pip install ray==2.52.1)")
+
+
 def test_nothing_listening_is_named(some_token: None) -> None:
     port = free_port()  # bound and released: nothing listens there now
     with pytest.raises(ClusterUnreachable, match="nothing is listening there") as err:
@@ -116,8 +153,9 @@ def test_an_unreadable_token_path_is_refused_before_ray_reads_it(tmp_path: Path,
 @pytest.mark.parametrize("address", ["10.0.0.5", "10.0.0.5:", ":6379", "10.0.0.5:port", "10.0.0.5:70000",
                                      "ray://10.0.0.5:10001"])
 def test_an_address_that_is_not_host_port_is_refused(address: str) -> None:
+    """Before anything else: no token is looked for, no connection tried."""
     with pytest.raises(ClusterUnreachable, match=f"^--ray {address}: ") as err:
-        parse_address(address)
+        check_cluster(address)
     assert err.value.problem is Problem.BAD_ADDRESS
 
 
