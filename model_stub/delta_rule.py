@@ -61,36 +61,43 @@ def chunk_gated_delta_rule(
         q, k, v, g = (F.pad(x, (0, 0, 0, pad)) for x in (q, k, v, g))
         beta = F.pad(beta, (0, pad))
     n = (t + pad) // c
-    q, k, v, g = (x.reshape(b, h, n, c, x.shape[-1]) for x in (q, k, v, g))  # (b, h, n, c, d)
-    beta = beta.reshape(b, h, n, c, 1)
+    # (b*h, n, c, d), contiguous once here: every matmul below then runs on views, not on copies
+    q, k, v, g = (x.reshape(b * h, n, c, x.shape[-1]).contiguous() for x in (q, k, v, g))
+    beta = beta.reshape(b * h, n, c, 1)
 
-    gc = g.float().cumsum(dim=-2)  # (b, h, n, c, dk|1): log-decay from chunk start, inclusive
+    gc = g.cumsum(dim=-2)  # (b*h, n, c, dk|1): log-decay from chunk start, inclusive
     if c * float(-g.min()) > MAX_CHUNK_LOG_SPAN:
         raise ValueError("chunk_gated_delta_rule: log-decay too negative for this chunk size")
     mid = gc[..., c // 2 - 1 : c // 2, :]
-    k_fwd = k * (gc - mid).exp().to(k.dtype)  # k_t e^{G_t - m}
-    k_inv = k * (mid - gc).exp().to(k.dtype)  # k_i e^{m - G_i}
-    q_fwd = q * (gc - mid).exp().to(q.dtype)
+    # one exp over the chunk; the other decay factors are its reciprocal and small per-chunk rescales
+    e_fwd = (gc - mid).exp()  # e^{G_t - m}
+    e_inv = e_fwd.reciprocal()  # e^{m - G_t}
+    k_inv = k * e_inv  # k_i e^{m - G_i}
 
     strict = torch.ones(c, c, dtype=torch.bool, device=k.device).tril(-1)
     causal = torch.ones(c, c, dtype=torch.bool, device=k.device).tril(0)
     # masked_fill (not multiply): the masked upper triangle may hold inf from the factoring
-    a = (k_fwd @ k_inv.transpose(-1, -2)).masked_fill(~strict, 0.0) * beta  # (b, h, n, c, c)
-    p = (q_fwd @ k_inv.transpose(-1, -2)).masked_fill(~causal, 0.0)  # (b, h, n, c, c)
+    a = ((k * e_fwd) @ k_inv.transpose(-1, -2)).masked_fill_(~strict, 0.0).mul_(beta)  # (b*h, n, c, c)
+    p = ((q * e_fwd) @ k_inv.transpose(-1, -2)).masked_fill_(~causal, 0.0)  # (b*h, n, c, c)
 
-    decay_from_start = gc.exp().to(k.dtype)  # e^{G_t}
-    rhs = torch.cat([beta * k * decay_from_start, beta * v], dim=-1)  # (b, h, n, c, dk + dv)
+    decay_from_start = e_fwd * mid.exp()  # e^{G_t}
+    rhs = torch.empty(b * h, n, c, dk + dv, dtype=k.dtype, device=k.device)
+    torch.mul(k * decay_from_start, beta, out=rhs[..., :dk])
+    torch.mul(v, beta, out=rhs[..., dk:])
     solved = torch.linalg.solve_triangular(a, rhs, upper=False, unitriangular=True)
-    w, u0 = solved[..., :dk], solved[..., dk:]  # U = u0 - w @ S0
-    q_and_w = torch.cat([q * decay_from_start, w], dim=-2)  # (b, h, n, 2c, dk): one matmul with S
-    k_end = k * (gc[..., -1:, :] - gc).exp().to(k.dtype)  # decay from step i to chunk end
-    decay_end = gc[..., -1, :].exp().to(k.dtype).unsqueeze(-1)  # (b, h, n, dk|1, 1)
+    q_and_w = torch.empty(b * h, n, 2 * c, dk, dtype=k.dtype, device=k.device)  # one matmul with S
+    torch.mul(q, decay_from_start, out=q_and_w[:, :, :c])
+    q_and_w[:, :, c:] = solved[..., :dk]  # w; U = u0 - w @ S0
+    u0 = solved[..., dk:]
+    k_end = (k_inv * (gc[..., -1:, :] - mid).exp()).transpose(-1, -2)  # (b*h, n, dk, c): k_i e^{G_end - G_i}
+    decay_end = gc[..., -1, :].exp().unsqueeze(-1)  # (b*h, n, dk|1, 1)
 
-    out = torch.empty(b, h, n, c, dv, dtype=v.dtype, device=v.device)
-    state = state.to(v.dtype)
+    out = torch.empty(b * h, n, c, dv, dtype=v.dtype, device=v.device)
+    state = state.to(v.dtype).reshape(b * h, dk, dv)
     for i in range(n):
-        q_s, w_s = (q_and_w[:, :, i] @ state).split(c, dim=-2)
-        u = u0[:, :, i] - w_s  # (b, h, c, dv)
-        out[:, :, i] = q_s + p[:, :, i] @ u
-        state = decay_end[:, :, i] * state + k_end[:, :, i].transpose(-1, -2) @ u
-    return out.reshape(b, h, n * c, dv)[:, :, :t].to(dtype), state.to(dtype)
+        q_s, w_s = (q_and_w[:, i] @ state).split(c, dim=-2)
+        u = u0[:, i] - w_s  # (b*h, c, dv)
+        torch.baddbmm(q_s, p[:, i], u, out=out[:, i])
+        state = torch.baddbmm(decay_end[:, i] * state, k_end[:, i], u)
+    out = out.view(b, h, n * c, dv)[:, :, :t]
+    return out.to(dtype), state.view(b, h, dk, dv).to(dtype)

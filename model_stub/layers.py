@@ -62,8 +62,9 @@ class ShortConv(nn.Module):
 
         The padded input (b, K-1+t, c) lets callers read the conv state at any position p
         (relative to the start of x): padded[:, p : p + K - 1].transpose(1, 2).
-        K shifted multiply-adds in the (b, t, c) layout: no transposes of the activations, and on
-        CPU about 10x less time than F.conv1d's depthwise kernel at 4K tokens (issue 28).
+        K shifted multiply-adds in the (b, t, c) layout: no transposes of the activations, and the
+        mixer's output stays contiguous (768 channels x 4K tokens on one CPU thread, with the cat and
+        silu: 22 ms against 33 ms for F.conv1d on the transposed input; issue 28).
         """
         t = x.shape[1]
         padded = torch.cat([state.transpose(1, 2), x], dim=1)  # (b, K-1+t, c)
