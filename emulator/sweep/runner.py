@@ -206,7 +206,7 @@ def ray_session(address: str | None, workers: int | None) -> Iterator[dict[str, 
                     # cluster this machine last started (another sweep's, a test's) and refuses num_cpus
                     ray.init(address="local", num_cpus=workers or os.cpu_count() or 1, include_dashboard=False,
                              logging_level=logging.WARNING, log_to_driver=False)
-            except (ConnectionError, RuntimeError, ValueError) as err:
+            except (ConnectionError, RuntimeError, ValueError, ray.exceptions.RayError) as err:
                 where = f"the Ray cluster at {address}" if address else "a local Ray"
                 fix = ("`ray status` there shows its state" if address
                        else "Ray's logs under /tmp/ray/session_latest/logs say why")
