@@ -9,10 +9,10 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import numpy as np
 
+from emulator.control.curve import Curve
 from emulator.control.profiles import PiecewiseLinear
 from emulator.control.types import Cluster
 
@@ -51,15 +51,15 @@ class SpeedEstimator:
 
     def __init__(self, profiles: dict[Cluster, PiecewiseLinear], alpha: float) -> None:
         _check_alpha(alpha)
-        self._profiles = profiles
+        # Curve: PiecewiseLinear.at's values to the bit, compiled (this runs once per prefill)
+        self._profiles = {cluster: Curve.from_table(table) for cluster, table in profiles.items()}
         self._ewma = {cluster: Ewma(alpha) for cluster in profiles}
 
     def observe(self, cluster: Cluster, input_len: float, service_s: float) -> None:
         if not (0 < service_s < math.inf) or not input_len >= 0:
             raise ValueError(f"prefill observation: service_s={service_s}, input_len={input_len}; "
                              f"need a positive time and a length >= 0")
-        # plain floats (PiecewiseLinear.at): this runs once per prefill
-        ratio = self._profiles[cluster].at(float(input_len)) / service_s
+        ratio = self._profiles[cluster](float(input_len)) / service_s
         low, high = SPEED_CLAMP
         self._ewma[cluster].update(low if ratio < low else (high if ratio > high else ratio))
 
@@ -68,19 +68,27 @@ class SpeedEstimator:
         return 1.0 if value is None else value
 
 
-class LinkObservation(NamedTuple):
-    """One interval of the cross-DC link as the transport saw it (a tuple: one per second of a
-    run, built on the virtual engine's hot path).
+class LinkObservation:
+    """One interval of the cross-DC link as the transport saw it. Read-only by convention: a plain
+    class, compiled a native object, where a NamedTuple's __new__ runs interpreted (one per
+    simulated second on the virtual engine's hot path, issue 28).
 
     egress_utilization: the fraction of the interval the sender had KV bytes in flight, so goodput
     divided by it is the rate the link delivered while busy (its usable capacity).
     """
 
-    at_s: float
-    goodput_bytes_per_s: float
-    egress_utilization: float
-    retrans_rate: float  # retransmitted / sent segments
-    rtt_inflation: float  # smoothed RTT / minimum RTT, >= 1
+    __slots__ = ("at_s", "goodput_bytes_per_s", "egress_utilization", "retrans_rate", "rtt_inflation")
+
+    def __init__(self, at_s: float, goodput_bytes_per_s: float, egress_utilization: float, retrans_rate: float,
+                 rtt_inflation: float) -> None:
+        self.at_s, self.goodput_bytes_per_s, self.egress_utilization = at_s, goodput_bytes_per_s, egress_utilization
+        self.retrans_rate = retrans_rate  # retransmitted / sent segments
+        self.rtt_inflation = rtt_inflation  # smoothed RTT / minimum RTT, >= 1
+
+    @property
+    def measured(self) -> tuple[float, float, float, float]:
+        """Everything but the time: each must be finite and >= 0."""
+        return self.goodput_bytes_per_s, self.egress_utilization, self.retrans_rate, self.rtt_inflation
 
 
 class LinkEstimator:
@@ -102,9 +110,9 @@ class LinkEstimator:
         self.last: LinkObservation | None = None
 
     def observe(self, obs: LinkObservation) -> None:
-        for value in obs[1:]:
+        for value in obs.measured:
             if not 0 <= value < math.inf:  # also false for NaN
-                raise ValueError(f"link observation at {obs.at_s} s: {obs[1:]} must be finite and >= 0")
+                raise ValueError(f"link observation at {obs.at_s} s: {obs.measured} must be finite and >= 0")
         self.last = obs
         if obs.egress_utilization >= self._min_utilization:
             self._capacity.update(obs.goodput_bytes_per_s / min(obs.egress_utilization, 1.0))
@@ -125,13 +133,14 @@ class LinkEstimator:
         )
 
 
-class QueueDepths(NamedTuple):
-    """Requests waiting per stage at one instant (a tuple, as LinkObservation)."""
+class QueueDepths:
+    """Requests waiting per stage at one instant. Read-only by convention (a plain class, as
+    LinkObservation)."""
 
-    at_s: float
-    remote: int
-    local_prefill: int
-    decode: int
+    __slots__ = ("at_s", "remote", "local_prefill", "decode")
+
+    def __init__(self, at_s: float, remote: int, local_prefill: int, decode: int) -> None:
+        self.at_s, self.remote, self.local_prefill, self.decode = at_s, remote, local_prefill, decode
 
     def surges(self, trigger: int) -> list[str]:
         """Names and depths of the queues at or over `trigger`."""

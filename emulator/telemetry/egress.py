@@ -23,19 +23,22 @@ MIN_RATE_INTERVAL_S = 1e-3  # a rate over a shorter interval is noise (and over 
 _ROUNDING = 1e-9
 
 
-@dataclass(frozen=True, slots=True)
 class CounterRead:
     """A byte counter's value, read somewhere within [start_s, end_s] (run seconds): a read that
-    crosses a thread or a socket is not instantaneous, and only its bracket is known."""
+    crosses a thread or a socket is not instantaneous, and only its bracket is known.
+    Read-only by convention. A plain class, as EgressSample: compiled with the virtual engine
+    (emulator/virtual/accel.py), a native object where a frozen dataclass runs its generated
+    __init__ interpreted (the virtual sampler builds one of each per simulated second, issue 28)."""
 
-    start_s: float
-    end_s: float
-    total_bytes: float
+    __slots__ = ("start_s", "end_s", "total_bytes")
+
+    def __init__(self, start_s: float, end_s: float, total_bytes: float) -> None:
+        self.start_s, self.end_s, self.total_bytes = start_s, end_s, total_bytes
 
     @classmethod
     def at(cls, t_s: float, total_bytes: float) -> CounterRead:
         """An instantaneous read (the virtual engine's fluid counter)."""
-        return cls(t_s, t_s, total_bytes)
+        return CounterRead(t_s, t_s, total_bytes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,16 +65,18 @@ class LinkSlack:
 FLUID = LinkSlack()
 
 
-@dataclass(frozen=True, slots=True)
 class EgressSample:
     """A rate and the interval it was measured over. `bit_per_s` is None before a first interval;
-    the capacities are None when the link was unshaped at some point of it."""
+    the capacities are None when the link was unshaped at some point of it. Read-only by
+    convention (a plain class: see CounterRead)."""
 
-    bit_per_s: float | None
-    since_s: float
-    until_s: float
-    peak_capacity_bit_per_s: float | None  # the highest capacity in force over the interval
-    mean_capacity_bit_per_s: float | None  # time-weighted over the interval
+    __slots__ = ("bit_per_s", "since_s", "until_s", "peak_capacity_bit_per_s", "mean_capacity_bit_per_s")
+
+    def __init__(self, bit_per_s: float | None, since_s: float, until_s: float,
+                 peak_capacity_bit_per_s: float | None, mean_capacity_bit_per_s: float | None) -> None:
+        self.bit_per_s, self.since_s, self.until_s = bit_per_s, since_s, until_s
+        self.peak_capacity_bit_per_s = peak_capacity_bit_per_s  # the highest capacity in force over the interval
+        self.mean_capacity_bit_per_s = mean_capacity_bit_per_s  # time-weighted over the interval
 
     @property
     def utilization(self) -> float | None:
@@ -114,14 +119,15 @@ class EgressMeter:
         check_finite("egress sample time", read.end_s)
         base = self._base
         if base is None or read.total_bytes < base.total_bytes:
-            sample = EgressSample(None if base is None else 0.0, read.start_s, read.end_s, *self._capacity(
-                read.start_s, read.end_s))
+            peak, mean = self._capacity(read.start_s, read.end_s)
+            sample = EgressSample(None if base is None else 0.0, read.start_s, read.end_s, peak, mean)
         elif read.end_s - base.start_s < self.min_interval_s:
             return self.last
         else:
             since, until = base.start_s, read.end_s
             num_bytes = read.total_bytes - base.total_bytes
-            sample = EgressSample(num_bytes * 8 / (until - since), since, until, *self._capacity(since, until))
+            peak, mean = self._capacity(since, until)
+            sample = EgressSample(num_bytes * 8 / (until - since), since, until, peak, mean)
             self._check(sample, num_bytes, read.total_bytes)
         if advance or base is None:
             self._base, self.last = read, sample

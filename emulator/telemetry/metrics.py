@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from typing import Final
 
 from emulator.errors import TelemetryError
+
+_INF: Final = math.inf  # mypyc reads a Final float natively, math.isfinite by a call through the module
 
 
 def check_finite(name: str, value: float | None, where: str = "") -> float | None:
@@ -25,9 +28,12 @@ def check_finite(name: str, value: float | None, where: str = "") -> float | Non
 
 
 def check_row(row: dict[str, float | None], t_s: float) -> None:
-    """Every value of a timeseries row finite (or None), else the error names the column and time."""
+    """Every value of a timeseries row finite (or None), else the error names the column and time.
+    The time is formatted only for the error: formatting it per value cost a fifth of a case-study
+    run on the virtual engine, and math.isfinite per value a twentieth (callgrind, issue 28)."""
     for name, value in row.items():
-        check_finite(name, value, f"t={t_s:.1f}s")
+        if value is not None and not -_INF < value < _INF:  # not finite; compiled, a native compare
+            check_finite(name, value, f"t={t_s:.1f}s")
 
 
 def percentile(values: Iterable[float], p: float) -> float | None:

@@ -38,7 +38,7 @@ COMPILED = (
     "emulator/control/router.py", "emulator/control/prefix_cache.py", "emulator/control/prefix_entries.py",
     "emulator/control/curve.py", "emulator/control/estimators.py", "emulator/control/scheduler.py",
     "emulator/control/placement.py", "emulator/telemetry/records.py",
-    "emulator/telemetry/metrics.py", "emulator/run/journey.py", "emulator/run/board.py", "emulator/run/core.py",
+    "emulator/telemetry/metrics.py", "emulator/telemetry/egress.py", "emulator/run/journey.py", "emulator/run/board.py", "emulator/run/core.py",
     "emulator/run/ttft_window.py", "emulator/run/feed.py", "emulator/run/workload_clock.py",
     "emulator/run/protocol.py", "emulator/run/ending.py",
 )

@@ -160,7 +160,8 @@ class FluidLink:
         active = self.active
         rates = self._shares(active)
         sim, now, total = self.sim, self.sim.now, 0.0
-        for transfer, rate in zip(active, rates, strict=True):
+        for i in range(len(active)):  # not zip(strict=True): compiled, that is a call through Python
+            transfer, rate = active[i], rates[i]
             total += rate
             if rate != transfer.rate:
                 transfer.remaining = transfer.left_at(now)
@@ -176,8 +177,13 @@ class FluidLink:
         Two shortcuts skip the sort: every cap fits (pipelined transfers on a wide link), or none
         binds (an equal split)."""
         ceiling, left = self._ceiling, self.state.rate_bytes_per_s
-        caps = [t.produce_cap if t.produce_cap < ceiling else ceiling for t in active]
-        if left == _INF or sum(caps) <= left:  # (inf - inf would be NaN below)
+        caps: list[float] = []
+        total = 0.0  # sum(caps), added as sum adds floats, without a call through Python
+        for transfer in active:
+            cap = transfer.produce_cap if transfer.produce_cap < ceiling else ceiling
+            caps.append(cap)
+            total += cap
+        if left == _INF or total <= left:  # (inf - inf would be NaN below)
             return [cap if cap < left else left for cap in caps]
         share = left / len(active)
         if min(caps) >= share:

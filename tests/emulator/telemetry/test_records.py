@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from emulator.control.types import FailReason, RequestStatus
@@ -11,6 +13,29 @@ from emulator.telemetry.records import REQUEST_FIELDS, RequestRecord, check_expe
 
 def test_record_fields_are_exactly_the_design_list(design_fields: tuple[str, ...]) -> None:
     assert REQUEST_FIELDS == design_fields
+
+
+def test_record_init_takes_exactly_the_fields_by_keyword_with_their_defaults() -> None:
+    """RequestRecord writes its __init__ out (mypyc compiles it, and a compiled one shows no
+    signature): it must behave as the one dataclass would make."""
+    fields = dataclasses.fields(RequestRecord)
+    given = {"id": "r1", "arrival_s": 1.0, "input_len": 10, "cached_len": 2, "incremental_len": 8,
+             "route": "local", "prefill_node": "local-prefill-0", "decode_node": "local-decode-1", "queue_s": 0.5,
+             "prefill_start_s": 1.5, "prefill_end_s": 2.0, "transfer_start_s": 1.5, "transfer_end_s": 2.1,
+             "kv_bytes": 100, "first_token_s": 2.2, "ttft_s": 1.2, "tpot_s": 0.02, "output_len": 4,
+             "finish_s": 2.3, "status": "completed", "fail_reason": None, "fail_detail": "none"}
+    assert list(given) == [f.name for f in fields]
+    assert dataclasses.asdict(RequestRecord(**given)) == given
+    required = {f.name: given[f.name] for f in fields if f.default is dataclasses.MISSING}
+    assert dataclasses.asdict(RequestRecord(**required)) == {
+        f.name: given[f.name] if f.default is dataclasses.MISSING else f.default for f in fields}
+    for name in required:
+        with pytest.raises(TypeError):
+            RequestRecord(**{k: v for k, v in required.items() if k != name})
+    with pytest.raises(TypeError):
+        RequestRecord(*required.values())  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        RequestRecord(**required, not_a_field=1)  # type: ignore[call-arg]
 
 
 @pytest.mark.parametrize(
