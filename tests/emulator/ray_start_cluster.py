@@ -24,6 +24,7 @@ from pathlib import Path
 STARTED_MARK = "Ray runtime started"  # what `ray start` prints once its node has joined the GCS
 START_TIMEOUT_S = 90.0  # a node starts in 3-15 s on a busy 2-core machine; this only bounds a hang
 STOP_TIMEOUT_S = 40.0  # a node drains for up to 30 s on SIGTERM; an idle one ends in about 1 s
+OBJECT_STORE_BYTES = 128 << 20  # a sweep's rows are small; Ray's default takes 30 % of memory per node
 
 
 class ClusterStartError(RuntimeError):
@@ -88,7 +89,7 @@ def _start_node(root: Path, role: str, env: dict[str, str], args: list[str],
     log_path = root / f"{role}.log"
     command = [ray_executable(), "start", "--block", *args, "--num-cpus", str(num_cpus),
                "--temp-dir", str(root / role), "--dashboard-agent-listen-port", str(free_port()),
-               "--disable-usage-stats"]
+               "--object-store-memory", str(OBJECT_STORE_BYTES), "--disable-usage-stats"]
     with log_path.open("wb") as log_file:
         proc = subprocess.Popen(command, env=env, stdout=log_file, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
