@@ -54,9 +54,11 @@ class DeltaRuleMixer(nn.Module):
     def _qkv(self, mixed: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Conv output (b, t, 3*h*d) -> q, k, v each (b, h, t, d); q/k L2-normalised, q scaled."""
         b, t, _ = mixed.shape
-        q, k, v = mixed.view(b, t, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        q = F.normalize(q, dim=-1) * self.head_dim**-0.5
-        return q, F.normalize(k, dim=-1), v
+        mixed = mixed.view(b, t, 3, self.heads, self.head_dim)
+        qk = F.normalize(mixed[:, :, :2], dim=-1)  # (b, t, 2, h, d): q and k in one pass, in memory order
+        qk[:, :, 0] *= self.head_dim**-0.5
+        q, k = qk.permute(2, 0, 3, 1, 4)  # (b, h, t, d) views; the chunk form lays them out once
+        return q, k, mixed[:, :, 2].transpose(1, 2)
 
     def _output(self, o: Tensor, x: Tensor) -> Tensor:
         """o (b, h, t, dv) -> (b, t, d_model) through the per-head norm and the output gate."""
