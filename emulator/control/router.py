@@ -303,15 +303,27 @@ def _up_prefill(loads: Sequence[NodeLoad]) -> tuple[list[NodeLoad], list[NodeLoa
 
 def _least_work(up: list[NodeLoad], now_s: float, turn: int) -> int:
     """The seat in `up` of the node with the least work left (ties: fewer prompts held, then the
-    first from `turn` on). Floats and ints only, no key tuples: it runs per request."""
-    num = len(up)
-    best, best_work, best_held = -1, 0.0, 0
-    for i in range(num):
-        seat = (turn + i) % num
+    first from `turn` on). Floats and ints only, no key tuples: it runs per request; a tie (idle
+    nodes, mostly) costs a second pass."""
+    best, best_work, best_held, is_tied = -1, 0.0, 0, False
+    for seat in range(len(up)):
         load = up[seat]
-        work, held = _work_left(load, now_s), load.queued_requests
+        rest = load.busy_until_s - now_s
+        work = load.queued_s + rest if rest > 0.0 else load.queued_s
+        held = load.queued_requests
         if best < 0 or work < best_work or (work == best_work and held < best_held):
-            best, best_work, best_held = seat, work, held
+            best, best_work, best_held, is_tied = seat, work, held, False
+        elif work == best_work and held == best_held:
+            is_tied = True
+    if is_tied:
+        num = len(up)
+        for i in range(num):
+            seat = (turn + i) % num
+            load = up[seat]
+            rest = load.busy_until_s - now_s
+            if (load.queued_s + rest if rest > 0.0 else load.queued_s) == best_work \
+                    and load.queued_requests == best_held:
+                return seat
     return best
 
 
