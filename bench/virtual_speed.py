@@ -13,9 +13,10 @@ bench/results/virtual_speed.json.
 
 With `--baseline REV` it also measures this working tree against another revision in the same run:
 REV is checked out into a temporary git worktree (removed at the end) with its own compiled build,
-and the case study runs in child processes that import one tree each, on one core, in alternating
-order (new, baseline; baseline, new; ...). It reports each tree's median and best, and the ratio of
-the medians (target >= 0.95 with `--check`, so a refactor does not slow the engine).
+and the case study and the whole trace run in child processes that import one tree each, on one
+core, in alternating order (new, baseline; baseline, new; ...). It reports each tree's median and
+best per workload, and the ratios of the medians (the case study's target >= 0.95 with `--check`,
+so a refactor does not slow the engine); side by side, a busy machine weighs on both trees alike.
 
     python bench/virtual_speed.py [--quick] [--check] [--baseline REV [--rounds N]]
 """
@@ -158,12 +159,14 @@ def measure_only(quick: bool) -> dict[str, Any]:
     import emulator
 
     num_requests, _ = sizes(quick)
-    samples, count, events = time_simulation(case_study(num_requests), AB_REPEATS_PER_ROUND)
+    timed = {name: time_simulation(scenario, AB_REPEATS_PER_ROUND)
+             for name, scenario in (("case_study", case_study(num_requests)), ("trace", whole_trace()))}
     suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
     compiled = {name: module.__file__ for name, module in sorted(sys.modules.items())
                 if name.startswith("emulator.") and str(getattr(module, "__file__", None)).endswith(suffixes)}
     return {"emulator_file": emulator.__file__, "runs_as": accel_on.RUNS_AS, "compiled_modules": compiled,
-            "requests": count, "events": events, "samples_s": samples}
+            **{name: {"requests": count, "events": events, "samples_s": samples}
+               for name, (samples, count, events) in timed.items()}}
 
 
 def git(*args: str) -> str:
@@ -211,8 +214,9 @@ def accel_dir_of(tree: Path) -> Path:
 
 
 def tree_env(tree: Path) -> dict[str, str]:
-    """A child's environment: `tree` first on the path, and `tree`'s own build."""
-    return {**os.environ, "PYTHONPATH": str(tree), paths.Env.ACCEL_DIR.value: str(accel_dir_of(tree))}
+    """A child's environment: `tree` first on the path, `tree`'s own build, this checkout's traces."""
+    return {**os.environ, "PYTHONPATH": str(tree), paths.Env.ACCEL_DIR.value: str(accel_dir_of(tree)),
+            paths.Env.SHARED_DIR.value: str(paths.shared_dir())}
 
 
 def build_accel(tree: Path) -> None:
@@ -253,11 +257,11 @@ def check_imports(sample: dict[str, Any], tree: Path) -> None:
         raise BenchError(f"{tree}: {', '.join(stray)} loaded from outside its build {build}")
 
 
-def tree_summary(runs: list[dict[str, Any]], label: str) -> dict[str, Any]:
-    samples = [s for run in runs for s in run["samples_s"]]
-    count = runs[0]["requests"]
+def tree_summary(runs: list[dict[str, Any]], label: str, workload: str) -> dict[str, Any]:
+    samples = [s for run in runs for s in run[workload]["samples_s"]]
+    count = runs[0][workload]["requests"]
     return {"tree": label, "emulator_file": runs[0]["emulator_file"], "runs_as": runs[0]["runs_as"],
-            "requests": count, "events": runs[0]["events"], "samples_s": samples,
+            "requests": count, "events": runs[0][workload]["events"], "samples_s": samples,
             "median_requests_per_s": count / statistics.median(samples),
             "best_requests_per_s": count / min(samples)}
 
@@ -273,11 +277,15 @@ def run_ab(rev: str, quick: bool, rounds: int) -> dict[str, Any]:
         for index in range(rounds):
             for tree in (ROOT, old) if index % 2 == 0 else (old, ROOT):
                 runs[tree].append(measure_tree(tree, quick))
-    new, base = tree_summary(runs[ROOT], "working tree"), tree_summary(runs[old], sha)
+    new, base = tree_summary(runs[ROOT], "working tree", "case_study"), tree_summary(runs[old], sha, "case_study")
+    trace_new, trace_old = tree_summary(runs[ROOT], "working tree", "trace"), tree_summary(runs[old], sha, "trace")
     return {"rev": rev, "sha": sha, "rounds": rounds, "repeats_per_round": AB_REPEATS_PER_ROUND,
             "order": "alternating, this tree first in even rounds", "new": new, "old": base,
             "ratio": new["median_requests_per_s"] / base["median_requests_per_s"], "target_ratio": TARGET_RATIO,
-            "best_ratio": new["best_requests_per_s"] / base["best_requests_per_s"]}
+            "best_ratio": new["best_requests_per_s"] / base["best_requests_per_s"],
+            "trace": {"new": trace_new, "old": trace_old,
+                      "ratio": trace_new["median_requests_per_s"] / trace_old["median_requests_per_s"],
+                      "best_ratio": trace_new["best_requests_per_s"] / trace_old["best_requests_per_s"]}}
 
 
 def run_default(quick: bool) -> dict[str, Any]:
@@ -306,8 +314,8 @@ def run_default(quick: bool) -> dict[str, Any]:
     }
     return {
         "bench": "virtual_speed",
-        "machine": {"cpus": os.cpu_count(), "kernel": platform.release(),
-                    "python": platform.python_version(), "threads": 1},
+        "machine": {"cpus": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version(),
+                    "threads": 1, "load_avg_1_5_15_min": os.getloadavg()},  # a busy machine: compare ratios
         "engine": accel_on.RUNS_AS,
         "git_sha": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip(),
         "config": {"case_study": str(CASE_STUDY.relative_to(ROOT)), "trace": str(MOONCAKE.relative_to(ROOT)),
@@ -334,13 +342,12 @@ def report(results: dict[str, Any], out: Path) -> list[str]:
           f"target < {TARGET_TRACE_S:g} s)")
     if ab:
         print(f"  A/B vs {ab['rev']} ({ab['sha'][:10]}), {ab['rounds']} rounds x {ab['repeats_per_round']} runs, "
-              "alternating order, case study requests/s:")
-        for label, side in (("this tree", ab["new"]), ("baseline", ab["old"])):
-            print(f"    {label:<10} {side['median_requests_per_s']:>9,.0f} median "
-                  f"{side['best_requests_per_s']:>9,.0f} best ({side['requests']} requests, {side['events']} events, "
-                  f"{side['runs_as'].split(' ')[0]})")
-        print(f"    ratio      {ab['ratio']:.3f} of the baseline's median (target >= {TARGET_RATIO}); "
-              f"best to best {ab['best_ratio']:.3f}")
+              f"alternating order, requests/s median (best), this tree / baseline (target >= {TARGET_RATIO}):")
+        for label, row in (("case study", ab), ("Mooncake", ab["trace"])):
+            new, old = row["new"], row["old"]
+            print(f"    {label:<10} {new['median_requests_per_s']:>7,.0f} ({new['best_requests_per_s']:,.0f}) / "
+                  f"{old['median_requests_per_s']:>7,.0f} ({old['best_requests_per_s']:,.0f}): ratio "
+                  f"{row['ratio']:.3f}, best to best {row['best_ratio']:.3f} ({new['events']} events)")
     print(f"results: {out}")
     return [name for name, miss in (
         ("case study rate", summary["case_study_requests_per_s"] < TARGET_RPS),
