@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import pytest
 
+from emulator.control.types import Cluster
 from tests.emulator.run.conformance_drivers import driver
+from tests.emulator.run.core_case import SHORT
 from tests.emulator.run.conformance_scripts import SCRIPTS, Script
 
 CASES = [pytest.param(script, engine, id=f"{engine}: {script.name}")
@@ -36,3 +38,23 @@ def test_every_script_runs_on_the_core_and_the_live_gateway_and_most_on_the_virt
     engines = [script.engines for script in SCRIPTS]
     assert all({"core", "live"} <= set(e) for e in engines)
     assert sum("virtual" in e for e in engines) >= len(SCRIPTS) // 2
+
+
+
+def test_the_live_gateway_hands_the_router_its_workers_start_times() -> None:
+    """Work left on the live engine (issue 28): two prompts queued at T(500) each; once the worker
+    reports the first started, it counts until its start (the worker's own stamp) + T(500)."""
+    live = driver("live")
+    try:
+        price = live.core.router.prefill_s(Cluster.LOCAL, SHORT)
+        live.step(("arrive", "r1", SHORT), 1.0)
+        live.step(("arrive", "r2", SHORT), 2.0)
+        assert live.core.board.loads[1][1:] == (2 * SHORT, 2, True, pytest.approx(2 * price), 0.0)
+        before = live.gateway.now()
+        live.step(("prefill_started", "r1"), 3.0)
+        load = live.core.board.loads[1]
+        assert load.queued_s == pytest.approx(price) and before <= load.busy_until_s - price <= live.gateway.now()
+        live.step(("prefill_done", "r1"), 4.0)
+        assert live.core.board.loads[1][1:] == (SHORT, 1, True, pytest.approx(price), 0.0)
+    finally:
+        live.close()

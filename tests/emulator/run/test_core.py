@@ -6,7 +6,9 @@ duplicate reports and the end of the run: test_core_reports.py."""
 
 from __future__ import annotations
 
-from emulator.control.types import FailReason, NodeId, Route
+import pytest
+
+from emulator.control.types import Cluster, FailReason, NodeId, Route
 from emulator.run.core import MAX_ATTEMPTS
 from emulator.run.journey import Stage
 from emulator.run.protocol import Dispatch, Ended, Publish
@@ -217,3 +219,21 @@ def test_no_decode_node_up_ends_the_request_no_decode_node() -> None:
         "failed", "no_decode_node", "no decode node is up")
     assert (record.route, record.prefill_node, record.decode_node) == ("prfaas", "remote-prefill-0", None)
     assert held(core) == NOTHING_HELD and loads(core) == IDLE_LOADS
+
+
+def test_the_board_counts_each_waiting_prompt_at_its_own_length_and_the_one_in_service_until_its_end() -> None:
+    """The router's work left, kept by the core from the events (both engines send the same ones):
+    T(500) + T(800) queued; r1 starts at 2 s (until 2 + T(500)); its end clears the service; a
+    waiting prompt failed off the node takes its own seconds with it."""
+    core = make_core()
+    price = core.router.prefill_s
+    r1, r2 = (core.arrive(spec(rid, n), 1.0)[0] for rid, n in (("r1", SHORT), ("r2", 800)))
+    assert isinstance(r1, Dispatch) and isinstance(r2, Dispatch)
+    t500, t800 = price(Cluster.LOCAL, SHORT), price(Cluster.LOCAL, 800)
+    assert core.board.loads[1][1:] == (1300, 2, True, t500 + t800, 0.0)
+    core.prefill_started(r1.journey, r1.journey.attempt_id, 2.0)
+    assert core.board.loads[1][1:] == (1300, 2, True, pytest.approx(t800), 2.0 + t500)  # a running sum
+    core.prefill_done(r1.journey, r1.journey.attempt_id, 2.4, t500, 0, 1024)
+    assert core.board.loads[1][1:] == (800, 1, True, pytest.approx(t800), 0.0)
+    core.stop(FailReason.INTERRUPTED, "stopped", 3.0)
+    assert core.board.loads[1][1:] == (0, 0, True, 0.0, 0.0)
