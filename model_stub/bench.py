@@ -28,6 +28,7 @@ from model_stub.roofline import GemmReference, PairedRun, interleave, summary, t
 DENSE = "dense-gqa-mini"
 EFFICIENCY_TOKENS, EFFICIENCY_TARGET = 4096, 0.40  # issue 28: every hybrid preset, median paired ratio, CPU
 GPU_EFFICIENCY_TOKENS, GPU_EFFICIENCY_TARGET = 16384, 0.40  # issue 18: every hybrid preset, on CUDA
+CONTENDED_GEMM_SHARE = 0.75  # a pair whose GEMM ran below this share of the run's best shared its cores
 SUPERLINEAR_TARGET = 1.25  # dense T(16K) / T(4K) must exceed 4 x this
 
 
@@ -148,6 +149,7 @@ def run(s: BenchSettings, progress: Callable[[str], None] = lambda _: None) -> d
         "gemm_gflops": summary(samples), "gemm_samples": samples, "presets": presets,
     }
     result["summary"] = summarize(result)
+    result["contended_pairs"] = contended_pairs(result)
     return result
 
 
@@ -170,6 +172,24 @@ def summarize(result: dict) -> dict:
     if result["machine"]["device"].startswith("cuda") and GPU_EFFICIENCY_TOKENS in lengths:
         out["hybrid_efficiency_at_16k"] = {n: p["prefill"][str(GPU_EFFICIENCY_TOKENS)]["efficiency"]
                                            for n, p in presets.items() if n != DENSE}
+    return out
+
+
+def contended_pairs(result: dict) -> list[str]:
+    """Prefill runs whose neighbouring GEMM samples fell below CONTENDED_GEMM_SHARE of the run's best.
+
+    Pairing cancels a uniform slowdown, but not oversubscription: with another process on one of two
+    cores the GEMM halves while a model of many small ops can slow 10-50x (issue 28), so such pairs
+    are named for the reader rather than silently averaged in.
+    """
+    best = max(result["gemm_samples"])
+    out = []
+    for name, p in result["presets"].items():
+        for tokens, row in p["prefill"].items():
+            gemm = row["gemm_gflops_samples"]
+            slow = sum((gemm[i] + gemm[i + 1]) / 2 < CONTENDED_GEMM_SHARE * best for i in range(len(gemm) - 1))
+            if slow:
+                out.append(f"{name}@{tokens}: {slow}/{len(gemm) - 1}")
     return out
 
 
@@ -283,6 +303,9 @@ def main(argv: list[str] | None = None) -> int:
     out.write_text(json.dumps(result, indent=2))
     print(format_table(result))
     print(f"results: {out}")
+    if result["contended_pairs"]:
+        print(f"NOTE: pairs beside a GEMM < {CONTENDED_GEMM_SHARE:.0%} of the run's best (cores shared; "
+              f"re-measure on a quiet machine): {', '.join(result['contended_pairs'])}")
     failures = check(result)
     for failure in failures:
         print(f"MISSED: {failure}")

@@ -82,6 +82,18 @@ def test_the_cpu_target_holds_each_hybrid_preset_at_4k_on_the_median_paired_rati
         "qwen3-next-mini prefill at 4K: median paired efficiency 36% < 40%"]
 
 
+def test_pairs_beside_a_gemm_that_lost_its_cores_are_named():
+    """A GEMM sample at half the run's best means another process held a core; the runs beside it
+    are listed (the slow sample at index 2 sits between runs 1 and 2 of 3), quiet lengths are not."""
+    def row(gemm: list[float]) -> dict:
+        return {"gemm_gflops_samples": gemm}
+
+    result = {"gemm_samples": [180.0, 178.0, 90.0, 176.0, 180.0, 181.0, 179.0, 180.0],
+              "presets": {"qwen3-next-mini": {"prefill": {"4096": row([180.0, 178.0, 90.0, 176.0]),
+                                                          "1024": row([180.0, 181.0, 179.0, 180.0])}}}}
+    assert bench.contended_pairs(result) == ["qwen3-next-mini@4096: 2/3"]
+
+
 def test_cuda_without_a_gpu_is_refused_in_one_line(capsys):
     if bench.torch.cuda.is_available():
         return  # the refusal is for machines without one
