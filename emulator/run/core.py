@@ -141,7 +141,8 @@ class RunCore:
         journey.stage, journey.route = ROUTED, route._value_
         journey.prefill_slot, journey.prefill_node = slot, board.names[slot]
         journey.cached_len, journey.incremental_len = decision.cached_len, decision.incremental_len
-        board.add_prefill(slot, decision.incremental_len, self._service_s(slot, decision.incremental_len))
+        journey.prefill_work_s = work_s = self.router.prefill_s(chosen.cluster, decision.incremental_len)
+        board.add_prefill(slot, decision.incremental_len, work_s)
         decode = board.pick_decode()
         if decode < 0:
             self._end(journey, t, None, FailReason.NO_DECODE_NODE, "no decode node is up", acts)
@@ -157,10 +158,6 @@ class RunCore:
             acts.append(ev.Publish(journey, "routed", node=journey.prefill_node, reason=decision.reason))
         acts.append(Dispatch(journey, decision))
 
-    def _service_s(self, slot: int, tokens: int) -> float:
-        """A prefill's seconds at `slot` by the profile: what the board counts as its work."""
-        return self.router.prefill_s(_REMOTE if slot < self.board.num_remote else _LOCAL, tokens)
-
     def _current(self, journey: Journey, attempt: int) -> bool:
         """Whether a report is about the request's current attempt (else it is late: no action)."""
         return journey.attempt_id == attempt and journey.stage != ENDED
@@ -169,8 +166,7 @@ class RunCore:
         if not self._current(journey, attempt) or journey.stage > ROUTED:
             return NOTHING  # late, or reported twice
         journey.stage, journey.prefill_start_s = PREFILLING, t
-        slot = journey.prefill_slot
-        self.board.start_prefill(slot, t, self._service_s(slot, journey.incremental_len))
+        self.board.start_prefill(journey.prefill_slot, t, journey.prefill_work_s)
         return (ev.Publish(journey, "prefill_start", node=journey.prefill_node),) if self.publishes else NOTHING
 
     def prefill_done(self, journey: Journey, attempt: int, t: float, service_s: float, cached_len: int,
@@ -271,8 +267,7 @@ class RunCore:
         """Take the attempt off the nodes that hold it, and ask the engine to let go of it."""
         board, stage = self.board, journey.stage
         if stage == ROUTED or stage == PREFILLING:
-            slot, tokens = journey.prefill_slot, journey.incremental_len
-            board.end_prefill(slot, tokens, self._service_s(slot, tokens) if stage == ROUTED else 0.0,
+            board.end_prefill(journey.prefill_slot, journey.incremental_len, journey.prefill_work_s,
                               is_started=stage == PREFILLING)
         if journey.decode_slot >= 0:
             board.end_decode(journey.decode_slot)

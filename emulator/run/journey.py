@@ -39,12 +39,14 @@ class Journey:
     """A request across its attempts. `arrival_s` and `attempts` survive a retry; the rest is the
     current attempt's and `reset` forgets it. `attempt_id` names the current attempt in the run
     (the core's events carry it; the live engine's wire id). `prefill_slot`/`decode_slot` are the
-    core's node slots (-1: none yet). `handle` is the engine's own per-attempt mechanics (the virtual engine's
-    transfer, the live engine's wire id); the core never reads it. `record` is its ending."""
+    core's node slots (-1: none yet). `prefill_work_s` is T_prefill(incremental_len) at its prefill
+    node by the profile: the work the board counts for it (priced once, at dispatch). `handle` is
+    the engine's own per-attempt mechanics (the virtual engine's transfer, the live engine's wire
+    id); the core never reads it. `record` is its ending."""
 
     __slots__ = ("spec", "arrival_s", "attempts", "attempt_id", "stage", "route", "prefill_slot", "decode_slot",
-                 "prefill_node", "decode_node", "cached_len", "incremental_len", "prefill_start_s",
-                 "prefill_end_s", "transfer_start_s", "transfer_end_s", "kv_bytes", "first_token_s",
+                 "prefill_node", "decode_node", "cached_len", "incremental_len", "prefill_work_s",
+                 "prefill_start_s", "prefill_end_s", "transfer_start_s", "transfer_end_s", "kv_bytes", "first_token_s",
                  "handle", "record")
 
     route: str | None
@@ -74,6 +76,7 @@ class Journey:
         self.prefill_slot = self.decode_slot = -1
         self.cached_len = 0
         self.incremental_len = self.spec.input_len
+        self.prefill_work_s = 0.0
         self.prefill_start_s = self.prefill_end_s = self.transfer_start_s = None
         self.transfer_end_s = self.first_token_s = None
         self.kv_bytes = None
