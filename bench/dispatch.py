@@ -64,7 +64,9 @@ def measure_only(tree: Path, base_dir: Path) -> None:
 
 
 def run_tree(tree: Path, docs: list[dict[str, Any]], shared: Path) -> dict[str, list[list[Any]]]:
-    env = {**os.environ, "PYTHONPATH": str(tree), "PRFAAS_ACCEL": "0", "PRFAAS_SHARED_DIR": str(shared)}
+    from emulator.paths import Env
+
+    env = {**os.environ, "PYTHONPATH": str(tree), Env.ACCEL.value: "0", Env.SHARED_DIR.value: str(shared)}
     done = subprocess.run([sys.executable, str(Path(__file__).resolve()), MEASURE_ONLY, str(tree), str(ROOT)],
                           input=json.dumps(docs), capture_output=True, text=True, env=env, cwd=tree)
     if done.returncode:
@@ -138,11 +140,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--before", default=BEFORE, help=f"the revision to compare with (default {BEFORE})")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
-    from emulator.paths import shared_dir
+    from emulator.paths import Env, shared_dir
 
     shared = shared_dir().resolve()
     if not (shared / "traces" / AZURE).is_file():
-        raise BenchError(f"{shared / 'traces' / AZURE} is missing; set PRFAAS_SHARED_DIR to the shared folder")
+        raise BenchError(f"{shared / 'traces' / AZURE} is missing; set {Env.SHARED_DIR.value} to the shared folder")
     docs, service_s = scenario_docs(args.quick, shared)
     started = time.perf_counter()
     after = figures(run_tree(ROOT, docs, shared), service_s)
