@@ -85,8 +85,9 @@ def measure_point(topo: Topology, rate: float, delay: float, loss: float, second
     args = dict(src_netns=topo.netns(REMOTE), dst_netns=topo.netns(LOCAL), dst_addr=topo.address(LOCAL), route=route)
     pid = getattr(topo.backend, "pid", None)
     cpu0, bytes0 = cpu_seconds(pid), _link_bytes(topo)
-    # slow start needs ~10 round trips to fill a long fat pipe; iperf3 gets the same with -O 1
-    ours = probe.measure_throughput(**args, seconds=seconds, warmup_s=max(0.5, 20 * delay / 1e3))
+    # one cubic stream needs ~40 round trips to open its window to a long fat pipe's (2.5 Gbit/s x
+    # 100 ms RTT: 31 MB; 10 round trips of slow start reached 0.92 of it); iperf3 gets 1 s with -O 1
+    ours = probe.measure_throughput(**args, seconds=seconds, warmup_s=max(0.5, 80 * delay / 1e3))
     cpu1, bytes1 = cpu_seconds(pid), _link_bytes(topo)
     rtts = probe.measure_rtt(**args, samples=10) if loss == 0 else []
     theirs = iperf3(topo, seconds)
