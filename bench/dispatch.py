@@ -19,19 +19,17 @@ machine changes only how long the bench takes. Writes bench/results/dispatch.jso
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import platform
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from revisions import BenchError, detached_worktree, git, resolve_rev
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "dispatch.json"
@@ -41,10 +39,6 @@ LOADS = (0.5, 0.7, 0.85)
 SERVERS = 3
 TARGET_REL = 0.05
 AZURE = "AzureLLMInferenceTrace_code.csv"
-
-
-class BenchError(Exception):
-    """A step of the bench could not run; its one line says which and why."""
 
 
 # ---- the child: one revision's engine on the given scenario documents ----
@@ -110,28 +104,6 @@ def figures(runs: dict[str, list[list[Any]]], service_s: float) -> dict[str, Any
     return out
 
 
-def git(*args: str) -> str:
-    done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
-    if done.returncode:
-        raise BenchError(f"git {' '.join(args)} failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
-    return done.stdout.strip()
-
-
-@contextlib.contextmanager
-def worktree(rev: str) -> Iterator[Path]:
-    """A detached worktree of `rev` in a new temporary folder; removed on the way out, whatever happened."""
-    sha = git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
-    folder = Path(tempfile.mkdtemp(prefix="prfaas-dispatch-")).resolve()
-    tree = folder / "tree"
-    try:
-        git("worktree", "add", "--detach", "--quiet", str(tree), sha)
-        yield tree
-    finally:
-        subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, capture_output=True)
-        shutil.rmtree(folder, ignore_errors=True)
-        subprocess.run(["git", "worktree", "prune"], cwd=ROOT, capture_output=True)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="1,000 requests per load, 2,000 of the trace")
@@ -148,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     docs, service_s = scenario_docs(args.quick, shared)
     started = time.perf_counter()
     after = figures(run_tree(ROOT, docs, shared), service_s)
-    with worktree(args.before) as tree:
+    with detached_worktree(resolve_rev(args.before, "--before"), "prfaas-dispatch-") as tree:
         before = figures(run_tree(tree, docs, shared), service_s)
     result = {
         "bench": "dispatch",

@@ -30,20 +30,17 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = "1"
 
 import argparse  # noqa: E402
-import contextlib  # noqa: E402
 import importlib.machinery  # noqa: E402
 import json  # noqa: E402
 import platform  # noqa: E402
-import shutil  # noqa: E402
 import signal  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
-import tempfile  # noqa: E402
 import time  # noqa: E402
-from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import TYPE_CHECKING, Any  # noqa: E402
+from revisions import BenchError, detached_worktree, git, resolve_rev  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MEASURE_ONLY = "--measure-only"
@@ -137,10 +134,6 @@ def time_trace(scenario: Scenario, repeats: int) -> tuple[list[float], int]:
     return samples[1:], count
 
 
-class BenchError(Exception):
-    """A bad argument, or an A/B run that cannot be trusted: one line, exit 2."""
-
-
 def pin_one_core() -> None:
     """The target is per core; children inherit the pin, so both trees of an A/B share the core."""
     if hasattr(os, "sched_setaffinity"):
@@ -167,38 +160,6 @@ def measure_only(quick: bool) -> dict[str, Any]:
     return {"emulator_file": emulator.__file__, "runs_as": accel_on.RUNS_AS, "compiled_modules": compiled,
             **{name: {"requests": count, "events": events, "samples_s": samples}
                for name, (samples, count, events) in timed.items()}}
-
-
-def git(*args: str) -> str:
-    done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
-    if done.returncode:
-        raise BenchError(f"git {' '.join(args)} failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
-    return done.stdout.strip()
-
-
-def resolve_rev(rev: str) -> str:
-    """The commit sha that `rev` names in this repository."""
-    done = subprocess.run(["git", "rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}"],
-                          cwd=ROOT, capture_output=True, text=True)
-    if not rev.strip() or done.returncode:
-        raise BenchError(f"--baseline: {rev!r} names no commit in {ROOT}; give a sha, a branch or HEAD~1")
-    return done.stdout.strip()
-
-
-@contextlib.contextmanager
-def baseline_worktree(sha: str) -> Iterator[Path]:
-    """A detached worktree of `sha` in a new temporary folder; removed on the way out, whatever happened."""
-    folder = Path(tempfile.mkdtemp(prefix="prfaas-ab-")).resolve()
-    tree = folder / "tree"
-    try:
-        git("worktree", "add", "--detach", "--quiet", str(tree), sha)
-        yield tree
-    finally:
-        removed = subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT,
-                                 capture_output=True).returncode == 0
-        shutil.rmtree(folder, ignore_errors=True)
-        if not removed:  # never added, or half added: drop git's record of it once the folder is gone
-            subprocess.run(["git", "worktree", "prune"], cwd=ROOT, capture_output=True)
 
 
 def first_error(done: subprocess.CompletedProcess[str]) -> str:
@@ -270,7 +231,7 @@ def run_ab(rev: str, quick: bool, rounds: int) -> dict[str, Any]:
     """Interleave this tree and `rev`'s, alternating which goes first each round (so a drift in the
     machine's load weighs on both alike); returns the "baseline" entry of the results."""
     sha = resolve_rev(rev)
-    with baseline_worktree(sha) as old:
+    with detached_worktree(sha) as old:
         if not paths.accel_disabled():
             build_accel(old)
         runs: dict[Path, list[dict[str, Any]]] = {ROOT: [], old: []}

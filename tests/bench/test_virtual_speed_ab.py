@@ -53,7 +53,7 @@ def test_the_command_line_refuses_a_bad_baseline_in_one_line_before_measuring() 
 
 @pytest.mark.live
 def test_the_worktree_is_removed_even_when_the_run_fails(bench: ModuleType) -> None:
-    with pytest.raises(RuntimeError, match="midway"), bench.baseline_worktree(head_sha()) as tree:
+    with pytest.raises(RuntimeError, match="midway"), bench.detached_worktree(head_sha()) as tree:
         assert (tree / "emulator" / "virtual" / "accel_on.py").is_file()
         assert subprocess.run(["git", "rev-parse", "HEAD"], cwd=tree, capture_output=True, text=True,
                               check=True).stdout.strip() == head_sha()
