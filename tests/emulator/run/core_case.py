@@ -27,6 +27,8 @@ REMOTE, LOCAL_PREFILL, DECODE_A, DECODE_B = 0, 1, 2, 3
 LONG, SHORT = 2000, 500  # input tokens over and under the threshold
 BLOCK_TOKENS = 64
 DURATION_S, DRAIN_S = 10.0, 5.0
+IDLE_LOADS = [("remote-prefill-0", 0, 0, True), ("local-prefill-0", 0, 0, True)]  # `loads` of an idle run
+NOTHING_HELD = ([0, 0, 0, 0], [0, 0, 0, 0])  # `held` of an idle run: prefills, decodes per slot
 
 DOC: dict[str, Any] = {
     "name": "core", "engine": "virtual", "seed": 1, "duration_s": DURATION_S, "drain_s": DRAIN_S,

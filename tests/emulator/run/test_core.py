@@ -17,8 +17,10 @@ from tests.emulator.run.core_case import (
     BLOCK_TOKENS,
     DECODE_A,
     DECODE_B,
+    IDLE_LOADS,
     LOCAL_PREFILL,
     LONG,
+    NOTHING_HELD,
     REMOTE,
     SHORT,
     advance,
@@ -31,8 +33,6 @@ from tests.emulator.run.core_case import (
     start,
 )
 
-IDLE_LOADS = [("remote-prefill-0", 0, 0, True), ("local-prefill-0", 0, 0, True)]
-NOTHING_HELD = ([0, 0, 0, 0], [0, 0, 0, 0])
 
 
 def test_a_remote_request_ends_in_one_completed_record() -> None:

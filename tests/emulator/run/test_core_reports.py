@@ -31,8 +31,10 @@ from emulator.run.protocol import (
 from tests.emulator.run.core_case import (
     DECODE_A,
     DECODE_B,
+    IDLE_LOADS,
     LOCAL_PREFILL,
     LONG,
+    NOTHING_HELD,
     REMOTE,
     SHORT,
     advance,
@@ -44,8 +46,6 @@ from tests.emulator.run.core_case import (
     start,
 )
 
-IDLE_LOADS = [("remote-prefill-0", 0, 0, True), ("local-prefill-0", 0, 0, True)]
-NOTHING_HELD = ([0, 0, 0, 0], [0, 0, 0, 0])
 STOPPED = "stopped by the operator"
 
 
