@@ -18,11 +18,9 @@ import itertools
 import json
 import os
 import platform
-import shutil
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -33,6 +31,8 @@ from emulator.net.ceiling import CEILINGS  # noqa: E402
 from emulator.net.select import choose_backend  # noqa: E402
 from emulator.net.spec import parse_link_spec  # noqa: E402
 from emulator.net.topology import LOCAL, REMOTE, Topology  # noqa: E402
+
+from iperf import iperf3  # noqa: E402  (bench/, first on a script's path)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "link_fidelity.json"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -50,33 +50,6 @@ def cpu_seconds(pid: int | None) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
-def iperf3(topo: Topology, seconds: float, streams: int = 1, omit_first_s: bool = True) -> float | None:
-    """iperf3 goodput (bit/s, `streams` parallel) remote -> local over the same link, or None.
-
-    `omit_first_s` drops slow start (steady-state rate); a whole transfer is compared without it.
-    """
-    if not shutil.which("iperf3"):
-        return None
-    port = 5201 + int(topo.run_id, 16) % 1000
-    local_ns, remote_ns = topo.netns(LOCAL), topo.netns(REMOTE)
-    wrap = (lambda ns: ["ip", "netns", "exec", ns]) if topo.uses_netns else (lambda ns: [])
-    server = subprocess.Popen([*wrap(local_ns), "iperf3", "-s", "-1", "-B", topo.address(LOCAL), "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        time.sleep(0.3)
-        host, target_port = topo.target(LOCAL, port)
-        client = subprocess.run(
-            [*wrap(remote_ns), "iperf3", "-c", host, "-p", str(target_port), "-t", str(seconds),
-             *(["-O", "1"] if omit_first_s else []), "-P", str(streams), "-C", "cubic", "-J"],
-            capture_output=True, text=True, timeout=seconds + 30,
-        )
-        report = json.loads(client.stdout or "{}")
-        return report.get("end", {}).get("sum_received", {}).get("bits_per_second")
-    finally:
-        server.kill()
-        server.wait()
-
-
 def measure_point(topo: Topology, rate: float, delay: float, loss: float, seconds: float,
                   jitter: float = 0.0) -> dict:
     topo.update(parse_link_spec({"bandwidth_mbit": rate, "delay_ms": delay, "loss_pct": loss,
@@ -90,7 +63,8 @@ def measure_point(topo: Topology, rate: float, delay: float, loss: float, second
     ours = probe.measure_throughput(**args, seconds=seconds, warmup_s=max(0.5, 80 * delay / 1e3))
     cpu1, bytes1 = cpu_seconds(pid), _link_bytes(topo)
     rtts = probe.measure_rtt(**args, samples=10) if loss == 0 else []
-    theirs = iperf3(topo, seconds)
+    iperf = iperf3(topo, seconds)
+    theirs = iperf["mbit"] * 1e6 if iperf else None
     moved = max(bytes1 - bytes0, ours["bytes"])
     return {
         "rate_mbit": rate, "delay_ms": delay, "loss_pct": loss, "jitter_ms": jitter,

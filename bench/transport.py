@@ -19,7 +19,6 @@ import asyncio
 import json
 import os
 import queue
-import shutil
 import statistics
 import subprocess
 import sys
@@ -37,6 +36,8 @@ from emulator.transport.sender import KVSender  # noqa: E402
 from emulator.wire.auth import KvHelloProof, new_secret  # noqa: E402
 from model_stub import HybridModel, get_preset  # noqa: E402
 from model_stub.serialize import encode_layer  # noqa: E402
+
+from iperf import iperf3  # noqa: E402  (bench/, first on a script's path)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "transport.json"
 KV_PEER = Path(__file__).resolve().parent / "kv_peer.py"
@@ -127,50 +128,6 @@ class KVPair:
         self.receiver.close()
 
 
-def iperf3_with_cpu(topo: Topology, seconds: float, streams: int) -> dict | None:
-    """iperf3 -P `streams` remote -> local over the same link, slow start included (a whole transfer
-    is compared): goodput and each side's CPU (its process's rusage, reaped with wait4), or None."""
-    if not shutil.which("iperf3"):
-        return None
-    port = 5201 + int(topo.run_id, 16) % 1000
-    wrap = (lambda ns: ["ip", "netns", "exec", ns]) if topo.uses_netns else (lambda ns: [])
-    server = subprocess.Popen([*wrap(topo.netns(LOCAL)), "iperf3", "-s", "-1", "-B", topo.address(LOCAL),
-                               "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        time.sleep(0.3)
-        host, target_port = topo.target(LOCAL, port)
-        client = subprocess.Popen([*wrap(topo.netns(REMOTE)), "iperf3", "-c", host, "-p", str(target_port),
-                                   "-t", str(seconds), "-P", str(streams), "-C", "cubic", "-J"],
-                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        report = json.loads(client.stdout.read() or "{}")
-        client_cpu = _reap_cpu(client)
-        server_cpu = _reap_cpu(server, timeout_s=5)
-    finally:
-        if server.returncode is None:
-            server.kill()
-            server.wait()
-    received = report.get("end", {}).get("sum_received", {})
-    if not received.get("bytes"):
-        return None
-    return {"mbit": received["bits_per_second"] / 1e6,
-            "sender_cpu_s_per_gb": client_cpu / received["bytes"] * 1e9,
-            "receiver_cpu_s_per_gb": server_cpu / received["bytes"] * 1e9}
-
-
-def _reap_cpu(proc: subprocess.Popen, timeout_s: float = 30) -> float:
-    """Wait for `proc` and return its CPU seconds (user + system) from wait4's rusage."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-        if pid:
-            proc.returncode = os.waitstatus_to_exitcode(status)
-            return usage.ru_utime + usage.ru_stime
-        time.sleep(0.05)
-    proc.kill()
-    proc.wait()
-    return float("nan")
-
-
 def exposed_time(topo: Topology, model: HybridModel, tokens: int, pipelined: bool) -> dict:
     """Seconds from the prefill's end until the receiver holds the cache, layers shipped as they finish or after."""
     prompt = torch.randint(0, 256, (tokens,), generator=torch.Generator().manual_seed(tokens))
@@ -232,7 +189,7 @@ def bench_vs_iperf(quick: bool, runs: int, baseline: Path | None) -> list[dict]:
                 rounds = []
                 for _ in range(runs):
                     sample = {name: pair.transfer() for name, pair in pairs.items()}
-                    sample["iperf3"] = iperf3_with_cpu(topo, seconds, streams=4)
+                    sample["iperf3"] = iperf3(topo, seconds, streams=4, omit_first_s=False)
                     rounds.append(sample)
             finally:
                 for pair in pairs.values():
