@@ -78,13 +78,20 @@ class TokenSetup:
     source: str | None  # where the token comes from, in Ray's order; None when there is none
 
 
+MAX_ADDRESS_CHARS = 300  # a host name is at most 253 characters, a port 5 digits
+
+
 def parse_address(address: str) -> tuple[str, int]:
     """`host:port` -> (host, port); anything else is refused with the form to use."""
+    if len(address) > MAX_ADDRESS_CHARS:
+        raise ClusterUnreachable(Problem.BAD_ADDRESS, f"--ray {address[:40]}...: {len(address)} characters, over "
+                                 f"{MAX_ADDRESS_CHARS}; give the head's address as HOST:PORT (e.g. 10.0.0.5:6379)")
     host, sep, port_text = address.strip().rpartition(":")
     if address.startswith("ray://"):
         raise ClusterUnreachable(Problem.BAD_ADDRESS, f"--ray {address}: Ray Client addresses need grpcio, which "
                                  "requirements.txt does not install; give the head's GCS address, HOST:6379")
-    if not sep or not host or not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+    port_ok = port_text.isascii() and port_text.isdigit() and len(port_text) <= 5 and 1 <= int(port_text) <= 65535
+    if not sep or not host or not port_ok:
         raise ClusterUnreachable(Problem.BAD_ADDRESS, f"--ray {address}: not HOST:PORT; give the head's address "
                                  "as `ray start --head` printed it (e.g. 10.0.0.5:6379), or `auto` on a cluster node")
     return host.strip("[]"), int(port_text)

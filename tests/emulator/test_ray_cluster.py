@@ -151,12 +151,19 @@ def test_an_unreadable_token_path_is_refused_before_ray_reads_it(tmp_path: Path,
 
 
 @pytest.mark.parametrize("address", ["10.0.0.5", "10.0.0.5:", ":6379", "10.0.0.5:port", "10.0.0.5:70000",
-                                     "ray://10.0.0.5:10001"])
+                                     "ray://10.0.0.5:10001", "10.0.0.5:\u00b2"])
 def test_an_address_that_is_not_host_port_is_refused(address: str) -> None:
     """Before anything else: no token is looked for, no connection tried."""
     with pytest.raises(ClusterUnreachable, match=f"^--ray {address}: ") as err:
         check_cluster(address)
     assert err.value.problem is Problem.BAD_ADDRESS
+
+
+def test_an_overlong_address_is_refused_without_echoing_it_whole() -> None:
+    address = "10.0.0.5:" + "9" * 5000
+    with pytest.raises(ClusterUnreachable, match=r"^--ray 10\.0\.0\.5:9{31}\.\.\.: 5009 characters, over 300; ") as err:
+        check_cluster(address)
+    assert err.value.problem is Problem.BAD_ADDRESS and len(str(err.value)) < 200
 
 
 def test_host_and_port_are_parsed() -> None:
