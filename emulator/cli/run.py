@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
                 doc = run_virtual(scenario, out, progress=progress, stop=signals.stop_requested)
     finally:
         bar.close()
-    with StopSignals():  # the record is written: a signal now is absorbed, not a traceback mid-table
+    with StopSignals(final=True):  # the record is written: a signal now is absorbed, and ignored after
         print_summary(doc, out)
     return exit_code(doc["meta"], verdict_of(doc))
 

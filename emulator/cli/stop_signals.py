@@ -5,6 +5,11 @@ The handler only counts: it does no I/O, since it runs between two bytecodes of 
 thread was doing (a write to stderr included). The virtual engine asks `stop_requested` once a
 simulated second; the live engine installs its own handlers while it runs (emulator/live/session.py),
 and these take over again once its record is written.
+
+Once the command's work is done (`final=True`), the signals are ignored until the process exits rather
+than handed back: Python's default SIGINT handler would raise KeyboardInterrupt after the record was
+judged, and during interpreter shutdown Python puts back the system's default, which kills the process
+(exit -2) whatever the run's outcome was.
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ class StopSignals:
     """A context that holds SIGINT/SIGTERM for the command (main thread only; elsewhere the caller
     owns signals and nothing is installed)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, final: bool = False) -> None:
+        self.final = final  # on exit, ignore the signals for good instead of restoring the previous handlers
         self.names: list[str] = []  # every signal received, in order
         self._reported = 0  # of `names`, already logged
         self._previous: dict[int, object] = {}
@@ -58,4 +64,4 @@ class StopSignals:
                  traceback: TracebackType | None) -> None:
         self.report("the record was written")
         for sig, handler in self._previous.items():
-            signal.signal(sig, handler)  # type: ignore[arg-type]
+            signal.signal(sig, signal.SIG_IGN if self.final else handler)  # type: ignore[arg-type]

@@ -126,3 +126,21 @@ def test_sigterm_stops_the_run_unjudged_with_exit_143(tmp_path: Path) -> None:
     assert f"  ended: {doc['meta']['end_reason']}" in lines
     assert f"  expect: {doc['expect_note']}" in lines and lines[-1].endswith("min 1         not judged")
     assert not any("FAILED" in line for line in lines)
+
+
+def test_a_signal_after_the_summary_cannot_change_the_exit_status(tmp_path: Path) -> None:
+    """CI once saw a finished run exit -2: a SIGINT came after the summary printed, when Python had put
+    back its default handler (raised KeyboardInterrupt) or, during shutdown, the system's (kills). Once
+    the command's work is done, SIGINT and SIGTERM are ignored until the process exits, so the signal
+    sent here right after `run` returns leaves its status alone."""
+    script = (
+        "import os, signal, sys\n"
+        "from emulator.__main__ import main\n"
+        f"code = main(['run', 'scenarios/paper-case-study.yaml', '--out', {str(tmp_path / 'run')!r},"
+        " '--set', 'duration_s=60'])\n"
+        "os.kill(os.getpid(), signal.SIGINT); os.kill(os.getpid(), signal.SIGTERM)\n"
+        "sys.exit(code)\n")
+    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True,
+                          timeout=EXIT_GUARD_S)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_whole_record(tmp_path / "run")
