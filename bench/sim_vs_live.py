@@ -1,0 +1,146 @@
+"""Does the virtual engine predict the live testbed on runs its calibration never saw? (issue 29)
+
+Calibrates once (`python -m emulator calibrate BASE --machine`: the model timed on this machine,
+prefill and KV over lengths, the decode step over batch sizes, the slowdown when workers share
+cores), then runs each configuration of MATRIX twice from one scenario document and one seed, so
+both engines see the same arrivals and lengths: on the live engine (real processes, the tun link)
+and on the virtual engine with the calibrated profile. Nothing of those live runs goes back into
+the profile. Per configuration it reports, live vs virtual, TTFT mean/P50/P90/P99, TPOT mean,
+throughput, the share routed remote and mean egress, with each one's error (virtual / live - 1).
+
+Load is a share of the capacity the calibration measured (Eq. 6 of the throughput model over the
+profile's workers, slowed by the profile's measured sharing when all of them are busy).
+
+Goals (--check): TTFT mean within 5 %, P90 within 10 %, throughput and remote share within 3 %.
+Needs root (namespaces, the tun link). Writes bench/results/sim_vs_live.json (date, commit) and
+bench/results/sim_vs_live.html (the table, and each configuration's TTFT CDFs, offline).
+
+    python bench/sim_vs_live.py [--check] [--quick] [--only NAME ...] [--profile FILE] [--requests N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from fidelity_matrix import MATRIX, QUICK, Config, base_document, capacity_per_s, metrics  # noqa: E402
+from fidelity_report import GOALS, errors_of, format_table, missed_goals, write_report  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results" / "sim_vs_live.json"
+REQUESTS = 150
+RUN_GUARD_S = 1200  # one engine run, start to record; a hang guard, not a measurement
+
+
+def emulator(*args: str, log: Path, guard_s: float = RUN_GUARD_S) -> None:
+    """`python -m emulator ARGS`, its output to `log`; a one-line error naming the log on failure."""
+    with open(log, "wb") as out:
+        code = subprocess.run([sys.executable, "-m", "emulator", *args], cwd=ROOT, stdout=out,
+                              stderr=subprocess.STDOUT, timeout=guard_s).returncode
+    if code not in (0, 1):  # 1: a scenario `expect` failed, which the matrix does not judge
+        tail = log.read_text(errors="replace").strip().splitlines()[-3:]
+        raise SystemExit(f"`python -m emulator {args[0]}` exited {code}; see {log}: {' | '.join(tail)}")
+
+
+def calibrate(work: Path) -> Path:
+    """The machine profile of the base scenario's model, measured now."""
+    base = work / "base.yaml"
+    base.write_text(yaml.safe_dump(base_document()))
+    profile = work / "profile.yaml"
+    print("calibrating the machine (python -m emulator calibrate --machine) ...", flush=True)
+    started = time.monotonic()
+    emulator("calibrate", str(base), "--machine", "--out", str(profile), log=work / "calibrate.log")
+    print(f"  profile: {profile} ({time.monotonic() - started:.0f} s)", flush=True)
+    return profile
+
+
+def run_pair(config: Config, profile: dict[str, Any], rate: float, requests: int, work: Path) -> dict[str, Any]:
+    """One configuration on both engines, from one document; each engine's metrics."""
+    folder = work / config.name
+    folder.mkdir(parents=True, exist_ok=True)
+    doc = config.document(rate, requests)
+    runs = {}
+    for engine in ("live", "virtual"):
+        engine_doc = copy.deepcopy(doc)
+        engine_doc["engine"] = engine
+        if engine == "virtual":
+            engine_doc["model"] = {"profile": profile}
+        path = folder / f"{engine}.yaml"
+        path.write_text(yaml.safe_dump(engine_doc, sort_keys=False))
+        started = time.monotonic()
+        emulator("run", str(path), "--out", str(folder / engine), "--no-broker", log=folder / f"{engine}.log")
+        runs[engine] = metrics(folder / engine)
+        print(f"  {config.name} {engine}: {runs[engine]['completed']}/{runs[engine]['requests']} completed, "
+              f"TTFT mean {runs[engine]['ttft_mean_s']:.3f} s ({time.monotonic() - started:.0f} s)", flush=True)
+    return {"name": config.name, "what": config.what, "load": config.load, "rate_per_s": rate,
+            "duration_s": doc["duration_s"], "live": runs["live"], "virtual": runs["virtual"],
+            "error": errors_of(runs["live"], runs["virtual"]), "runs": str(folder)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 when a configuration misses a goal")
+    parser.add_argument("--quick", action="store_true", help=f"the CI form: {', '.join(QUICK)}, 40 requests each")
+    parser.add_argument("--only", nargs="+", metavar="NAME", help="these configurations of the matrix")
+    parser.add_argument("--profile", type=Path, help="a machine profile to use instead of calibrating now")
+    parser.add_argument("--requests", type=int, help=f"requests per configuration (default {REQUESTS}; 40 quick)")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--work", type=Path, help="where the runs go (default: a new temporary folder)")
+    args = parser.parse_args(argv)
+    if os.geteuid() != 0:
+        print("bench/sim_vs_live.py needs root (namespaces and the tun link)", file=sys.stderr)
+        return 2
+    names = args.only or (QUICK if args.quick else [c.name for c in MATRIX])
+    unknown = sorted(set(names) - {c.name for c in MATRIX})
+    if unknown:
+        print(f"--only: no configuration {', '.join(unknown)}; choose from {', '.join(c.name for c in MATRIX)}",
+              file=sys.stderr)
+        return 2
+    requests = args.requests or (40 if args.quick else REQUESTS)
+    if not 10 <= requests <= 2000:
+        print(f"--requests: {requests} is outside 10-2000; give a count in that range", file=sys.stderr)
+        return 2
+    work = args.work or Path(tempfile.mkdtemp(prefix="prf-sim-vs-live-"))
+    work.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    profile_path = args.profile or calibrate(work)
+    profile = yaml.safe_load(profile_path.read_text())["model"]["profile"]
+    capacity = capacity_per_s(profile)
+    print(f"capacity (calibrated): {capacity:.3f} requests/s", flush=True)
+    rows = [run_pair(config, profile, config.load * capacity, requests, work)
+            for config in MATRIX if config.name in names]
+    result = {
+        "bench": "sim_vs_live", "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "git_sha": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip(),
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+                    "load_at_start": os.getloadavg()[0]},
+        "requests_per_config": requests, "capacity_per_s": capacity, "profile": profile,
+        "profile_file": str(profile_path), "goals": GOALS, "configs": rows,
+        "wall_s": round(time.monotonic() - started, 1), "work": str(work),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1))
+    report = write_report(result, args.out.with_suffix(".html"))
+    print(format_table(rows))
+    print(f"results: {args.out}\nreport: {report}\nruns: {work}")
+    missed = missed_goals(rows)
+    for line in missed:
+        print(f"MISSED: {line}")
+    return 1 if args.check and missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
