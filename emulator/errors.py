@@ -55,3 +55,7 @@ class RunIdError(PrfaasError, ValueError):
 
 class WorkerError(PrfaasError):
     """A live worker's command line, control message or request is invalid."""
+
+
+class CalibrationError(PrfaasError):
+    """`calibrate --machine` could not measure: a probe process failed, stalled or answered nonsense."""

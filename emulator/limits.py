@@ -63,6 +63,13 @@ MAX_PROFILE_POINTS = 64  # entries of a profile table
 MAX_DEVICES = 16  # devices a profile names
 MAX_KV_MIB = float(1 << 20)  # KV cache of one request: 1 TiB
 MAX_STEP_S = 3_600.0  # one prefill, or one decode step (the profile's decode_step_ms / 1000)
+# A profile's `host` (the machine every worker of a live run shares): its cores, and the slowdown
+# table indexed by busy workers, each factor in (0, MAX_SLOWDOWN]. A profile file a scenario names
+# (`model.profile_file`) is a few KiB; MAX_PROFILE_FILE_BYTES bounds it before it is read.
+MAX_HOST_CORES = 4_096
+MAX_BUSY_WORKERS = 1_024
+MAX_SLOWDOWN = 1_000.0
+MAX_PROFILE_FILE_BYTES = 256 << 10
 MIN_INTERVAL_S = 0.1  # the scheduler's loops: fewer than 10 decisions per (simulated) second
 MIN_SPEED_FACTOR = 1 / MAX_SPEED_FACTOR
 MAX_CV = 100.0  # gamma arrivals' coefficient of variation

@@ -1,7 +1,14 @@
 """`python -m emulator calibrate SCENARIO.yaml RUN_DIR [--out DIR]`: fit the virtual engine's profile
 to a recorded (live) run of SCENARIO, replay the scenario on the virtual engine with it (same seed,
-same arrivals), and print how far the replay's TTFT is from the run's. Argument wiring only; the
-fit is emulator.virtual.calibrate, the comparison emulator.telemetry.compare.
+same arrivals), and print how far the replay's TTFT is from the run's.
+
+`python -m emulator calibrate SCENARIO.yaml --machine [--out FILE] [--quick]`: profile SCENARIO's
+live model on this machine as its live workers run it (prefill by length, KV bytes, decode step by
+batch size, the slowdown of n busy workers sharing the cores) and write a profile file that a
+scenario names as `model: {profile_file: FILE}`.
+
+Argument wiring only; the fit is emulator.virtual.calibrate, the comparison
+emulator.telemetry.compare, the machine profile emulator.live.machine_profile.
 """
 
 from __future__ import annotations
@@ -9,7 +16,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from emulator.scenario import load_scenario
+from emulator.errors import ScenarioError
+from emulator.scenario import Scenario, load_scenario
 from emulator.telemetry.compare import compare_runs, format_table
 from emulator.virtual.calibrate import calibrated_scenario, profile_from_run, write_profile
 from emulator.virtual.engine import run_virtual
@@ -18,21 +26,54 @@ COMMANDS = ("calibrate",)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("calibrate", help="fit a profile to a recorded run and replay it on the virtual engine")
+    parser = sub.add_parser("calibrate", help="fit a profile to a recorded run, or measure this machine (--machine)")
     parser.add_argument("scenario", type=Path,
-                        help="the scenario the run recorded (e.g. scenarios/live-quickstart.yaml)")
-    parser.add_argument("run_dir", type=Path, help="the recorded run (the --out of `run --engine live`)")
+                        help="the scenario the run recorded, or whose live model to profile "
+                             "(e.g. scenarios/live-quickstart.yaml)")
+    parser.add_argument("run_dir", type=Path, nargs="?", default=None,
+                        help="the recorded run (the --out of `run --engine live`); omit with --machine")
+    parser.add_argument("--machine", action="store_true",
+                        help="profile the scenario's live model on this machine instead of fitting a run")
+    parser.add_argument("--quick", action="store_true",
+                        help="--machine: fewer lengths, one repeat, shorter sharing rounds (about a minute)")
     parser.add_argument("--out", type=Path, default=None,
-                        help="where the replay and its profile.yaml go (default: RUN_DIR-calibrated)")
+                        help="RUN_DIR: where the replay and its profile.yaml go (default: RUN_DIR-calibrated); "
+                             "--machine: the profile file (default: profiles/PRESET-SIZE-HOST.yaml)")
 
 
 def run(args: argparse.Namespace) -> int:
-    out = args.out or args.run_dir.with_name(f"{args.run_dir.name}-calibrated")
+    if (args.run_dir is None) == (not args.machine):
+        given = "both RUN_DIR and --machine" if args.machine else "neither RUN_DIR nor --machine"
+        raise ScenarioError(f"calibrate: {given} given; give a recorded run's folder, or --machine to "
+                            "measure this machine")
+    if args.quick and not args.machine:
+        raise ScenarioError("calibrate --quick: applies to --machine only; drop it or add --machine")
     scenario = load_scenario(args.scenario)
-    tables = profile_from_run(args.run_dir, remote_device="remote", local_device="local")
+    return _machine(scenario, args.out, args.quick) if args.machine else _from_run(scenario, args.run_dir, args.out)
+
+
+def _from_run(scenario: Scenario, run_dir: Path, out: Path | None) -> int:
+    out = out or run_dir.with_name(f"{run_dir.name}-calibrated")
+    tables = profile_from_run(run_dir, remote_device="remote", local_device="local")
     out.mkdir(parents=True, exist_ok=True)
     print(f"profile ({tables.source}): {write_profile(tables, out / 'profile.yaml')}")
-    run_virtual(calibrated_scenario(scenario, args.run_dir), out)
+    run_virtual(calibrated_scenario(scenario, run_dir), out)
     print(f"virtual replay: {out}")
-    print(format_table(compare_runs(args.run_dir, out)))
+    print(format_table(compare_runs(run_dir, out)))
+    return 0
+
+
+def _machine(scenario: Scenario, out: Path | None, quick: bool) -> int:
+    from emulator.live.machine_profile import (  # the live side: only this command needs it
+        default_profile_path,
+        measure_machine,
+        plan_machine,
+        write_machine_profile,
+    )
+
+    plan = plan_machine(scenario, quick)
+    path = write_machine_profile(measure_machine(plan, lambda line: print(line, flush=True)), scenario,
+                                 out or default_profile_path(plan))
+    print(f"profile: {path}\n  name it from a scenario as model: {{profile_file: {path}}} "
+          "(a path relative to the scenario file's folder)")
     return 0

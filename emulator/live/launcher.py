@@ -52,10 +52,15 @@ def plan_workers(scenario: Scenario, n_p: int) -> list[WorkerPlan]:
     return remote + local
 
 
+# One compute thread per worker process (with WorkerSettings.threads = 1); `calibrate --machine`
+# starts its probes the same way (emulator/live/machine_probes.py).
+ONE_THREAD_ENV = {"OMP_NUM_THREADS": "1"}
+
+
 def worker_env(parent: Mapping[str, str], placement: DevicePlacement, secret: Mapping[str, str]) -> dict[str, str]:
     """A worker's environment: the parent's, one compute thread, its device's CUDA_VISIBLE_DEVICES
     and the run's secret (in the environment, never argv: `ps` shows argv to every user)."""
-    return {**parent, "OMP_NUM_THREADS": "1", **device_env(placement, parent), **secret}
+    return {**parent, **ONE_THREAD_ENV, **device_env(placement, parent), **secret}
 
 
 def speed_notes(scenario: Scenario) -> list[str]:

@@ -49,7 +49,7 @@ class ProfileTables:
 
 def profile_tables(scenario: Scenario) -> ProfileTables:
     """The scenario's measured profile, or an estimate for a preset (same tables for every device)."""
-    profile = scenario.model.profile
+    profile = scenario.model.measured_profile
     if profile is not None:
         return ProfileTables(
             source=f"profile {profile.name}",
@@ -70,6 +70,30 @@ def profile_tables(scenario: Scenario) -> ProfileTables:
         prefill_s={d: times for d in devices},
         decode_step_s={d: max(step, 1e-3) for d in devices},
     )
+
+
+@dataclass(frozen=True, slots=True)
+class HostCosts:
+    """What a profile says beyond the throughput model's inputs, for the virtual engine's nodes:
+    the decode step by batch size on the local device (speed factor applied; None: T_decode at
+    every size), and the host every worker shares (empty slowdown: none)."""
+
+    decode_step_by_batch_s: PiecewiseLinear | None
+    busy_slowdown: tuple[float, ...]
+    host_cores: int
+
+
+def host_costs(scenario: Scenario) -> HostCosts:
+    """The scenario's profile's batch table and host, or neither (a preset estimate has none)."""
+    profile = scenario.model.measured_profile
+    if profile is None:
+        return HostCosts(None, (), 0)
+    local = scenario.clusters.local
+    by_batch = profile.decode_step_ms_by_batch.get(local.device)
+    curve = None if by_batch is None else PiecewiseLinear(
+        tuple(map(float, profile.decode_batch_sizes)), tuple(ms / 1e3 / local.speed_factor for ms in by_batch))
+    host = profile.host
+    return HostCosts(curve, () if host is None else tuple(host.busy_slowdown), 0 if host is None else host.cores)
 
 
 def workload_lengths(scenario: Scenario, requests: list[RequestSpec] | None = None) -> tuple[LengthSamples, float]:

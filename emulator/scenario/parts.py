@@ -1,5 +1,6 @@
-"""The scenario file's sections as frozen pydantic models: model, clusters, router, scheduler,
-prefix cache, timeline events and `expect:` bounds. Field rules only: rules that span sections live
+"""The scenario file's sections as frozen pydantic models: the model's profile, clusters, router,
+scheduler, prefix cache, timeline events and `expect:` bounds (the `model:` section itself, which
+may name a profile file, is model_section.py). Field rules only: rules that span sections live
 in rules.py and the workload in workload.py.
 """
 
@@ -14,18 +15,21 @@ from pydantic_core import PydanticCustomError
 
 from emulator.control.types import Affinity, NodeId, PrefixRule, RoutePolicy
 from emulator.limits import (
+    MAX_BUSY_WORKERS,
     MAX_CACHE_MIB,
     MAX_DECODE_BATCH,
     MAX_DEVICES,
     MAX_DURATION_S,
     MAX_EXPECT,
     MAX_GPUS,
+    MAX_HOST_CORES,
     MAX_INSTANCES,
     MAX_INTERVAL_S,
     MAX_KV_MIB,
     MAX_PROFILE_POINTS,
     MAX_REQUESTS,
     MAX_SEED,
+    MAX_SLOWDOWN,
     MAX_SPEED_FACTOR,
     MAX_STEP_S,
     MAX_TOKENS,
@@ -74,28 +78,37 @@ ACTIONS = ("link", "set", "burst", "kill", "restart")
 MAX_CONNECTIONS = 64
 
 
+StepMs = Annotated[float, Field(strict=True, gt=0, le=MAX_STEP_S * 1000)]
+BatchSize = Annotated[int, Field(strict=True, ge=1, le=MAX_DECODE_BATCH)]
+Slowdown = Annotated[float, Field(strict=True, gt=0, le=MAX_SLOWDOWN)]
+
+
+class HostSpec(Section):
+    """The one machine every worker of a live run shares (`calibrate --machine` measures it): its
+    cores, and `busy_slowdown[n - 1]`, the factor a worker's compute time is multiplied by while n
+    workers are busy at once (1.0 for one: the tables were measured alone)."""
+
+    cores: Annotated[int, Field(strict=True, ge=1, le=MAX_HOST_CORES)]
+    busy_slowdown: tuple[Slowdown, ...] = Field(min_length=1, max_length=MAX_BUSY_WORKERS)
+
+
 class ProfileSpec(Section):
-    """A real model measured on real hardware: tables over input length, interpolated linearly."""
+    """A real model measured on real hardware: tables over input length, interpolated linearly.
+
+    `decode_step_ms` is T_decode (the step at BS_max, what the optimizer uses); the optional
+    `decode_step_ms_by_batch` gives the step at each of `decode_batch_sizes`, which the virtual
+    engine's decode nodes then use, and `host` makes every simulated worker share one machine.
+    """
 
     name: Name
     lengths_tokens: tuple[Tokens, ...] = Field(min_length=2, max_length=MAX_PROFILE_POINTS)
     kv_mib: tuple[Annotated[float, Field(strict=True, gt=0, le=MAX_KV_MIB)], ...] = Field(
         max_length=MAX_PROFILE_POINTS)
     prefill_s: dict[Name, tuple[Step, ...]] = Field(max_length=MAX_DEVICES)
-    decode_step_ms: dict[Name, Annotated[float, Field(strict=True, gt=0, le=MAX_STEP_S * 1000)]] = Field(
-        default={}, max_length=MAX_DEVICES)
-
-
-class ModelSpec(Section):
-    """Exactly one of `preset` (a model_stub preset the live engine runs) or `profile`."""
-
-    preset: Literal[PRESET_NAMES] | None = None  # type: ignore[valid-type]
-    size: Literal[SIZES] | None = None  # type: ignore[valid-type]
-    profile: ProfileSpec | None = None
-
-    @property
-    def preset_size(self) -> str:
-        return self.size or "small"
+    decode_step_ms: dict[Name, StepMs] = Field(default={}, max_length=MAX_DEVICES)
+    decode_batch_sizes: tuple[BatchSize, ...] = Field(default=(), max_length=MAX_PROFILE_POINTS)
+    decode_step_ms_by_batch: dict[Name, tuple[StepMs, ...]] = Field(default={}, max_length=MAX_DEVICES)
+    host: HostSpec | None = None
 
 
 def _gpus_or_auto(value: Any) -> Any:
@@ -299,6 +312,14 @@ SECTION_HINTS = {
                   f"each at most {MAX_STEP_S:,.0f}"),
     "decode_step_ms": (f"give each decode device a positive step time in ms, "
                        f"at most {MAX_STEP_S * 1000:,.0f}"),
+    "decode_batch_sizes": (f"use 2 to {MAX_PROFILE_POINTS} whole batch sizes, strictly increasing, "
+                           f"each 1 to {MAX_DECODE_BATCH:,}"),
+    "decode_step_ms_by_batch": (f"give each decode device a list of positive step times in ms, one per "
+                                f"batch size, each at most {MAX_STEP_S * 1000:,.0f}"),
+    "cores": f"use a whole number of cores, 1 to {MAX_HOST_CORES:,}",
+    "busy_slowdown": (f"give 1 to {MAX_BUSY_WORKERS:,} factors, 1.0 first (one busy worker), each "
+                      f"above 0 and at most {MAX_SLOWDOWN:,.0f}"),
+    "profile_file": "name a profile YAML file (`python -m emulator calibrate SCENARIO --machine` writes one)",
     "instances": f"use a whole number of instances, at most {MAX_INSTANCES:,}",
     "device": "name a device of model.profile (e.g. h200, h20), lowercase",
     "speed_factor": (f"use a multiplier from {MIN_SPEED_FACTOR:g} to {MAX_SPEED_FACTOR:,.0f}, "

@@ -14,7 +14,7 @@ from emulator.knobs import BY_PATH as KNOBS
 from emulator.limits import MAX_OUTPUT_TOKENS
 from emulator.net.ceiling import ceiling_warnings
 from emulator.net.spec import LinkSpec
-from emulator.scenario.parts import ACTIONS, ClustersSpec
+from emulator.scenario.parts import ACTIONS, ClustersSpec, ProfileSpec
 from emulator.scenario.workload import (
     MOONCAKE_BLOCK_TOKENS,
     FixedLength,
@@ -35,36 +35,87 @@ def static_problems(s: Scenario) -> list[str]:
 
 
 def _model_problems(s: Scenario) -> Iterator[str]:
+    """Which of preset / profile / profile_file each engine takes: the live engine runs a preset
+    (a profile_file beside it is for the same scenario on the virtual engine); the virtual engine
+    costs work by profile, profile_file or, given a preset alone, its FLOPs."""
     model, profile = s.model, s.model.profile
-    if (model.preset is None) == (profile is None):
-        given = "both" if profile else "neither"
-        yield f"model: {given} of preset and profile given; give exactly one"
+    if profile is not None and model.profile_file is not None:
+        yield "model: both profile and profile_file given; give exactly one"
+    elif profile is not None and model.preset is not None:
+        yield "model: both of preset and profile given; give exactly one"
+    elif model.preset is None and model.measured_profile is None:
+        yield "model: neither preset nor profile given; give exactly one of preset, profile or profile_file"
     if profile is not None and model.size is not None:
         yield "model.size: applies to a preset, not a profile; remove it"
-    if s.engine == "live" and profile is not None:
-        yield ("model.profile: the live engine runs a model_stub preset, not a profile; "
-               "use model.preset or engine: virtual")
-    if profile is None:
+    if s.engine == "live" and model.preset is None:
+        named = "model.profile" if profile is not None else "model.profile_file"
+        yield (f"{named}: the live engine runs a model_stub preset, not a profile; "
+               "add model.preset or use engine: virtual")
+    yield from _provenance_problems(s)
+    measured = model.measured_profile
+    if measured is not None:
+        yield from profile_problems(s, measured, model.profile_where)
+
+
+def _provenance_problems(s: Scenario) -> Iterator[str]:
+    """A profile file measured for one model, named beside another preset, is refused."""
+    measured, model = s.model.provenance, s.model
+    if measured is None or model.preset is None or measured.preset is None:
         return
+    theirs, ours = (measured.preset, measured.size or "small"), (model.preset, model.preset_size)
+    if theirs != ours:
+        yield (f"model.profile_file: measured for {theirs[0]} ({theirs[1]}), but model.preset is "
+               f"{ours[0]} ({ours[1]}); calibrate this model (python -m emulator calibrate SCENARIO "
+               "--machine) or name its file")
+
+
+def profile_problems(s: Scenario, profile: ProfileSpec, where: str) -> Iterator[str]:
+    """A profile's tables against each other and against the clusters' devices."""
     lengths = profile.lengths_tokens
     if any(b <= a for a, b in zip(lengths, lengths[1:], strict=False)):
-        yield (f"model.profile.lengths_tokens: {list(lengths)} is not strictly increasing; "
+        yield (f"{where}.lengths_tokens: {list(lengths)} is not strictly increasing; "
                "sort it and drop repeats")
     tables = {"kv_mib": profile.kv_mib}
     tables.update((f"prefill_s.{device}", table) for device, table in profile.prefill_s.items())
     for name, table in tables.items():
         if len(table) != len(lengths):
-            yield (f"model.profile.{name}: {len(table)} values for {len(lengths)} lengths; "
+            yield (f"{where}.{name}: {len(table)} values for {len(lengths)} lengths; "
                    "give one value per entry of lengths_tokens")
     for cluster in ("remote", "local"):
         device = getattr(s.clusters, cluster).device
         if device not in profile.prefill_s:
-            yield (f"model.profile.prefill_s: no table for device {device!r} "
+            yield (f"{where}.prefill_s: no table for device {device!r} "
                    f"(clusters.{cluster}.device); add prefill_s.{device} or change the device")
     local = s.clusters.local.device
     if local not in profile.decode_step_ms:
-        yield (f"model.profile.decode_step_ms: no value for device {local!r} "
+        yield (f"{where}.decode_step_ms: no value for device {local!r} "
                f"(clusters.local.device); add decode_step_ms.{local}")
+    yield from _batch_problems(profile, local, where)
+    if profile.host is not None and profile.host.busy_slowdown[0] != 1.0:
+        yield (f"{where}.host.busy_slowdown: starts at {profile.host.busy_slowdown[0]:g}; one busy worker "
+               "is the reference the tables were measured at, so the first factor is 1.0")
+
+
+def _batch_problems(profile: ProfileSpec, local: str, where: str) -> Iterator[str]:
+    """decode_batch_sizes and decode_step_ms_by_batch come together and agree in length."""
+    sizes, by_batch = profile.decode_batch_sizes, profile.decode_step_ms_by_batch
+    if bool(sizes) != bool(by_batch):
+        given, missing = (("decode_batch_sizes", "decode_step_ms_by_batch") if sizes
+                          else ("decode_step_ms_by_batch", "decode_batch_sizes"))
+        yield f"{where}.{given}: given without {missing}; give both or neither"
+        return
+    if not sizes:
+        return
+    if len(sizes) < 2 or any(b <= a for a, b in zip(sizes, sizes[1:], strict=False)):
+        yield (f"{where}.decode_batch_sizes: {list(sizes)} is not 2 or more strictly increasing sizes; "
+               "sort it, drop repeats, give at least 2")
+    for device, table in by_batch.items():
+        if len(table) != len(sizes):
+            yield (f"{where}.decode_step_ms_by_batch.{device}: {len(table)} values for {len(sizes)} batch "
+                   "sizes; give one value per entry of decode_batch_sizes")
+    if local not in by_batch:
+        yield (f"{where}.decode_step_ms_by_batch: no table for device {local!r} (clusters.local.device); "
+               f"add decode_step_ms_by_batch.{local} or drop both batch fields")
 
 
 def _cluster_problems(s: Scenario) -> Iterator[str]:

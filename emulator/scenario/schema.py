@@ -6,8 +6,6 @@ engines convert these models into control-plane values; nothing here runs a scen
 from __future__ import annotations
 
 import copy
-import os
-import stat
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -18,7 +16,8 @@ from pydantic import Field, ValidationError, ValidationInfo, model_validator
 from emulator.errors import ScenarioError
 from emulator.limits import MAX_NESTING, MAX_SCENARIO_BYTES, MAX_TEXT_CHARS, MAX_TIMELINE_EVENTS
 from emulator.net.spec import FIELD_HINTS as LINK_HINTS, LinkSpec
-from emulator.paths import NotARegularFile, open_regular
+from emulator.scenario.file_text import read_bounded_text
+from emulator.scenario.model_section import ModelSpec
 from emulator.scenario.overrides import PathError, check_override_path, parse_override, set_path
 from emulator.scenario.parts import (
     SECTION_HINTS,
@@ -26,7 +25,6 @@ from emulator.scenario.parts import (
     ClustersSpec,
     Duration,
     Metric,
-    ModelSpec,
     Name,
     PrefixCacheSpec,
     RouterSpec,
@@ -97,33 +95,9 @@ def load_scenario(path: str | Path) -> Scenario:
 
 
 def read_scenario_text(path: Path) -> str:
-    """A regular file of at most MAX_SCENARIO_BYTES, checked before reading: a device (/dev/zero)
-    or a FIFO is refused rather than read forever or waited on, and a huge file never loaded."""
-    try:
-        info = path.stat()
-    except FileNotFoundError:
-        raise ScenarioError(f"{path}: file not found; check the path") from None
-    except (OSError, ValueError) as err:
-        reason = getattr(err, "strerror", None) or "invalid name"
-        raise ScenarioError(f"{path}: cannot read it ({reason}); check the path") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise ScenarioError(f"{path}: not a regular file; name a scenario YAML file")
-    if info.st_size > MAX_SCENARIO_BYTES:
-        raise ScenarioError(f"{path}: larger than {MAX_SCENARIO_BYTES:,} bytes; a scenario is a few "
-                            "KiB, point workload.trace at large data instead")
-    try:
-        with os.fdopen(open_regular(path), "rb") as handle:  # never blocks, even if swapped for a FIFO
-            raw = handle.read(MAX_SCENARIO_BYTES + 1)
-    except NotARegularFile:
-        raise ScenarioError(f"{path}: not a regular file; name a scenario YAML file") from None
-    except OSError as err:
-        raise ScenarioError(f"{path}: cannot read it ({err.strerror}); check the path") from None
-    if len(raw) > MAX_SCENARIO_BYTES:
-        raise ScenarioError(f"{path}: larger than {MAX_SCENARIO_BYTES:,} bytes; a scenario is a few KiB")
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ScenarioError(f"{path}: not UTF-8 text; save the file as UTF-8") from None
+    """A regular file of at most MAX_SCENARIO_BYTES, checked before reading (file_text.py)."""
+    return read_bounded_text(path, MAX_SCENARIO_BYTES, what="a scenario YAML file",
+                             too_large_fix="a scenario is a few KiB, point workload.trace at large data instead")
 
 
 def parse_scenario(data: dict, base_dir: Path, trusted_dir: Path | None = None) -> Scenario:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from emulator.control.curve import Curve
+from emulator.control.profiles import PiecewiseLinear
 from emulator.control.throughput_model import ModelInputs
 from emulator.control.types import Cluster
 
@@ -26,7 +27,10 @@ class CostModel:
 
     `prefill_s[cluster](l)`: one instance's T_prefill for l uncached tokens (speed factor applied);
     `kv_bytes(l)`: S_kv, the KV cache a prefill of an l-token prompt hands to decode;
-    `decode_step_s`: T_decode, the same for every batch size up to BS_max (as the paper's Eq. 5).
+    `decode_step_s`: T_decode, the same for every batch size up to BS_max (as the paper's Eq. 5),
+    unless `decode_batch` gives the step by batch size (a profile's decode_step_ms_by_batch).
+    `busy_slowdown[n - 1]`: the factor every worker's compute takes while n workers are busy on the
+    one host they share (a profile's `host`; empty: no sharing), `host_cores` its cores.
     """
 
     prefill_s: dict[Cluster, Curve]
@@ -36,13 +40,20 @@ class CostModel:
     source: str
     pipeline_layers: int = PIPELINE_LAYERS
     local_rate_bytes_per_s: float = LOCAL_RDMA_BYTES_PER_S
+    decode_batch: Curve | None = None
+    busy_slowdown: tuple[float, ...] = ()
+    host_cores: int = 0
 
     @classmethod
-    def from_inputs(cls, inputs: ModelInputs, source: str, **overrides: float) -> CostModel:
+    def from_inputs(cls, inputs: ModelInputs, source: str, *, pipeline_layers: int = PIPELINE_LAYERS,
+                    local_rate_bytes_per_s: float = LOCAL_RDMA_BYTES_PER_S,
+                    decode_batch: PiecewiseLinear | None = None, busy_slowdown: tuple[float, ...] = (),
+                    host_cores: int = 0) -> CostModel:
         prefill = {Cluster.REMOTE: Curve.from_table(inputs.prefill_remote_s),
                    Cluster.LOCAL: Curve.from_table(inputs.prefill_local_s)}
-        return cls(prefill, Curve.from_table(inputs.kv_bytes), inputs.decode_step_s,
-                   inputs.max_decode_batch, source, **overrides)  # type: ignore[arg-type]
+        batch = None if decode_batch is None else Curve.from_table(decode_batch)
+        return cls(prefill, Curve.from_table(inputs.kv_bytes), inputs.decode_step_s, inputs.max_decode_batch,
+                   source, pipeline_layers, local_rate_bytes_per_s, batch, busy_slowdown, host_cores)
 
     def decode_s(self, output_len: int) -> float:
         """Time a request holds a decode slot: its first token comes from the prefill and is
@@ -50,11 +61,40 @@ class CostModel:
         return max(output_len - 1, 0) * self.decode_step_s
 
     @property
+    def is_timed_by_batch(self) -> bool:
+        """Whether a decode's step depends on what else runs (its batch, the shared host)."""
+        return self.decode_batch is not None or bool(self.busy_slowdown)
+
+    def decode_step_at(self, batch_size: int) -> float:
+        """One step of a batch of `batch_size` (T_decode when no batch table was given)."""
+        curve = self.decode_batch
+        return self.decode_step_s if curve is None else curve(float(batch_size))
+
+    def slowdown(self, num_busy: int) -> float:
+        """The shared host's factor with `num_busy` workers busy (the table's; past its end the
+        machine is shared evenly: the last factor times num_busy / max(table length, cores))."""
+        table = self.busy_slowdown
+        size = len(table)
+        if size == 0 or num_busy <= 1:
+            return 1.0 if size == 0 else table[0]
+        if num_busy <= size:
+            return table[num_busy - 1]
+        spread = num_busy / max(size, self.host_cores)
+        return table[size - 1] * (spread if spread > 1.0 else 1.0)
+
+    @property
     def tail_fraction(self) -> float:
         """The share of a KV cache that can only be sent once the prefill has ended."""
         return 1.0 / self.pipeline_layers
 
     def as_meta(self) -> dict[str, object]:
-        return {"source": self.source, "decode_step_s": self.decode_step_s,
-                "max_decode_batch": self.max_decode_batch, "pipeline_layers": self.pipeline_layers,
-                "local_rate_gbps": self.local_rate_bytes_per_s * 8e-9}
+        meta: dict[str, object] = {
+            "source": self.source, "decode_step_s": self.decode_step_s,
+            "max_decode_batch": self.max_decode_batch, "pipeline_layers": self.pipeline_layers,
+            "local_rate_gbps": self.local_rate_bytes_per_s * 8e-9}
+        if self.decode_batch is not None:
+            meta["decode_step_s_by_batch"] = {"batch_sizes": list(self.decode_batch.xs),
+                                              "step_s": list(self.decode_batch.ys)}
+        if self.busy_slowdown:
+            meta["host"] = {"cores": self.host_cores, "busy_slowdown": list(self.busy_slowdown)}
+        return meta

@@ -18,6 +18,7 @@ import emulator.virtual.accel_on  # noqa: F401  (first: the compiled build, when
 from emulator.auto_rate import is_auto, modelled_rate, with_arrival_rate
 from emulator.control.types import FailReason, RequestSpec
 from emulator.plane import ControlPlane, make_control_plane
+from emulator.plane.inputs import host_costs
 from emulator.run.ending import EndPolicy
 from emulator.run.meta import make_run_meta
 from emulator.scenario import Scenario
@@ -101,7 +102,7 @@ def simulate(scenario: Scenario, *, until: float | None = None, progress: Progre
     coverage = coverage if rate is None else with_arrival_rate(coverage, rate)
     log.info("workload: %s", coverage.statement)
     budget = budget or EndBudget.of(scenario.duration_s, len(requests), scenario.drain_s)
-    costs = CostModel.from_inputs(plane.inputs, plane.profile_source)
+    costs = make_costs(scenario, plane)
     sim = Simulator()
     to_local, to_remote = link_states(scenario.link, scenario.transport.connections)
     local = scenario.clusters.local
@@ -135,6 +136,14 @@ def simulate(scenario: Scenario, *, until: float | None = None, progress: Progre
                         else core.stop(FailReason.UNFINISHED, budget.detail(end, sim.now), sim.now))
     return Simulation(gateway.core.records, loops.samples, plane, costs, gateway, loops, len(requests), coverage,
                       sim.num_events, sim.now, time.perf_counter() - wall_start, end, budget, stop_at, num_open)
+
+
+def make_costs(scenario: Scenario, plane: ControlPlane) -> CostModel:
+    """The plane's inputs as costs, with what the profile adds (the decode step by batch size, the
+    host every worker shares: emulator.plane.inputs.host_costs)."""
+    host = host_costs(scenario)
+    return CostModel.from_inputs(plane.inputs, plane.profile_source, decode_batch=host.decode_step_by_batch_s,
+                                 busy_slowdown=host.busy_slowdown, host_cores=host.host_cores)
 
 
 @contextmanager
@@ -210,8 +219,19 @@ def run_meta(scenario: Scenario, result: Simulation) -> RunMeta:
             "sim": {"events": result.num_events, "end_s": result.end_s, "wall_s": round(result.wall_s, 4),
                     "link_bytes_delivered": result.gateway.link.bytes_delivered,
                     **result.budget.as_meta(result.end)},
-            "approximations": list(APPROXIMATIONS),
+            "approximations": [*APPROXIMATIONS, *cost_notes(result.costs)],
         })
+
+
+def cost_notes(costs: CostModel) -> list[str]:
+    """What the profile's batch table and shared host add to APPROXIMATIONS (nothing without)."""
+    notes = []
+    if costs.decode_batch is not None:
+        notes.append("decode: a request's step is the batch table's at the batch size it joins, kept to its end")
+    if costs.busy_slowdown:
+        notes.append("shared host: a prefill or decode join takes the slowdown of the workers busy as it "
+                     "starts (itself included), kept to its end")
+    return notes
 
 
 def start_n_p(scenario: Scenario, plane: ControlPlane) -> int:

@@ -56,11 +56,37 @@ class Gateway:
 
     def _prefill(self, node: NodeId) -> PrefillNode:
         curve = self.costs.prefill_s[node.cluster]
-        return PrefillNode(self.sim, node, curve, self._on_prefill_start, self._on_prefill_end)
+        host = self.host_factor if self.costs.busy_slowdown else None
+        return PrefillNode(self.sim, node, curve, self._on_prefill_start, self._on_prefill_end, host)
 
     def _decode(self, node: NodeId) -> DecodeNode:
+        step_at = self.decode_step_at if self.costs.is_timed_by_batch else None
         return DecodeNode(self.sim, node, self.costs.max_decode_batch, self.costs.decode_s,
-                          self.costs.decode_step_s, self._on_first_token, self._on_decode_finish)
+                          self.costs.decode_step_s, self._on_first_token, self._on_decode_finish, step_at)
+
+    def num_busy(self) -> int:
+        """Workers computing now, on every cluster: a prefill node with a prompt in service, a
+        decode node with a non-empty batch (a live run places all of them on one machine)."""
+        count = 0
+        for prefill in self.remote:
+            if prefill.busy is not None:
+                count += 1
+        for node in self.local:
+            if isinstance(node, PrefillNode):
+                if node.busy is not None:
+                    count += 1
+            elif node.active:
+                count += 1
+        return count
+
+    def host_factor(self) -> float:
+        """The shared host's slowdown for work starting now (the caller already counts as busy)."""
+        return self.costs.slowdown(self.num_busy())
+
+    def decode_step_at(self, batch_size: int) -> float:
+        """A joining request's step: the batch table's, times the host's slowdown when shared."""
+        step_s = self.costs.decode_step_at(batch_size)
+        return step_s * self.host_factor() if self.costs.busy_slowdown else step_s
 
     def _reindex(self) -> None:
         self.local_prefill_nodes: list[PrefillNode] = [n for n in self.local if isinstance(n, PrefillNode)]

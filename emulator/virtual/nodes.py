@@ -20,14 +20,19 @@ class PrefillNode:
 
     `on_start(node, journey, service_s)` and `on_end(node, journey, service_s)` tell the gateway;
     `epoch` grows at every kill or drop, so a completion scheduled before it is recognised as stale.
+    `host_factor()`, when given (a profile's shared host), is asked as a prompt starts, with this
+    node already counted busy, and multiplies its T_prefill: the share of the host when it starts,
+    kept to its end (work starting or ending meanwhile does not re-time it).
     """
 
     def __init__(self, sim: Simulator, node: NodeId, prefill_s: Curve,
                  on_start: Callable[[PrefillNode, Journey, float], None],
-                 on_end: Callable[[PrefillNode, Journey, float], None]) -> None:
+                 on_end: Callable[[PrefillNode, Journey, float], None],
+                 host_factor: Callable[[], float] | None = None) -> None:
         self.sim, self.node, self.name = sim, node, str(node)
         self.cluster = node.cluster
         self.prefill_s = prefill_s
+        self.host_factor = host_factor
         self.on_start, self.on_end = on_start, on_end
         self.queue: deque[Journey] = deque()
         self.busy: Journey | None = None
@@ -47,6 +52,8 @@ class PrefillNode:
     def _start(self, journey: Journey) -> None:
         service_s = self.prefill_s(journey.incremental_len)
         self.busy = journey
+        if self.host_factor is not None:
+            service_s *= self.host_factor()
         now = self.sim.now
         self.on_start(self, journey, service_s)  # stamps the start, starts a transfer; time does not move
         self.sim.schedule(now + service_s, self._end, (journey, self.epoch, service_s))
@@ -86,15 +93,21 @@ class DecodeNode:
     wait FIFO. A request joins when its KV has arrived and a slot is free; its first token is
     delivered then, and it leaves after `decode_s(output_len)` (steps are not aligned to a batch
     clock: a join waits for no step boundary, so the slot count is the only coupling).
+
+    With `step_at` (a profile's step by batch size, or a shared host), a joining request's step is
+    `step_at(batch size with it)`, asked once as it joins and kept for all its tokens: a batch that
+    grows or shrinks later does not re-time the requests already in it.
     """
 
     def __init__(self, sim: Simulator, node: NodeId, max_batch: int,
                  decode_s: Callable[[int], float], step_s: float,
                  on_first_token: Callable[[DecodeNode, Journey], None],
-                 on_finish: Callable[[DecodeNode, Journey, float], None]) -> None:
+                 on_finish: Callable[[DecodeNode, Journey, float], None],
+                 step_at: Callable[[int], float] | None = None) -> None:
         self.sim, self.node, self.name = sim, node, str(node)
         self.max_batch = max_batch
         self.decode_s, self.step_s = decode_s, step_s
+        self.step_at = step_at
         self.on_first_token, self.on_finish = on_first_token, on_finish
         self.active: dict[str, Journey] = {}  # by request id, in join order (deterministic)
         self.waiting: deque[Journey] = deque()
@@ -123,15 +136,20 @@ class DecodeNode:
             self.peak_active = len(active)
         now = self.sim.now
         self.on_first_token(self, journey)  # delivered as it joins
-        self.sim.schedule(now + self.decode_s(spec.output_len), self._finish, (journey, self.epoch))
+        if self.step_at is None:
+            self.sim.schedule(now + self.decode_s(spec.output_len), self._finish, (journey, self.epoch, self.step_s))
+            return
+        step_s = self.step_at(len(active))
+        num_steps = spec.output_len - 1 if spec.output_len > 1 else 0
+        self.sim.schedule(now + num_steps * step_s, self._finish, (journey, self.epoch, step_s))
 
-    def _finish(self, event: tuple[Journey, int]) -> None:
-        journey, epoch = event
+    def _finish(self, event: tuple[Journey, int, float]) -> None:
+        journey, epoch, step_s = event
         if epoch != self.epoch:
             return
         spec = journey.spec
         del self.active[spec.id]
-        self.on_finish(self, journey, self.step_s if spec.output_len > 1 else 0.0)
+        self.on_finish(self, journey, step_s if spec.output_len > 1 else 0.0)
         waiting = self.waiting
         while waiting and len(self.active) < self.max_batch:
             self._join(waiting.popleft())

@@ -43,6 +43,13 @@ class Active:
     first_token_s: float
 
 
+def decode_tokens(model: HybridModel, tokens: list[int], caches: list[HybridCache]) -> list[int]:
+    """One greedy step of a batch (every cache advances in place): the step the decode role runs,
+    and the one `calibrate --machine` times (emulator/worker/machine_probe.py)."""
+    logits = model.decode_step(tokens, caches)  # (b, vocab)
+    return torch.argmax(logits, dim=-1).tolist()
+
+
 class DecodeEngine:
     def __init__(self, model: HybridModel, compute: ComputeThread, emit: Emit, proof: HelloProof,
                  max_batch: int = 8, orphan_timeout_s: float = 30.0) -> None:
@@ -187,9 +194,7 @@ class DecodeEngine:
             self._complete(active)
 
     def _decode_step(self, stepping: list[Active]) -> list[int]:
-        tokens, caches = [a.tokens[-1] for a in stepping], [a.cache for a in stepping]
-        logits = self.model.decode_step(tokens, caches)  # (b, vocab)
-        return torch.argmax(logits, dim=-1).tolist()
+        return decode_tokens(self.model, [a.tokens[-1] for a in stepping], [a.cache for a in stepping])
 
     def _complete(self, active: Active) -> None:
         now = time.monotonic()

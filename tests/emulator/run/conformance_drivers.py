@@ -322,7 +322,7 @@ class VirtualDriver:
         elif kind == "finished":
             decode = gateway.node_at(journey.decode_slot)
             assert isinstance(decode, DecodeNode) and journey.spec.id in decode.active
-            decode._finish((journey, decode.epoch))
+            decode._finish((journey, decode.epoch, decode.step_s))
         else:
             raise AssertionError(f"a simulated node cannot report {kind}")
 

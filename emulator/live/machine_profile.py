@@ -1,0 +1,242 @@
+"""`calibrate --machine`: the scenario's live model profiled on this machine the way its live workers
+run it, as the profile file a scenario names (`model.profile_file`). Planning what to time from the
+scenario, asking the probes (machine_probes.py) and assembling their answers; the timing itself is
+emulator/worker/machine_probe.py's, the file's format emulator/scenario/model_section.py's.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import socket
+import statistics
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from emulator.errors import CalibrationError, ScenarioError
+from emulator.live.launcher import plan_workers
+from emulator.live.machine_probes import ProbeProcess, started_probes
+from emulator.paths import REPO_ROOT
+from emulator.plane.inputs import workload_lengths
+from emulator.scenario import Scenario
+from emulator.scenario.model_section import ProfileFile, profile_file_yaml
+
+DEVICE = "cpu"  # the live scenarios' clusters run on `device: cpu`
+MIB = 1 << 20
+LONGEST_PROFILED = 16_384  # tokens; a longer workload's table extrapolates (said when it does)
+MAX_PROFILED_BATCH = 64  # decode batch sizes timed; larger ones extrapolate
+MAX_DECODE_CACHE_BYTES = 2 << 30  # decode caches one probe holds at once
+BUSY_OP_TOKENS = 512  # the CPU-sharing rounds' prefill: ~0.25 s of the small preset on one core
+BUSY_START_DELAY_S = 0.5  # every probe of a round has its command before the round starts
+ANSWER_SLACK_S = 120.0
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class MachinePlan:
+    """What to time: `num_workers` is how many worker processes the scenario's live run starts;
+    the sharing rounds run 1..max_busy probes at once (num_workers, or twice that by default)."""
+
+    preset: str
+    size: str
+    seed: int
+    lengths: tuple[int, ...]
+    reps: int
+    batch_sizes: tuple[int, ...]
+    decode_cache_tokens: int
+    decode_steps: int
+    busy_op_tokens: int
+    num_workers: int
+    max_busy: int
+    busy_window_s: float
+    quick: bool
+
+
+def plan_machine(scenario: Scenario, quick: bool = False) -> MachinePlan:
+    """The grid from the scenario: prompt lengths spanning its workload (evenly, or geometrically
+    when the longest is over 16x the shortest), batch sizes 1, 2, 4, ... up to decode_max_batch,
+    decode caches of a typical request's length."""
+    model = scenario.model
+    if model.preset is None:
+        raise ScenarioError("model.preset: calibrate --machine times the model the live engine runs; "
+                            "set model.preset (and model.size)")
+    samples, output_len = workload_lengths(scenario)
+    lo = max(1, round(float(samples.values[0])))
+    hi = min(max(lo + 1, round(float(samples.values[-1]))), LONGEST_PROFILED)
+    lengths = _grid(lo, hi, 4 if quick else 6)
+    cache_tokens = min(round(samples.quantile(0.5) + output_len / 2), LONGEST_PROFILED)
+    max_batch = min(scenario.clusters.local.decode_max_batch, MAX_PROFILED_BATCH)
+    sizes = {2 ** i for i in range(max_batch.bit_length()) if 2 ** i < max_batch} | {max_batch}
+    if len(sizes) < 2:  # a table needs two points: batch 1 alone is timed with batch 2 beside it
+        sizes.add(2)
+    num_workers = len(plan_workers(scenario, 0))
+    return MachinePlan(
+        preset=model.preset, size=model.preset_size, seed=scenario.seed, lengths=lengths, reps=1 if quick else 3,
+        batch_sizes=tuple(sorted(sizes)), decode_cache_tokens=max(1, cache_tokens), decode_steps=3 if quick else 5,
+        busy_op_tokens=min(BUSY_OP_TOKENS, max(1, round(samples.quantile(0.5)))), num_workers=num_workers,
+        max_busy=num_workers if quick else 2 * num_workers, busy_window_s=1.5 if quick else 3.0, quick=quick)
+
+
+def _grid(lo: int, hi: int, points: int) -> tuple[int, ...]:
+    if hi > 16 * lo:
+        values = [lo * (hi / lo) ** (i / (points - 1)) for i in range(points)]
+    else:
+        values = [lo + (hi - lo) * i / (points - 1) for i in range(points)]
+    return tuple(sorted({round(v) for v in values}))
+
+
+@dataclass(frozen=True, slots=True)
+class MachineProfile:
+    """What the probes measured: medians per length and batch size, and the sharing table."""
+
+    plan: MachinePlan
+    prefill_s: tuple[float, ...]
+    kv_bytes: tuple[int, ...]
+    decode_step_s: tuple[float, ...]
+    busy_slowdown: tuple[float, ...]
+    cores: int
+    worker_nice: int  # the probes' own nice level (the parent's + the worker's increment)
+    wall_s: float
+
+
+def measure_machine(plan: MachinePlan, say: Say = print) -> MachineProfile:
+    """Start max_busy probes, time prefills and decode steps on the first while the rest wait
+    idle, then run the sharing rounds; progress lines go to `say`."""
+    started = time.monotonic()
+    cores = len(os.sched_getaffinity(0))
+    say(f"calibrate --machine: {plan.preset} ({plan.size}) on {socket.gethostname()}, {cores} cores; starting "
+        f"{plan.max_busy} probe processes (1 torch thread each, at the live workers' nice level)")
+    with started_probes(plan.max_busy, plan.preset, plan.size, plan.seed) as probes:
+        first = probes[0]
+        nice = int(first.ready.get("nice", 0))
+        say(f"  probes ready after {time.monotonic() - started:.1f} s (nice {nice})")
+        prefill_s, kv_bytes = _prefills(first, plan, say)
+        decode_s = _decode_steps(first, plan, kv_bytes, say)
+        slowdown = _sharing(probes, plan, say)
+    return MachineProfile(plan, prefill_s, kv_bytes, decode_s, slowdown, cores, nice, time.monotonic() - started)
+
+
+def _prefills(probe: ProbeProcess, plan: MachinePlan, say: Say) -> tuple[tuple[float, ...], tuple[int, ...]]:
+    budget_s = ANSWER_SLACK_S + plan.reps * sum(plan.lengths) * 1e-2  # far above 1 ms per token
+    doc = probe.ask({"op": "prefill", "lengths": list(plan.lengths), "reps": plan.reps}, budget_s)
+    medians = tuple(statistics.median(_seconds(times, "prefill_s")) for times in doc["prefill_s"])
+    kv_bytes = tuple(int(b) for b in doc["kv_bytes"])
+    for length, seconds, size in zip(plan.lengths, medians, kv_bytes, strict=True):
+        say(f"  prefill {length:>6} tokens: {seconds:8.4f} s (median of {plan.reps}), KV {size / MIB:.3f} MiB")
+    return medians, kv_bytes
+
+
+def _decode_steps(probe: ProbeProcess, plan: MachinePlan, kv_bytes: tuple[int, ...], say: Say) -> tuple[float, ...]:
+    per_cache = max(kv_bytes) * plan.decode_cache_tokens / plan.lengths[-1] + MIB  # KV grows about linearly
+    if per_cache * plan.batch_sizes[-1] > MAX_DECODE_CACHE_BYTES:
+        held_mib = per_cache * plan.batch_sizes[-1] / MIB
+        raise CalibrationError(f"decode batch {plan.batch_sizes[-1]} would hold {held_mib:,.0f} "
+                               f"MiB of caches (over {MAX_DECODE_CACHE_BYTES / MIB:,.0f}); calibrate a scenario with a "
+                               "smaller clusters.local.decode_max_batch or shorter prompts")
+    doc = probe.ask({"op": "decode", "cache_tokens": plan.decode_cache_tokens, "batch_sizes": list(plan.batch_sizes),
+                     "steps": plan.decode_steps}, ANSWER_SLACK_S * 2)
+    steps = _seconds(doc["step_s"], "step_s")
+    if len(steps) != len(plan.batch_sizes):
+        raise CalibrationError(f"probe: {len(steps)} decode steps for {len(plan.batch_sizes)} batch sizes")
+    for size, step in zip(plan.batch_sizes, steps, strict=True):
+        say(f"  decode batch {size:>3} ({plan.decode_cache_tokens} cached tokens): {step * 1e3:8.2f} ms per step")
+    return tuple(steps)
+
+
+def _sharing(probes: list[ProbeProcess], plan: MachinePlan, say: Say) -> tuple[float, ...]:
+    """Round k: k probes prefill busy_op_tokens back to back over the same window; the factor is
+    the mean of their median op times over round 1's (one probe busy, the others idle)."""
+    factors: list[float] = []
+    base_s = 0.0
+    for k in range(1, plan.max_busy + 1):
+        start_at = time.monotonic() + BUSY_START_DELAY_S
+        cmd = {"op": "busy", "tokens": plan.busy_op_tokens, "start_at": start_at,
+               "stop_at": start_at + plan.busy_window_s}
+        for probe in probes[:k]:
+            probe.send(cmd)
+        medians = [statistics.median(_seconds(probe.answer(ANSWER_SLACK_S + plan.busy_window_s)["op_s"], "op_s"))
+                   for probe in probes[:k]]
+        mean_s = statistics.fmean(medians)
+        base_s = base_s or mean_s
+        factors.append(round(mean_s / base_s, 3))
+        say(f"  {k} busy worker{'s' if k > 1 else ' '}: prefill of {plan.busy_op_tokens} tokens {mean_s:.4f} s, "
+            f"x{factors[-1]:.2f}")
+    return tuple(factors)
+
+
+def _seconds(values: object, field: str) -> list[float]:
+    if (not isinstance(values, list) or not values
+            or not all(type(v) is float and math.isfinite(v) and 0 < v < 3600 for v in values)):
+        raise CalibrationError(f"probe: {field} is not a list of positive seconds")
+    return values  # type: ignore[return-value]
+
+
+def profile_file_of(profile: MachineProfile, scenario: Scenario, date: str | None = None,
+                    git_sha: str | None = None) -> ProfileFile:
+    """The measurement as a profile file (checked by its schema): `decode_step_ms` is the step at
+    the largest batch timed (T_decode at BS_max, the optimizer's), the by-batch table beside it.
+    `date` and `git_sha` default to now and the checkout's HEAD."""
+    plan = profile.plan
+    host = _host_name()
+    doc = {
+        "measured": {
+            "kind": "machine", "date": date or time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+            "host": socket.gethostname()[:256],
+            "preset": plan.preset, "size": plan.size, "git_sha": git_sha or _git_sha(), "scenario": scenario.name,
+            "cores": profile.cores, "quick": plan.quick, "reps": plan.reps, "worker_nice": profile.worker_nice,
+            "threads_per_worker": 1, "busy_op_tokens": plan.busy_op_tokens,
+            "decode_cache_tokens": plan.decode_cache_tokens, "wall_s": round(profile.wall_s, 1),
+        },
+        "model": {"profile": {
+            "name": f"{plan.preset}-{plan.size}-{host}"[:64].rstrip("-"),
+            "lengths_tokens": list(plan.lengths),
+            "kv_mib": [_sig(b / MIB) for b in profile.kv_bytes],
+            "prefill_s": {DEVICE: [_sig(s) for s in profile.prefill_s]},
+            "decode_step_ms": {DEVICE: _sig(profile.decode_step_s[-1] * 1e3)},
+            "decode_batch_sizes": list(plan.batch_sizes),
+            "decode_step_ms_by_batch": {DEVICE: [_sig(s * 1e3) for s in profile.decode_step_s]},
+            "host": {"cores": profile.cores, "busy_slowdown": list(profile.busy_slowdown)},
+        }},
+    }
+    return ProfileFile.model_validate(doc)
+
+
+def write_machine_profile(profile: MachineProfile, scenario: Scenario, path: Path) -> Path:
+    loaded = profile_file_of(profile, scenario)
+    measured = loaded.measured
+    assert measured is not None  # profile_file_of writes it
+    header = (f"Machine profile: {measured.preset} ({measured.size}) on {measured.host}, {measured.cores} cores, "
+              f"measured {measured.date} at git {measured.git_sha} by `python -m emulator calibrate "
+              f"{scenario.name} --machine{' --quick' if measured.quick else ''}` in {measured.wall_s:g} s. "
+              "Name it from a scenario as model: {profile_file: PATH}.")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(profile_file_yaml(loaded, header), encoding="utf-8")
+    return path
+
+
+def default_profile_path(plan: MachinePlan) -> Path:
+    return REPO_ROOT / "profiles" / f"{plan.preset}-{plan.size}-{_host_name()}.yaml"
+
+
+def _host_name() -> str:
+    name = re.sub(r"[^a-z0-9-]+", "-", socket.gethostname().lower()).strip("-")
+    return name[:32] or "host"
+
+
+def _git_sha() -> str:
+    try:
+        done = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO_ROOT, capture_output=True,
+                              text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    return done.stdout.strip()[:40] or "unknown"
+
+
+def _sig(value: float) -> float:
+    """Five significant digits, never rounded to zero (the schema wants positive values)."""
+    rounded = float(f"{value:.5g}")
+    return rounded if rounded > 0 else float(f"{value:.1e}")
