@@ -205,8 +205,10 @@ def profile_file_of(profile: MachineProfile, scenario: Scenario, date: str | Non
     return ProfileFile.model_validate(doc)
 
 
-def write_machine_profile(profile: MachineProfile, scenario: Scenario, path: Path) -> Path:
-    loaded = profile_file_of(profile, scenario)
+def write_machine_profile(profile: MachineProfile, scenario: Scenario, path: Path, date: str | None = None,
+                          git_sha: str | None = None) -> Path:
+    """The profile file at `path` (folders made), a comment header saying how it was measured."""
+    loaded = profile_file_of(profile, scenario, date, git_sha)
     measured = loaded.measured
     assert measured is not None  # profile_file_of writes it
     header = (f"Machine profile: {measured.preset} ({measured.size}) on {measured.host}, {measured.cores} cores, "

@@ -63,7 +63,7 @@ def test_a_measurement_becomes_a_profile_file_a_scenario_runs_on(tmp_path: Path)
     assert loaded.measured is not None
     assert (loaded.measured.preset, loaded.measured.git_sha) == ("kimi-linear-mini", "abc123")
 
-    path = write_machine_profile(measured, scenario, tmp_path / "profiles" / "box.yaml")
+    path = write_machine_profile(measured, scenario, tmp_path / "profiles" / "box.yaml", git_sha="abc123")
     doc = yaml.safe_load(QUICKSTART.read_text())
     doc["model"]["profile_file"] = "profiles/box.yaml"
     twin = parse_scenario(copy.deepcopy(doc), tmp_path, trusted_dir=tmp_path)
