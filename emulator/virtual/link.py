@@ -1,8 +1,10 @@
-"""The cross-datacenter link as a fluid: transfers share the bandwidth max-min fairly (recomputed at
-every start, finish, production end and link change), delivery adds the propagation delay, and a
-lossy link caps each transfer at the Mathis goodput of its TCP connections. No packets, queues or
-slow start: a transfer's rate jumps to its fair share at once. A cut link (100 % loss) carries
-nothing: its transfers wait at rate 0 until the link changes (or the run's end fails them).
+"""The cross-datacenter link as a fluid of TCP transfers: they share the bandwidth by weighted
+max-min (recomputed at every start, finish, production end, window step and link change), delivery
+adds the propagation delay, a lossy link caps each transfer at the loss-limited goodput of its
+connections, new connections ramp up in slow start, and a buffer deeper than the BDP locks
+newcomers out behind the incumbents (the numbers and their calibration: tcp.py). No packets: the
+queue shows only as that lockout. A cut link (100 % loss) carries nothing: its transfers wait at
+rate 0 until the link changes (or the run's end fails them).
 """
 
 from __future__ import annotations
@@ -14,21 +16,20 @@ from typing import Any
 
 from emulator.virtual.core import Simulator
 
-MSS_BYTES = 1448  # a 1500-byte Ethernet MTU less IP and TCP headers (with timestamps)
-MATHIS_C = math.sqrt(1.5)  # ~1.22: Mathis et al. 1997, periodic loss, no delayed ACKs
-CONNECTIONS = 4  # TCP connections per KV transfer, as emulator.transport's sender opens
-MIN_RTT_S = 1e-4  # a LAN-like floor, so a lossy link with no added delay still has a finite ceiling
+from emulator.virtual.tcp import (
+    CONNECTIONS,
+    LOSS_C,
+    MSS_BYTES,
+    PACKET_BYTES,
+    QUEUE_PACKETS,
+    initial_window_bytes,
+    is_lockout,
+    mathis_bytes_per_s,
+)
+
+__all__ = ["CONNECTIONS", "MSS_BYTES", "FluidLink", "LinkState", "Transfer", "mathis_bytes_per_s"]
 _INF = math.inf
-
-
-def mathis_bytes_per_s(mss_bytes: float, rtt_s: float, loss: float) -> float:
-    """Steady-state goodput of one loss-limited TCP connection: MSS / RTT * C / sqrt(p); 0 on a cut
-    link (p = 1: no packet gets through, whatever the formula says)."""
-    if loss <= 0:
-        return math.inf
-    if loss >= 1:
-        return 0.0
-    return mss_bytes / max(rtt_s, MIN_RTT_S) * MATHIS_C / math.sqrt(loss)
+MIN_NEWCOMER_WEIGHT = 0.01  # a newcomer is starved, not stopped (and a weight sum never reaches 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,11 +41,25 @@ class LinkState:
     loss: float = 0.0  # packet loss probability, 0..1
     rtt_s: float = 0.0  # both directions' delays: what the sender's ACK clock sees
     connections: int = CONNECTIONS
+    queue_bytes: float = QUEUE_PACKETS * PACKET_BYTES  # the bottleneck's drop-tail buffer
 
     @property
     def per_transfer_cap(self) -> float:
         """The loss-limited ceiling of one transfer (inf on a lossless link, 0 on a cut one)."""
-        return self.connections * mathis_bytes_per_s(MSS_BYTES, self.rtt_s, self.loss)
+        return self.connections * mathis_bytes_per_s(MSS_BYTES, self.rtt_s, self.loss, LOSS_C)
+
+    @property
+    def newcomer_weight(self) -> float:
+        """A newcomer's share per incumbent's on a saturated link: BDP / buffer when the buffer is
+        the deeper (bench/link_tcp.py: 0.03-0.34 fit 20-200 Mbit/s), else 1 (fair)."""
+        if not is_lockout(self.rate_bytes_per_s, self.rtt_s, self.queue_bytes):
+            return 1.0
+        return max(MIN_NEWCOMER_WEIGHT, self.rate_bytes_per_s * self.rtt_s / self.queue_bytes)
+
+    @property
+    def has_ramp(self) -> bool:
+        """Whether new connections ramp up at all: a finite rate and a round trip to ramp over."""
+        return self.rate_bytes_per_s < _INF and self.rtt_s > 0
 
 
 class Transfer:
@@ -52,7 +67,7 @@ class Transfer:
     is as of `since_s`: the bytes left now are remaining - rate * (now - since_s)."""
 
     __slots__ = ("num_bytes", "remaining", "since_s", "rate", "produce_cap", "on_done", "arg",
-                 "start_s", "is_active", "version")
+                 "start_s", "is_active", "version", "weight")
 
     def __init__(self, num_bytes: float, produce_cap: float, on_done: Callable[[Any], None],
                  arg: Any, start_s: float) -> None:
@@ -66,6 +81,7 @@ class Transfer:
         self.start_s = start_s
         self.is_active = True
         self.version = 0  # grows at every rate change: an older finish timer is stale
+        self.weight = 1.0  # < 1 while locked out behind incumbents (LinkState.newcomer_weight)
 
     def left_at(self, now_s: float) -> float:
         return self.remaining - self.rate * (now_s - self.since_s) if now_s > self.since_s else self.remaining
@@ -91,6 +107,10 @@ class FluidLink:
         self.sim = sim
         self.state = state
         self._ceiling = state.per_transfer_cap  # the state's, kept: it is read at every share
+        self._window = initial_window_bytes(state.connections)  # new connections: slow start
+        self._window_rate = self._window / state.rtt_s if state.has_ramp else _INF  # inf: open
+        self._is_ramp_armed = False
+        self._num_newcomers = 0  # active transfers with weight < 1
         self.active: list[Transfer] = []
         self.bytes_sent = 0.0  # fluid integral of every rate, cancelled transfers included
         self.bytes_delivered = 0  # whole caches delivered (sum of their sizes)
@@ -107,8 +127,16 @@ class FluidLink:
         self._advance()
         cap = num_bytes * (1.0 - tail_fraction) / produce_s if produce_s > 0 else _INF
         transfer = Transfer(float(num_bytes), cap, on_done, arg, self.sim.now)
+        rate = self.state.rate_bytes_per_s
+        if rate < _INF and self._total_rate >= rate * (1.0 - 1e-9) and self._has_incumbent(transfer.start_s):
+            transfer.weight = self.state.newcomer_weight  # the queue is full of incumbents' bytes
+            if transfer.weight < 1.0:
+                self._num_newcomers += 1
         self.active.append(transfer)
         self._reshare()
+        if self._window_rate < _INF and not self._is_ramp_armed:
+            self._is_ramp_armed = True
+            self.sim.schedule(self.sim.now + self.state.rtt_s, self._on_ramp, None)
         return transfer
 
     def end_production(self, transfer: Transfer) -> None:
@@ -125,13 +153,34 @@ class FluidLink:
             self._advance()
             transfer.is_active = False
             self.active.remove(transfer)
+            if transfer.weight < 1.0:
+                self._num_newcomers -= 1
             self._reshare()
+
+    def _on_ramp(self, _: Any) -> None:
+        """One round trip of slow start: the window doubles while it carries data (and pauses
+        while the link is idle); it is open for good once it covers the rate."""
+        self._is_ramp_armed = False
+        if not self.active or self._window_rate == _INF:
+            return
+        self._advance()
+        state = self.state
+        self._window *= 2.0
+        self._window_rate = self._window / state.rtt_s if state.has_ramp else _INF
+        if self._window_rate >= state.rate_bytes_per_s:
+            self._window_rate = _INF
+        self._reshare()
+        if self._window_rate < _INF:
+            self._is_ramp_armed = True
+            self.sim.schedule(self.sim.now + state.rtt_s, self._on_ramp, None)
 
     def set_state(self, state: LinkState) -> None:
         """A link change (timeline or knob): shares are recomputed from now on."""
         self._advance()
         self.state = state
         self._ceiling = state.per_transfer_cap
+        if self._window_rate < _INF:  # still ramping: the same window over the new round trip
+            self._window_rate = self._window / state.rtt_s if state.has_ramp else _INF
         self._reshare()
 
     def sync(self) -> None:
@@ -158,7 +207,9 @@ class FluidLink:
     def _reshare(self) -> None:
         """Share the capacity among the active transfers; re-time those whose rate moved."""
         active = self.active
-        rates = self._shares(active)
+        if self._num_newcomers:
+            self._promote(active)
+        rates = self._shares(active) if not self._num_newcomers else self._weighted_shares(active)
         sim, now, total = self.sim, self.sim.now, 0.0
         for i in range(len(active)):  # not zip(strict=True): compiled, that is a call through Python
             transfer, rate = active[i], rates[i]
@@ -177,6 +228,8 @@ class FluidLink:
         Two shortcuts skip the sort: every cap fits (pipelined transfers on a wide link), or none
         binds (an equal split)."""
         ceiling, left = self._ceiling, self.state.rate_bytes_per_s
+        if self._window_rate < left:
+            left = self._window_rate
         caps: list[float] = []
         total = 0.0  # sum(caps), added as sum adds floats, without a call through Python
         for transfer in active:
@@ -199,6 +252,47 @@ class FluidLink:
             left -= caps[k]
         return rates
 
+    def _has_incumbent(self, now_s: float) -> bool:
+        """A full-weight transfer that started before now (one started at the same instant is a peer)."""
+        for transfer in self.active:
+            if transfer.weight == 1.0 and transfer.start_s < now_s:
+                return True
+        return False
+
+    def _promote(self, active: list[Transfer]) -> None:
+        """Newcomers take full weight once no incumbent (weight 1) is left to hold the queue."""
+        for transfer in active:
+            if transfer.weight == 1.0:
+                return
+        for transfer in active:
+            transfer.weight = 1.0
+        self._num_newcomers = 0
+
+    def _weighted_shares(self, active: list[Transfer]) -> list[float]:
+        """Water-filling by weight: each round fixes the transfers whose cap is below their weight's
+        part of what is left; the rest split it by weight. Only while newcomers are locked out."""
+        left = min(self.state.rate_bytes_per_s, self._window_rate)
+        ceiling, n = self._ceiling, len(active)
+        caps = [t.produce_cap if t.produce_cap < ceiling else ceiling for t in active]
+        rates = [0.0] * n
+        is_fixed = [False] * n
+        weight_sum = 0.0
+        for transfer in active:
+            weight_sum += transfer.weight
+        while weight_sum > 0:
+            unit, moved = left / weight_sum, False
+            for i in range(n):
+                if not is_fixed[i] and caps[i] <= active[i].weight * unit:
+                    rates[i], is_fixed[i], moved = caps[i], True, True
+                    left -= caps[i]
+                    weight_sum -= active[i].weight
+            if not moved:
+                for i in range(n):
+                    if not is_fixed[i]:
+                        rates[i] = active[i].weight * unit
+                break
+        return rates
+
     def _on_finish(self, event: tuple[Transfer, int]) -> None:
         transfer, version = event
         if version != transfer.version or not transfer.is_active:
@@ -207,6 +301,8 @@ class FluidLink:
         sim = self.sim
         transfer.is_active = False
         self.active.remove(transfer)
+        if transfer.weight < 1.0:
+            self._num_newcomers -= 1
         self.bytes_sent += transfer.left_at(sim.now)  # the float crumbs of the integral
         transfer.remaining, transfer.rate = 0.0, 0.0
         self.bytes_delivered += int(transfer.num_bytes)

@@ -23,6 +23,7 @@ from emulator.telemetry.metrics import check_row, sorted_percentile
 from emulator.virtual.core import Simulator
 from emulator.virtual.gateway import Gateway
 from emulator.virtual.link import LinkState
+from emulator.virtual.tcp import PACKET_BYTES
 from emulator.workload.build import num_due
 
 log = logging.getLogger(__name__)
@@ -42,11 +43,14 @@ class RunStopped(Exception):
 
 def link_states(spec: Any, connections: int) -> tuple[LinkState, LinkState]:
     """(remote -> local, local -> remote) of a scenario LinkSpec with `connections` TCP connections
-    per transfer (transport.connections); the RTT spans both delays."""
+    per transfer (transport.connections); the RTT spans both delays, the buffer is each direction's
+    queue_packets of full segments."""
     to_local, to_remote = spec.to_local, spec.to_remote
     rtt_s = to_local.delay_s + to_remote.delay_s
-    return (LinkState(to_local.rate_bytes_per_s, to_local.delay_s, to_local.loss_pct / 100, rtt_s, connections),
-            LinkState(to_remote.rate_bytes_per_s, to_remote.delay_s, to_remote.loss_pct / 100, rtt_s, connections))
+    return (LinkState(to_local.rate_bytes_per_s, to_local.delay_s, to_local.loss_pct / 100, rtt_s, connections,
+                      to_local.queue_packets * PACKET_BYTES),
+            LinkState(to_remote.rate_bytes_per_s, to_remote.delay_s, to_remote.loss_pct / 100, rtt_s, connections,
+                      to_remote.queue_packets * PACKET_BYTES))
 
 
 class Arrivals:

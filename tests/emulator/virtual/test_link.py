@@ -1,5 +1,5 @@
-"""The fluid link: max-min fair shares, loss-limited caps (Mathis), layer-wise pipelining, delay
-and link changes, against hand-computed finish times."""
+"""The fluid link: max-min fair shares, loss-limited caps, layer-wise pipelining, delay and link
+changes, against hand-computed finish times. (Slow start and lockout: test_link_tcp.py.)"""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pytest
 
 from emulator.virtual.core import Simulator
 from emulator.virtual.link import MSS_BYTES, FluidLink, LinkState, mathis_bytes_per_s
+from emulator.virtual.tcp import LOSS_C
 
 GB = 1e9
 
@@ -41,7 +42,8 @@ def test_a_transfer_speeds_up_when_its_neighbour_finishes() -> None:
 
 def test_a_late_starter_takes_its_share_from_then_on() -> None:
     # A alone for 1 s (1 GB sent), then A and B at 0.5 GB/s: A's last 1 GB takes 2 s more.
-    arrived, _ = _run(LinkState(GB, delay_s=0.0), [(0.0, 2 * GB, {}), (1.0, 2 * GB, {})])
+    # (A shallow buffer: with the default one, B would be locked out behind A, test_link_tcp.py.)
+    arrived, _ = _run(LinkState(GB, delay_s=0.0, queue_bytes=0.0), [(0.0, 2 * GB, {}), (1.0, 2 * GB, {})])
     assert arrived[0] == pytest.approx(3.0)
     assert arrived[1] == pytest.approx(4.0)  # 1 GB by t=3, then alone at 1 GB/s
 
@@ -54,13 +56,17 @@ def test_water_filling_gives_a_capped_transfers_leftover_to_the_others() -> None
     assert arrived[0] == pytest.approx(5.0)
 
 
-def test_mathis_relation_caps_each_transfer_on_a_lossy_link() -> None:
-    one = mathis_bytes_per_s(MSS_BYTES, 0.02, 0.01)
-    assert one == pytest.approx(1448 / 0.02 * 1.2247 / 0.1, rel=1e-4)  # ~0.89 MB/s per connection
+def test_the_loss_response_caps_each_transfer_on_a_lossy_link() -> None:
+    assert mathis_bytes_per_s(MSS_BYTES, 0.02, 0.01) == pytest.approx(1448 / 0.02 * 1.2247 / 0.1, rel=1e-4)
+    one = mathis_bytes_per_s(MSS_BYTES, 0.02, 0.01, LOSS_C)  # the tun-fitted constant, 8.0
+    assert one == pytest.approx(1448 / 0.02 * 8.0 / 0.1)  # ~5.8 MB/s per connection
     state = LinkState(GB, delay_s=0.01, loss=0.01, rtt_s=0.02, connections=4)
     assert state.per_transfer_cap == pytest.approx(4 * one)
-    arrived, _ = _run(state, [(0.0, 10e6, {})])
-    assert arrived[0] == pytest.approx(10e6 / (4 * one) + 0.01)
+    arrived, _ = _run(state, [(0.0, 100e6, {})])
+    # 4 new connections ramp from 4 x 10 segments, doubling per 20 ms, until the cap binds
+    w0, rounds = 4 * 10 * MSS_BYTES, math.ceil(math.log2(4 * one * 0.02 / (4 * 10 * MSS_BYTES)))
+    ramp_bytes = w0 * (2**rounds - 1)
+    assert arrived[0] == pytest.approx(rounds * 0.02 + (100e6 - ramp_bytes) / (4 * one) + 0.01)
     assert LinkState(GB, 0.0).per_transfer_cap == math.inf
 
 

@@ -1,0 +1,66 @@
+"""What the virtual link knows of TCP as the live link carries KV: the loss-limited rate of one
+connection, slow start on new connections, and when the bottleneck's queue locks newcomers out.
+Pure numbers: link.py puts them into the fluid. Constants are fitted to bench/link_tcp.py (tun
+backend, the project's KVSender: 4 cubic connections, tcp_slow_start_after_idle=0):
+
+- LOSS_C: one connection carries LOSS_C * MSS / RTT / sqrt(p). Mathis' 1.22 (periodic loss, one
+  halving per loss) undershoots Linux cubic with SACK/RACK on the tun link's random loss several
+  times over. At 200 Mbit/s, 40 ms RTT, 4 connections: 0.5 % loss carried 16 MB at ~20 MB/s and
+  1 % at 6.7-16 MB/s (W * sqrt(p) = 5-11 packets); 8.0 splits them (+15..+44 % on 1-16 MB at both
+  losses, -41 % on back-to-back 16 MB at 1 %). Runs at 500 Mbit/s fit 5.5, but there the relay's
+  per-packet path (lossy links) on 2 shared cores is suspect. RFC 8312's cubic region
+  (W ~ (RTT/p)^0.75) is far below all of these at such RTTs; the Mathis shape stays.
+- Slow start: a new connection opens at INITIAL_WINDOW segments and doubles each RTT. The live
+  network sets tcp_slow_start_after_idle=0 (emulator/net/netns.tune_tcp), so a window, once open,
+  survives idle gaps: measured transfers after a 1 s gap took what back-to-back ones did.
+- Lockout: with a drop-tail buffer deeper than the path's BDP, the incumbents' open windows keep
+  the queue full and a newcomer's packets are dropped at its tail; the link then serves transfers
+  nearly in the order they started (20 Mbit/s, 10 ms: a 1 MB transfer started 1.6 s into a 16 MB
+  one ended with it, 5.4 s later, where a fair share gives 0.84 s). With a shallow buffer the
+  connections share fairly.
+"""
+
+from __future__ import annotations
+
+import math
+
+MSS_BYTES = 1448  # a 1500-byte Ethernet MTU less IP and TCP headers (with timestamps)
+PACKET_BYTES = 1500  # what one full segment occupies in the shaper's queue
+MATHIS_C = math.sqrt(1.5)  # ~1.22: Mathis et al. 1997, periodic loss, no delayed ACKs
+LOSS_C = 8.0  # fitted to the tun link at 200 Mbit/s (see above): ~6.5x MATHIS_C
+INITIAL_WINDOW = 10  # segments (RFC 6928; Linux's default)
+CONNECTIONS = 4  # TCP connections per KV transfer, as emulator.transport's sender opens
+QUEUE_PACKETS = 1000  # the tun backend's default queue (emulator.net.spec.LinkShape.queue_packets)
+MIN_RTT_S = 1e-4  # a LAN-like floor, so a lossy link with no added delay still has a finite ceiling
+
+
+def mathis_bytes_per_s(mss_bytes: float, rtt_s: float, loss: float, c: float = MATHIS_C) -> float:
+    """Steady-state goodput of one loss-limited TCP connection: MSS / RTT * c / sqrt(p); inf
+    without loss, 0 on a cut link (p = 1: no packet gets through, whatever the formula says)."""
+    if loss <= 0:
+        return math.inf
+    if loss >= 1:
+        return 0.0
+    return mss_bytes / max(rtt_s, MIN_RTT_S) * c / math.sqrt(loss)
+
+
+def initial_window_bytes(connections: int) -> float:
+    """What `connections` new connections may send in their first round trip, together."""
+    return float(connections * INITIAL_WINDOW * MSS_BYTES)
+
+
+def is_lockout(rate_bytes_per_s: float, rtt_s: float, queue_bytes: float) -> bool:
+    """Whether the buffer is deeper than the path's BDP, so that newcomers wait behind incumbents."""
+    return rate_bytes_per_s < math.inf and queue_bytes > rate_bytes_per_s * rtt_s
+
+
+def slow_start_s(num_bytes: float, rate_bytes_per_s: float, rtt_s: float, window_bytes: float) -> float:
+    """Closed form of the fluid's ramp: seconds a lone transfer of `num_bytes` takes on a link of
+    `rate_bytes_per_s` whose window starts at `window_bytes` and doubles each `rtt_s`, sending at
+    min(rate, window / RTT) (propagation delay not included). The reference the tests check."""
+    sent, t, window = 0.0, 0.0, window_bytes
+    while window / rtt_s < rate_bytes_per_s:
+        if sent + window >= num_bytes:
+            return t + (num_bytes - sent) / (window / rtt_s)
+        sent, t, window = sent + window, t + rtt_s, 2 * window
+    return t + (num_bytes - sent) / rate_bytes_per_s

@@ -1,0 +1,89 @@
+"""The fluid link's TCP behaviour against closed forms: slow start on new connections (and a window
+that survives idle), newcomers locked out behind a deep buffer, and the lossless long-transfer limit
+equal to the plain fluid (bytes / rate + delay)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from emulator.virtual.core import Simulator
+from emulator.virtual.link import FluidLink, LinkState
+from emulator.virtual.tcp import MSS_BYTES, initial_window_bytes, is_lockout, slow_start_s
+
+MB = 1e6
+W0 = 4 * 10 * MSS_BYTES  # 4 new connections, 10 segments each: 57,920 bytes in the first round trip
+
+
+def _arrivals(state: LinkState, starts: list[tuple[float, float]]) -> list[float]:
+    """Arrival time of each (at_s, bytes) transfer on one new link."""
+    sim, done = Simulator(), {}
+    link = FluidLink(sim, state)
+    for i, (at, size) in enumerate(starts):
+        sim.schedule(at, lambda k: link.start(starts[k][1], lambda j: done.__setitem__(j, sim.now), k), i)
+    sim.run()
+    return [done[i] for i in range(len(starts))]
+
+
+def test_slow_start_closed_form_by_hand() -> None:
+    # 25 MB/s, 40 ms: windows of 57,920 * 2^k per round trip until 2^k * 57,920 / 0.04 >= 25e6
+    # (k = 5: 1.85 MB per round trip = 46 MB/s). 1 MB: rounds 0-3 carry 15 * W0 = 868,800 bytes
+    # in 0.16 s; the last 131,200 go at 16 * W0 / 0.04 = 23.2 MB/s (still below the rate).
+    assert initial_window_bytes(4) == W0
+    expected = 0.16 + (1e6 - 15 * W0) / (16 * W0 / 0.04)
+    assert slow_start_s(1e6, 25e6, 0.04, W0) == pytest.approx(expected)
+    # 16 MB: rounds 0-4 (31 * W0) in 0.2 s, the rest at the rate
+    assert slow_start_s(16e6, 25e6, 0.04, W0) == pytest.approx(0.2 + (16e6 - 31 * W0) / 25e6)
+
+
+@pytest.mark.parametrize("size", [0.5 * MB, 1 * MB, 4 * MB, 16 * MB])
+def test_a_first_transfer_ramps_in_slow_start(size: float) -> None:
+    state = LinkState(25e6, delay_s=0.02, rtt_s=0.04)
+    (arrived,) = _arrivals(state, [(0.0, size)])
+    assert arrived == pytest.approx(slow_start_s(size, 25e6, 0.04, W0) + 0.02)
+
+
+def test_an_open_window_survives_idle_and_the_next_transfer_goes_at_the_rate() -> None:
+    # tcp_slow_start_after_idle=0 on the live network: the second 4 MB, 5 s later, does not ramp.
+    state = LinkState(25e6, delay_s=0.02, rtt_s=0.04)
+    first, second = _arrivals(state, [(0.0, 4 * MB), (5.0, 4 * MB)])
+    assert first - 0.0 == pytest.approx(slow_start_s(4 * MB, 25e6, 0.04, W0) + 0.02)
+    assert second - 5.0 == pytest.approx(4 * MB / 25e6 + 0.02)
+
+
+def test_lossless_long_transfers_tend_to_the_plain_fluid() -> None:
+    # The ramp costs less than its rounds (5 round trips, 0.2 s, here) over bytes / rate: 0.128 s,
+    # under 1 % of 400 MB at 25 MB/s, and a fixed cost, so the limit is the plain fluid.
+    state = LinkState(25e6, delay_s=0.02, rtt_s=0.04)
+    (arrived,) = _arrivals(state, [(0.0, 400 * MB)])
+    fluid = 400 * MB / 25e6 + 0.02
+    assert arrived - fluid == pytest.approx(5 * 0.04 - 31 * W0 / 25e6)
+    assert arrived == pytest.approx(fluid, rel=1e-2)
+    unshaped = LinkState(math.inf, delay_s=0.005, rtt_s=0.01)  # no rate: nothing to ramp to
+    assert _arrivals(unshaped, [(1.0, 400 * MB)]) == [pytest.approx(1.005)]
+
+
+def test_a_newcomer_behind_a_deep_buffer_gets_bdp_over_buffer_of_an_incumbents_share() -> None:
+    # 6.25 MB/s (50 Mbit/s), 20 ms RTT: BDP 125 kB, buffer 1,000 x 1,500 B: weight 0.0833.
+    state = LinkState(6.25e6, delay_s=0.01, rtt_s=0.02)
+    assert is_lockout(6.25e6, 0.02, 1.5e6) and state.newcomer_weight == pytest.approx(0.125e6 / 1.5e6)
+    big, small = 16 * MB, 1 * MB
+    big_alone = slow_start_s(big, 6.25e6, 0.02, W0)  # ramps first, then holds the link
+    big_done, small_done = _arrivals(state, [(0.0, big), (1.0, small)])
+    w = 0.125 / 1.5
+    small_rate, big_rate = 6.25e6 * w / (1 + w), 6.25e6 / (1 + w)
+    big_left = big - 6.25e6 * (1.0 - (slow_start_s(0, 6.25e6, 0.02, W0) + big_alone - big / 6.25e6))
+    # from 1 s the big one runs at big_rate; the small one at small_rate, then alone at the rate
+    t_big = 1.0 + big_left / big_rate
+    sent_small = small_rate * (t_big - 1.0)
+    assert big_done == pytest.approx(t_big + 0.01)
+    assert small_done == pytest.approx(t_big + (small - sent_small) / 6.25e6 + 0.01)
+
+
+def test_a_shallow_buffer_shares_fairly_and_peers_started_together_are_not_newcomers() -> None:
+    shallow = LinkState(6.25e6, delay_s=0.0, rtt_s=0.0, queue_bytes=0.0)
+    assert not is_lockout(6.25e6, 0.02, 0.1e6) and shallow.newcomer_weight == 1.0
+    assert _arrivals(shallow, [(0.0, 2 * MB), (0.16, 1 * MB)]) == [pytest.approx(0.48), pytest.approx(0.48)]
+    deep = LinkState(6.25e6, delay_s=0.0, rtt_s=0.0)
+    assert _arrivals(deep, [(0.0, 1 * MB), (0.0, 1 * MB)]) == [pytest.approx(0.32), pytest.approx(0.32)]
