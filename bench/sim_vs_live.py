@@ -21,7 +21,6 @@ bench/results/sim_vs_live.html (the table, and each configuration's TTFT CDFs, o
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import os
 import platform
@@ -67,21 +66,20 @@ def calibrate(work: Path) -> Path:
     return profile
 
 
-def run_pair(config: Config, profile: dict[str, Any], rate: float, requests: int, work: Path) -> dict[str, Any]:
-    """One configuration on both engines, from one document; each engine's metrics."""
+def run_pair(config: Config, profile_path: Path, rate: float, requests: int, work: Path) -> dict[str, Any]:
+    """One configuration on both engines from one scenario file: it names the machine profile
+    (`model.profile_file`), which the live engine ignores and the virtual engine charges."""
     folder = work / config.name
     folder.mkdir(parents=True, exist_ok=True)
     doc = config.document(rate, requests)
+    doc["model"]["profile_file"] = str(profile_path.resolve())
+    scenario = folder / "scenario.yaml"
+    scenario.write_text(yaml.safe_dump(doc, sort_keys=False))
     runs = {}
     for engine in ("live", "virtual"):
-        engine_doc = copy.deepcopy(doc)
-        engine_doc["engine"] = engine
-        if engine == "virtual":
-            engine_doc["model"] = {"profile": profile}
-        path = folder / f"{engine}.yaml"
-        path.write_text(yaml.safe_dump(engine_doc, sort_keys=False))
         started = time.monotonic()
-        emulator("run", str(path), "--out", str(folder / engine), "--no-broker", log=folder / f"{engine}.log")
+        emulator("run", str(scenario), "--engine", engine, "--out", str(folder / engine), "--no-broker",
+                 log=folder / f"{engine}.log")
         runs[engine] = metrics(folder / engine)
         print(f"  {config.name} {engine}: {runs[engine]['completed']}/{runs[engine]['requests']} completed, "
               f"TTFT mean {runs[engine]['ttft_mean_s']:.3f} s ({time.monotonic() - started:.0f} s)", flush=True)
@@ -120,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     profile = yaml.safe_load(profile_path.read_text())["model"]["profile"]
     capacity = capacity_per_s(profile)
     print(f"capacity (calibrated): {capacity:.3f} requests/s", flush=True)
-    rows = [run_pair(config, profile, config.load * capacity, requests, work)
+    rows = [run_pair(config, profile_path, config.load * capacity, requests, work)
             for config in MATRIX if config.name in names]
     result = {
         "bench": "sim_vs_live", "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),

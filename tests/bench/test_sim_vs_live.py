@@ -14,9 +14,9 @@ from types import ModuleType
 
 import pandas as pd
 import pytest
-import yaml
 
 from emulator.scenario import parse_scenario
+from emulator.virtual.engine import run_virtual
 from emulator.workload.build import build_requests
 from tests.bench.scripts import BENCH, load_bench
 
@@ -59,9 +59,7 @@ def test_errors_and_missed_goals_on_hand_made_figures(report: ModuleType) -> Non
 
 def test_metrics_of_a_virtual_run_of_a_matrix_scenario(matrix: ModuleType, tmp_path: Path) -> None:
     doc = {**matrix.MATRIX[1].document(2.0, 40), "engine": "virtual", "model": {"profile": PROFILE}}
-    (tmp_path / "s.yaml").write_text(yaml.safe_dump(doc))
-    subprocess.run([sys.executable, "-m", "emulator", "run", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "run")],
-                   cwd=ROOT, check=True, capture_output=True)
+    run_virtual(parse_scenario(doc, ROOT), tmp_path / "run")
     figures = matrix.metrics(tmp_path / "run")
     rows = pd.read_parquet(tmp_path / "run" / "requests.parquet")
     span_s = rows["finish_s"].max() - rows["arrival_s"].min()
