@@ -98,6 +98,7 @@ class MachineProfile:
     kv_bytes: tuple[int, ...]
     decode_step_s: tuple[float, ...]
     busy_slowdown: tuple[float, ...]
+    kv_tail_fraction: float  # the last layer's share of a cache's bytes, mean over the lengths
     cores: int
     worker_nice: int  # the probes' own nice level (the parent's + the worker's increment)
     wall_s: float
@@ -114,20 +115,27 @@ def measure_machine(plan: MachinePlan, say: Say = print) -> MachineProfile:
         first = probes[0]
         nice = int(first.ready.get("nice", 0))
         say(f"  probes ready after {time.monotonic() - started:.1f} s (nice {nice})")
-        prefill_s, kv_bytes = _prefills(first, plan, say)
+        prefill_s, kv_bytes, tail = _prefills(first, plan, say)
         decode_s = _decode_steps(first, plan, kv_bytes, say)
         slowdown = _sharing(probes, plan, say)
-    return MachineProfile(plan, prefill_s, kv_bytes, decode_s, slowdown, cores, nice, time.monotonic() - started)
+    return MachineProfile(plan, prefill_s, kv_bytes, decode_s, slowdown, tail, cores, nice,
+                          time.monotonic() - started)
 
 
-def _prefills(probe: ProbeProcess, plan: MachinePlan, say: Say) -> tuple[tuple[float, ...], tuple[int, ...]]:
+def _prefills(probe: ProbeProcess, plan: MachinePlan, say: Say) -> tuple[tuple[float, ...], tuple[int, ...], float]:
+    """Median prefill time and the KV bytes per length, and the last layer's mean share of them."""
     budget_s = ANSWER_SLACK_S + plan.reps * sum(plan.lengths) * 1e-2  # far above 1 ms per token
     doc = probe.ask({"op": "prefill", "lengths": list(plan.lengths), "reps": plan.reps}, budget_s)
     medians = tuple(statistics.median(_seconds(times, "prefill_s")) for times in doc["prefill_s"])
     kv_bytes = tuple(int(b) for b in doc["kv_bytes"])
-    for length, seconds, size in zip(plan.lengths, medians, kv_bytes, strict=True):
-        say(f"  prefill {length:>6} tokens: {seconds:8.4f} s (median of {plan.reps}), KV {size / MIB:.3f} MiB")
-    return medians, kv_bytes
+    tails = doc.get("tail_fraction")
+    if (not isinstance(tails, list) or len(tails) != len(plan.lengths)
+            or not all(type(t) is float and 0 < t <= 1 for t in tails)):
+        raise CalibrationError("probe: tail_fraction is not one share in (0, 1] per length")
+    for length, seconds, size, tail in zip(plan.lengths, medians, kv_bytes, tails, strict=True):
+        say(f"  prefill {length:>6} tokens: {seconds:8.4f} s (median of {plan.reps}), KV {size / MIB:.3f} MiB, "
+            f"last layer {tail:.1%}")
+    return medians, kv_bytes, statistics.fmean(tails)
 
 
 def _decode_steps(probe: ProbeProcess, plan: MachinePlan, kv_bytes: tuple[int, ...], say: Say) -> tuple[float, ...]:
@@ -200,6 +208,7 @@ def profile_file_of(profile: MachineProfile, scenario: Scenario, date: str | Non
             "decode_batch_sizes": list(plan.batch_sizes),
             "decode_step_ms_by_batch": {DEVICE: [_sig(s * 1e3) for s in profile.decode_step_s]},
             "host": {"cores": profile.cores, "busy_slowdown": list(profile.busy_slowdown)},
+            "kv_tail_fraction": _sig(profile.kv_tail_fraction),
         }},
     }
     return ProfileFile.model_validate(doc)

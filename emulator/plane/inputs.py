@@ -81,6 +81,7 @@ class HostCosts:
     decode_step_by_batch_s: PiecewiseLinear | None
     busy_slowdown: tuple[float, ...]
     host_cores: int
+    kv_tail_fraction: float | None = None  # the profile's measured last-layer share, if any
 
 
 def host_costs(scenario: Scenario) -> HostCosts:
@@ -93,7 +94,8 @@ def host_costs(scenario: Scenario) -> HostCosts:
     curve = None if by_batch is None else PiecewiseLinear(
         tuple(map(float, profile.decode_batch_sizes)), tuple(ms / 1e3 / local.speed_factor for ms in by_batch))
     host = profile.host
-    return HostCosts(curve, () if host is None else tuple(host.busy_slowdown), 0 if host is None else host.cores)
+    return HostCosts(curve, () if host is None else tuple(host.busy_slowdown), 0 if host is None else host.cores,
+                     profile.kv_tail_fraction)
 
 
 def workload_lengths(scenario: Scenario, requests: list[RequestSpec] | None = None) -> tuple[LengthSamples, float]:

@@ -109,6 +109,9 @@ class ProfileSpec(Section):
     decode_batch_sizes: tuple[BatchSize, ...] = Field(default=(), max_length=MAX_PROFILE_POINTS)
     decode_step_ms_by_batch: dict[Name, tuple[StepMs, ...]] = Field(default={}, max_length=MAX_DEVICES)
     host: HostSpec | None = None
+    # The share of a cache's bytes that only the last layer produces, so it crosses the link after
+    # the prefill ends (layer-wise pipelining); None: 1 / PIPELINE_LAYERS (the case study's guess).
+    kv_tail_fraction: Annotated[float, Field(strict=True, gt=0, le=1)] | None = None
 
 
 def _gpus_or_auto(value: Any) -> Any:
@@ -319,6 +322,7 @@ SECTION_HINTS = {
     "cores": f"use a whole number of cores, 1 to {MAX_HOST_CORES:,}",
     "busy_slowdown": (f"give 1 to {MAX_BUSY_WORKERS:,} factors, 1.0 first (one busy worker), each "
                       f"above 0 and at most {MAX_SLOWDOWN:,.0f}"),
+    "kv_tail_fraction": "give the last layer's share of a cache's bytes, above 0 and at most 1",
     "profile_file": "name a profile YAML file (`python -m emulator calibrate SCENARIO --machine` writes one)",
     "instances": f"use a whole number of instances, at most {MAX_INSTANCES:,}",
     "device": "name a device of model.profile (e.g. h200, h20), lowercase",

@@ -43,17 +43,18 @@ class CostModel:
     decode_batch: Curve | None = None
     busy_slowdown: tuple[float, ...] = ()
     host_cores: int = 0
+    kv_tail_share: float = 0.0  # measured last-layer share of the KV bytes; 0: 1 / pipeline_layers
 
     @classmethod
     def from_inputs(cls, inputs: ModelInputs, source: str, *, pipeline_layers: int = PIPELINE_LAYERS,
                     local_rate_bytes_per_s: float = LOCAL_RDMA_BYTES_PER_S,
                     decode_batch: PiecewiseLinear | None = None, busy_slowdown: tuple[float, ...] = (),
-                    host_cores: int = 0) -> CostModel:
+                    host_cores: int = 0, kv_tail_share: float = 0.0) -> CostModel:
         prefill = {Cluster.REMOTE: Curve.from_table(inputs.prefill_remote_s),
                    Cluster.LOCAL: Curve.from_table(inputs.prefill_local_s)}
         batch = None if decode_batch is None else Curve.from_table(decode_batch)
         return cls(prefill, Curve.from_table(inputs.kv_bytes), inputs.decode_step_s, inputs.max_decode_batch,
-                   source, pipeline_layers, local_rate_bytes_per_s, batch, busy_slowdown, host_cores)
+                   source, pipeline_layers, local_rate_bytes_per_s, batch, busy_slowdown, host_cores, kv_tail_share)
 
     def decode_s(self, output_len: int) -> float:
         """Time a request holds a decode slot: its first token comes from the prefill and is
@@ -84,14 +85,15 @@ class CostModel:
 
     @property
     def tail_fraction(self) -> float:
-        """The share of a KV cache that can only be sent once the prefill has ended."""
-        return 1.0 / self.pipeline_layers
+        """The share of a KV cache that can only be sent once the prefill has ended: the profile's
+        measured last-layer share, else one of `pipeline_layers` equal layers."""
+        return self.kv_tail_share if self.kv_tail_share > 0 else 1.0 / self.pipeline_layers
 
     def as_meta(self) -> dict[str, object]:
         meta: dict[str, object] = {
             "source": self.source, "decode_step_s": self.decode_step_s,
             "max_decode_batch": self.max_decode_batch, "pipeline_layers": self.pipeline_layers,
-            "local_rate_gbps": self.local_rate_bytes_per_s * 8e-9}
+            "kv_tail_fraction": self.tail_fraction, "local_rate_gbps": self.local_rate_bytes_per_s * 8e-9}
         if self.decode_batch is not None:
             meta["decode_step_s_by_batch"] = {"batch_sizes": list(self.decode_batch.xs),
                                               "step_s": list(self.decode_batch.ys)}

@@ -38,10 +38,13 @@ from emulator.workload.coverage import WorkloadCoverage
 
 log = logging.getLogger(__name__)
 APPROXIMATIONS = (
-    "fluid link: max-min fair shares recomputed at each start/finish, no slow start or queues",
+    "link: TCP as a fluid (emulator/virtual/tcp.py): slow start on new connections, a loss-limited rate "
+    "per connection, newcomers behind a deep drop-tail queue weighted down; no per-packet loss recovery "
+    "(a lost tail's timeout is not modelled)",
     "layer-wise pipelining: KV flows from prefill start at most at the production rate; the last "
-    "layer's share (1 / pipeline_layers) goes after the prefill ends",
-    "decode: constant step time up to BS_max, joins not aligned to step boundaries",
+    "layer's share (the profile's kv_tail_fraction, else 1 / pipeline_layers) goes after the prefill ends",
+    "decode: the step at the batch size a request joins with (constant up to BS_max without a batch "
+    "table), not re-timed as the batch changes",
     "local prefill -> decode KV over RDMA at a fixed rate, no sharing",
 )
 
@@ -143,7 +146,8 @@ def make_costs(scenario: Scenario, plane: ControlPlane) -> CostModel:
     host every worker shares: emulator.plane.inputs.host_costs)."""
     host = host_costs(scenario)
     return CostModel.from_inputs(plane.inputs, plane.profile_source, decode_batch=host.decode_step_by_batch_s,
-                                 busy_slowdown=host.busy_slowdown, host_cores=host.host_cores)
+                                 busy_slowdown=host.busy_slowdown, host_cores=host.host_cores,
+                                 kv_tail_share=host.kv_tail_fraction or 0.0)
 
 
 @contextmanager

@@ -6,6 +6,7 @@ token, a request finished) through the callbacks it gives each node.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable
 
@@ -96,7 +97,10 @@ class DecodeNode:
 
     With `step_at` (a profile's step by batch size, or a shared host), a joining request's step is
     `step_at(batch size with it)`, asked once as it joins and kept for all its tokens: a batch that
-    grows or shrinks later does not re-time the requests already in it.
+    grows or shrinks later does not re-time the requests already in it. There the batch also keeps
+    a step clock, as the live decode role does: a request joining a batch that is stepping waits for
+    the step in progress to end before its first token is delivered (`_clock_s` is when the current
+    run of steps began, `_clock_step_s` its step).
     """
 
     def __init__(self, sim: Simulator, node: NodeId, max_batch: int,
@@ -114,6 +118,8 @@ class DecodeNode:
         self.peak_active = 0
         self.is_up = True
         self.epoch = 0
+        self._clock_s = 0.0
+        self._clock_step_s = 0.0
 
     @property
     def num_held(self) -> int:
@@ -125,9 +131,15 @@ class DecodeNode:
 
     def admit(self, journey: Journey) -> None:
         if len(self.active) < self.max_batch:
-            self._join(journey)
+            self._enter(journey)
         else:
             self.waiting.append(journey)
+
+    def _enter(self, journey: Journey) -> None:
+        if self.step_at is None:
+            self._join(journey)
+        else:
+            self._join_stepping(journey)
 
     def _join(self, journey: Journey) -> None:
         active, spec = self.active, journey.spec
@@ -136,12 +148,36 @@ class DecodeNode:
             self.peak_active = len(active)
         now = self.sim.now
         self.on_first_token(self, journey)  # delivered as it joins
-        if self.step_at is None:
-            self.sim.schedule(now + self.decode_s(spec.output_len), self._finish, (journey, self.epoch, self.step_s))
+        self.sim.schedule(now + self.decode_s(spec.output_len), self._finish, (journey, self.epoch, self.step_s))
+
+    def _join_stepping(self, journey: Journey) -> None:
+        """_join with a step clock: the first token waits for the step in progress, if any."""
+        active = self.active
+        was_stepping = len(active) > 0
+        active[journey.spec.id] = journey
+        if len(active) > self.peak_active:
+            self.peak_active = len(active)
+        now = self.sim.now
+        step_s = self.step_at(len(active)) if self.step_at is not None else self.step_s
+        start_s = now  # when its first token is delivered: now, or the end of the step in progress
+        if was_stepping and self._clock_step_s > 0:
+            steps_done = math.ceil((now - self._clock_s) / self._clock_step_s - 1e-9)
+            start_s = self._clock_s + steps_done * self._clock_step_s
+        else:
+            self._clock_s, self._clock_step_s = now, step_s
+        if start_s > now:
+            self.sim.schedule(start_s, self._begin, (journey, self.epoch, step_s))
+        else:
+            self._begin((journey, self.epoch, step_s))
+
+    def _begin(self, event: tuple[Journey, int, float]) -> None:
+        journey, epoch, step_s = event
+        if epoch != self.epoch or journey.spec.id not in self.active:
             return
-        step_s = self.step_at(len(active))
-        num_steps = spec.output_len - 1 if spec.output_len > 1 else 0
-        self.sim.schedule(now + num_steps * step_s, self._finish, (journey, self.epoch, step_s))
+        self.on_first_token(self, journey)
+        output_len = journey.spec.output_len
+        num_steps = output_len - 1 if output_len > 1 else 0
+        self.sim.schedule(self.sim.now + num_steps * step_s, self._finish, (journey, self.epoch, step_s))
 
     def _finish(self, event: tuple[Journey, int, float]) -> None:
         journey, epoch, step_s = event
@@ -152,7 +188,7 @@ class DecodeNode:
         self.on_finish(self, journey, step_s if spec.output_len > 1 else 0.0)
         waiting = self.waiting
         while waiting and len(self.active) < self.max_batch:
-            self._join(waiting.popleft())
+            self._enter(waiting.popleft())
 
     def kill(self) -> None:
         """Go down, dropping what it held (the run core says which requests that was)."""

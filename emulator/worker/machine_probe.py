@@ -90,11 +90,15 @@ class Probe:
         reps = _int(cmd, "reps", 1, MAX_REPS)
         seconds: list[list[float]] = [[] for _ in lengths]
         kv_bytes = [0] * len(lengths)
-        for _ in range(reps):  # one sweep per rep, so a slow spell spreads over every length
+        tail = [0.0] * len(lengths)  # the last layer's share of the bytes: sent only after the prefill
+        for rep in range(reps):  # one sweep per rep, so a slow spell spreads over every length
             for i, length in enumerate(lengths):
-                took_s, kv_bytes[i] = self.prefill(length)
+                frames: list[bytes] | None = [] if rep == 0 else None
+                took_s, kv_bytes[i] = self.prefill(length, frames)
                 seconds[i].append(took_s)
-        return {"prefill_s": seconds, "kv_bytes": kv_bytes}
+                if frames:
+                    tail[i] = len(frames[-1]) / max(sum(map(len, frames)), 1)
+        return {"prefill_s": seconds, "kv_bytes": kv_bytes, "tail_fraction": tail}
 
     def run_decode(self, cmd: Mapping[str, Any]) -> dict[str, Any]:
         """The median step of each batch size, on caches of `cache_tokens` decoded from one

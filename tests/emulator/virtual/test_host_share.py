@@ -5,6 +5,7 @@ a decode request's step is the batch table's at the size it joins. Numbers compu
 from __future__ import annotations
 
 import copy
+import math
 from pathlib import Path
 from typing import Any
 
@@ -106,3 +107,16 @@ def test_the_batch_curve_interpolates_between_sizes() -> None:
     costs = CostModel.from_inputs(plane.inputs, "box", decode_batch=table)
     assert [costs.decode_step_at(n) for n in (1, 2, 3, 4)] == [0.02, 0.04, 0.06, 0.08]
     assert costs.is_timed_by_batch and not CostModel.from_inputs(plane.inputs, "box").is_timed_by_batch
+
+
+def test_a_request_joining_a_stepping_batch_waits_for_the_step_in_progress() -> None:
+    """As the live decode role: r1 starts a run of 20 ms steps when it joins (no host here); r2's
+    KV arrives 1.01 s later (1,010 tokens), mid-step, and its first token comes at the next step
+    boundary of r1's clock, not at once. r1, joining an idle node, gets its first token as its KV
+    arrives."""
+    records = run([RequestSpec("r1", 0.0, 1000, 101), RequestSpec("r2", 0.0, 1010, 101)], host=None)
+    r1, r2 = records["r1"], records["r2"]
+    assert r1.first_token_s == pytest.approx(r1.transfer_end_s, abs=1e-12)
+    boundary = r1.first_token_s + math.ceil((r2.transfer_end_s - r1.first_token_s) / 0.020) * 0.020
+    assert r2.first_token_s == pytest.approx(boundary, abs=1e-9)
+    assert r2.first_token_s - r2.transfer_end_s == pytest.approx(0.010, abs=1e-6)  # half of r1's step left
