@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -68,11 +69,13 @@ def calibrate(work: Path) -> Path:
 
 def run_pair(config: Config, profile_path: Path, rate: float, requests: int, work: Path) -> dict[str, Any]:
     """One configuration on both engines from one scenario file: it names the machine profile
-    (`model.profile_file`), which the live engine ignores and the virtual engine charges."""
+    (`model.profile_file`, a copy beside it), which the live engine ignores and the virtual engine
+    charges."""
     folder = work / config.name
     folder.mkdir(parents=True, exist_ok=True)
     doc = config.document(rate, requests)
-    doc["model"]["profile_file"] = str(profile_path.resolve())
+    shutil.copyfile(profile_path, folder / "profile.yaml")
+    doc["model"]["profile_file"] = "profile.yaml"
     scenario = folder / "scenario.yaml"
     scenario.write_text(yaml.safe_dump(doc, sort_keys=False))
     runs = {}
