@@ -115,17 +115,26 @@ def measure_machine(plan: MachinePlan, say: Say = print) -> MachineProfile:
         first = probes[0]
         nice = int(first.ready.get("nice", 0))
         say(f"  probes ready after {time.monotonic() - started:.1f} s (nice {nice})")
-        prefill_s, kv_bytes, tail = _prefills(first, plan, say)
+        prefill_s, kv_bytes, tail = _prefills(first, probes[1] if len(probes) > 1 else None, plan, say)
         decode_s = _decode_steps(first, plan, kv_bytes, say)
         slowdown = _sharing(probes, plan, say)
     return MachineProfile(plan, prefill_s, kv_bytes, decode_s, slowdown, tail, cores, nice,
                           time.monotonic() - started)
 
 
-def _prefills(probe: ProbeProcess, plan: MachinePlan, say: Say) -> tuple[tuple[float, ...], tuple[int, ...], float]:
-    """Median prefill time and the KV bytes per length, and the last layer's mean share of them."""
+def _prefills(probe: ProbeProcess, receiver: ProbeProcess | None, plan: MachinePlan,
+              say: Say) -> tuple[tuple[float, ...], tuple[int, ...], float]:
+    """Median prefill time and the KV bytes per length, and the last layer's mean share of them.
+    With a `receiver`, every cache is shipped to it over loopback TCP and decoded there while the
+    next prefill runs, as in a live run, where the decode worker's receiving shares the machine."""
     budget_s = ANSWER_SLACK_S + plan.reps * sum(plan.lengths) * 1e-2  # far above 1 ms per token
-    doc = probe.ask({"op": "prefill", "lengths": list(plan.lengths), "reps": plan.reps}, budget_s)
+    cmd: dict[str, object] = {"op": "prefill", "lengths": list(plan.lengths), "reps": plan.reps}
+    if receiver is not None:
+        cmd["ship_to"] = int(receiver.ask({"op": "listen"}, ANSWER_SLACK_S)["port"])
+        receiver.send({"op": "sink", "requests": plan.reps * len(plan.lengths)})
+    doc = probe.ask(cmd, budget_s)
+    if receiver is not None:
+        receiver.answer(budget_s)
     medians = tuple(statistics.median(_seconds(times, "prefill_s")) for times in doc["prefill_s"])
     kv_bytes = tuple(int(b) for b in doc["kv_bytes"])
     tails = doc.get("tail_fraction")

@@ -2,7 +2,9 @@
 
 It loads the model as a live worker does (load_model, one torch thread, the worker's nice level) and
 answers JSON-line commands on stdin with one JSON line each on stdout: time prefills through the
-prefill role's own shipping path (so `kv_bytes` is the number a live run reports), time decode steps
+prefill role's own shipping path (so `kv_bytes` is the number a live run reports), their frames
+sent over loopback TCP to a second probe that decodes them as a decode worker does (`listen`, then
+`sink`: in a live run the receiver's work shares the machine with the prefill), time decode steps
 by batch size on caches decoded from those frames (as a decode worker receives them), or stay busy
 with prefills between two moments (the CPU-sharing rounds). What to measure is the parent's choice
 (emulator/live/machine_profile.py); this process only times.
@@ -10,10 +12,13 @@ with prefills between two moments (the CPU-sharing rounds). What to measure is t
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import os
+import socket
 import statistics
+import struct
 import sys
 import time
 from collections.abc import Mapping
@@ -21,6 +26,7 @@ from typing import Any
 
 import torch
 
+from emulator.worker.compute import ComputeThread
 from emulator.worker.decode_engine import decode_tokens
 from emulator.worker.kv_shipping import LayerShipper, prefill_shipping
 from emulator.worker.worker import WORKER_NICE, load_model
@@ -32,6 +38,10 @@ MAX_PROBE_TOKENS = 65_536  # one prompt; the parent caps its grid well below
 MAX_PROBE_BATCH = 256
 MAX_REPS = 100
 MAX_WAIT_S = 60.0  # a busy round starts at most this far ahead
+MAX_FRAME_BYTES = 1 << 30  # one shipped layer; the parent's grid stays far below
+MAX_SINK_REQUESTS = 10_000
+FRAME_LENGTH = struct.Struct("!I")  # each shipped frame is preceded by its length; 0 ends a request
+ACCEPT_TIMEOUT_S = 30.0
 WARMUP_TOKENS = 64  # the first forward after loading allocates; it is not timed
 SEED = 0
 
@@ -72,17 +82,25 @@ class Probe:
         vocab = min(model.config.vocab_size, 256)
         generator = torch.Generator().manual_seed(SEED)
         self.tokens: list[int] = torch.randint(0, vocab, (MAX_PROBE_TOKENS,), generator=generator).tolist()
+        self.listener: socket.socket | None = None
         self.prefill(WARMUP_TOKENS)
 
-    def prefill(self, length: int, frames: list[bytes] | None = None) -> tuple[float, int]:
+    def prefill(self, length: int, frames: list[bytes] | None = None,
+                sink: socket.socket | None = None) -> tuple[float, int]:
         """(seconds, kv_bytes) of one prefill as the prefill role runs it: every layer encoded on the
-        ship thread while the next computes; `frames` collects them when given."""
+        ship thread while the next computes, and sent to `sink` (a receiving probe) when given;
+        `frames` collects them when given."""
         def send(index: int, frame: bytes) -> None:
             if frames is not None:
                 frames.append(frame)
+            if sink is not None:
+                sink.sendall(FRAME_LENGTH.pack(len(frame)))
+                sink.sendall(frame)
 
         start = time.perf_counter()
         _, _, report = prefill_shipping(self.model, self.tokens[:length], self.shipper, send)
+        if sink is not None:
+            sink.sendall(FRAME_LENGTH.pack(0))
         return time.perf_counter() - start, report.kv_bytes
 
     def run_prefill(self, cmd: Mapping[str, Any]) -> dict[str, Any]:
@@ -91,14 +109,49 @@ class Probe:
         seconds: list[list[float]] = [[] for _ in lengths]
         kv_bytes = [0] * len(lengths)
         tail = [0.0] * len(lengths)  # the last layer's share of the bytes: sent only after the prefill
-        for rep in range(reps):  # one sweep per rep, so a slow spell spreads over every length
-            for i, length in enumerate(lengths):
-                frames: list[bytes] | None = [] if rep == 0 else None
-                took_s, kv_bytes[i] = self.prefill(length, frames)
-                seconds[i].append(took_s)
-                if frames:
-                    tail[i] = len(frames[-1]) / max(sum(map(len, frames)), 1)
+        port = cmd.get("ship_to")
+        sink = None
+        if port is not None:
+            sink = socket.create_connection(("127.0.0.1", _int(cmd, "ship_to", 1, 65535)), timeout=ACCEPT_TIMEOUT_S)
+            sink.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            for rep in range(reps):  # one sweep per rep, so a slow spell spreads over every length
+                for i, length in enumerate(lengths):
+                    frames: list[bytes] | None = [] if rep == 0 else None
+                    took_s, kv_bytes[i] = self.prefill(length, frames, sink)
+                    seconds[i].append(took_s)
+                    if frames:
+                        tail[i] = len(frames[-1]) / max(sum(map(len, frames)), 1)
+        finally:
+            if sink is not None:
+                sink.close()
         return {"prefill_s": seconds, "kv_bytes": kv_bytes, "tail_fraction": tail}
+
+    def run_listen(self, cmd: Mapping[str, Any]) -> dict[str, Any]:
+        """Open the loopback port a prefilling probe ships its frames to."""
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener.settimeout(ACCEPT_TIMEOUT_S)
+        return {"port": self.listener.getsockname()[1]}
+
+    def run_sink(self, cmd: Mapping[str, Any]) -> dict[str, Any]:
+        """Take one connection and `requests` shipped caches on it, each decoded into a cache as a
+        decode worker's receiver does; the byte count back."""
+        requests = _int(cmd, "requests", 1, MAX_SINK_REQUESTS)
+        if self.listener is None:
+            raise ProbeError("sink: no listen before it")
+        conn, _ = self.listener.accept()
+        conn.settimeout(MAX_WAIT_S)
+        received = 0
+        with conn, conn.makefile("rb") as stream:
+            for _ in range(requests):
+                frames = []
+                while (size := FRAME_LENGTH.unpack(_read_exactly(stream, FRAME_LENGTH.size))[0]) > 0:
+                    if size > MAX_FRAME_BYTES:
+                        raise ProbeError(f"sink: a frame of {size:,} bytes is over {MAX_FRAME_BYTES:,}")
+                    frames.append(_read_exactly(stream, size))
+                    received += size
+                decode_cache(frames, self.model.config, self.model.device)
+        return {"bytes": received}
 
     def run_decode(self, cmd: Mapping[str, Any]) -> dict[str, Any]:
         """The median step of each batch size, on caches of `cache_tokens` decoded from one
@@ -109,17 +162,26 @@ class Probe:
         frames: list[bytes] = []
         self.prefill(cache_tokens, frames)
         caches = [decode_cache(frames, self.model.config, self.model.device) for _ in range(max(sizes))]
+        return {"step_s": asyncio.run(self._decode_steps(caches, sizes, steps, cache_tokens))}
+
+    async def _decode_steps(self, caches: list[Any], sizes: list[int], steps: int, cache_tokens: int) -> list[float]:
+        """Each step as the decode role takes it: awaited from the event loop on the worker's one
+        torch thread (ComputeThread), so the hop between the two threads is in the time."""
+        compute = ComputeThread(1)
         step_s = []
-        for size in sizes:
-            batch, tokens = caches[:size], [self.tokens[cache_tokens % MAX_PROBE_TOKENS]] * size
-            tokens = decode_tokens(self.model, tokens, batch)
-            times = []
-            for _ in range(steps):
-                start = time.perf_counter()
-                tokens = decode_tokens(self.model, tokens, batch)
-                times.append(time.perf_counter() - start)
-            step_s.append(statistics.median(times))
-        return {"step_s": step_s}
+        try:
+            for size in sizes:
+                batch, tokens = caches[:size], [self.tokens[cache_tokens % MAX_PROBE_TOKENS]] * size
+                tokens = await compute.call(decode_tokens, self.model, tokens, batch)
+                times = []
+                for _ in range(steps):
+                    start = time.perf_counter()
+                    tokens = await compute.call(decode_tokens, self.model, tokens, batch)
+                    times.append(time.perf_counter() - start)
+                step_s.append(statistics.median(times))
+        finally:
+            compute.shutdown()
+        return step_s
 
     def run_busy(self, cmd: Mapping[str, Any]) -> dict[str, Any]:
         """Prefills of `tokens` back to back from `start_at` until one ends after `stop_at`; the
@@ -140,9 +202,19 @@ class Probe:
 
     def close(self) -> None:
         self.shipper.close()
+        if self.listener is not None:
+            self.listener.close()
 
 
-COMMANDS = {"prefill": Probe.run_prefill, "decode": Probe.run_decode, "busy": Probe.run_busy}
+def _read_exactly(stream: Any, size: int) -> bytes:
+    data = stream.read(size)
+    if len(data) != size:
+        raise ProbeError(f"sink: the connection closed {len(data)} bytes into a {size}-byte read")
+    return data
+
+
+COMMANDS = {"prefill": Probe.run_prefill, "decode": Probe.run_decode, "busy": Probe.run_busy,
+            "listen": Probe.run_listen, "sink": Probe.run_sink}
 
 
 def _reply(doc: Mapping[str, Any]) -> None:
