@@ -66,11 +66,11 @@ def run_sweep(sweep: Sweep, out_dir: str | Path, *, address: str | None = None, 
 
     try:
         if todo:
-            with ray_session(address, workers) as cluster:
+            with ray_session(address, workers) as cluster, Interrupt() as interrupt:
                 in_flight: dict[Any, Point] = {}
                 last_flush = time.perf_counter()
                 try:
-                    for row in _results(sweep, todo, cluster["num_cpus"], in_flight):
+                    for row in _results(sweep, todo, cluster["num_cpus"], in_flight, interrupt):
                         store.add(row)
                         counts["ran"] += 1
                         counts["failed"] += row["status"] == FAILED
@@ -104,8 +104,36 @@ def _write_report(out_dir: Path, sweep: Sweep, doc: dict[str, Any]) -> None:
         log.warning("sweep %s: report.html not written: %s", sweep.spec.name, err)
 
 
-def _results(sweep: Sweep, todo: list[Point], num_cpus: int,
-             in_flight: dict[Any, Point]) -> Iterator[dict[str, Any]]:
+class Interrupt:
+    """Ctrl-C while the points run, noted by the handler and raised as KeyboardInterrupt by the
+    results loop between two waits (at most a second later). Raised from the handler itself, it
+    lands wherever the main thread is, Ray's own code included, which may swallow it: CI once saw a
+    sweep run to its end after its SIGINT and exit 0. Installed after Ray started (ray.init sets
+    its own handlers), main thread only; the previous handler comes back on exit."""
+
+    def __init__(self) -> None:
+        self.came = False
+        self._previous: Any = None
+
+    def check(self) -> None:
+        if self.came:
+            raise KeyboardInterrupt
+
+    def __enter__(self) -> Interrupt:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._note)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+    def _note(self, signum: int, frame: object) -> None:
+        self.came = True
+
+
+def _results(sweep: Sweep, todo: list[Point], num_cpus: int, in_flight: dict[Any, Point],
+             interrupt: Interrupt) -> Iterator[dict[str, Any]]:
     """Each point's row as its task finishes, at most IN_FLIGHT_PER_CPU tasks per CPU in flight
     (kept in `in_flight`, for the caller to cancel). A task that dies (its worker lost) is a failed row."""
     import ray
@@ -115,10 +143,12 @@ def _results(sweep: Sweep, todo: list[Point], num_cpus: int,
     queue = list(reversed(todo))
     limit = max(1, num_cpus * IN_FLIGHT_PER_CPU)
     while queue or in_flight:
+        interrupt.check()
         while queue and len(in_flight) < limit:
             point = queue.pop()
             in_flight[remote.remote(base, sweep.spec, point)] = point
         ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=1.0)
+        interrupt.check()
         for ref in ready:
             point = in_flight.pop(ref)
             try:
