@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from emulator.net.spec import parse_link_spec  # noqa: E402
 from emulator.net.topology import Topology  # noqa: E402
-from emulator.virtual.core import Simulator  # noqa: E402
-from emulator.virtual.link import FluidLink, LinkState  # noqa: E402
+from emulator.virtual.link import LinkState  # noqa: E402
+from emulator.virtual.link_replay import arrival_times  # noqa: E402
 from emulator.virtual.loops import link_states  # noqa: E402
 
 from transport import ROOT, KVPair  # noqa: E402  (bench/, first on a script's path)
@@ -49,12 +49,8 @@ def state_of(point: dict) -> LinkState:
 
 def predict(state: LinkState, sizes_and_starts: list[tuple[float, float]]) -> list[float]:
     """Seconds from start to arrival of each (bytes, start_s) transfer on one fresh FluidLink."""
-    sim, done = Simulator(), {}
-    link = FluidLink(sim, state)
-    for i, (size, at) in enumerate(sizes_and_starts):
-        sim.schedule(at, lambda k: link.start(sizes_and_starts[k][0], lambda j: done.__setitem__(j, sim.now), k), i)
-    sim.run()
-    return [done[i] - at for i, (_, at) in enumerate(sizes_and_starts)]
+    starts = [(at, size) for size, at in sizes_and_starts]
+    return [arrived - at for arrived, (at, _) in zip(arrival_times(state, starts), starts, strict=True)]
 
 
 def timed(pair: KVPair, request_id: int) -> tuple[float, float]:

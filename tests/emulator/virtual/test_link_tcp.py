@@ -8,22 +8,12 @@ import math
 
 import pytest
 
-from emulator.virtual.core import Simulator
-from emulator.virtual.link import FluidLink, LinkState
+from emulator.virtual.link import LinkState
+from emulator.virtual.link_replay import arrival_times
 from emulator.virtual.tcp import MSS_BYTES, initial_window_bytes, is_lockout, slow_start_s
 
 MB = 1e6
 W0 = 4 * 10 * MSS_BYTES  # 4 new connections, 10 segments each: 57,920 bytes in the first round trip
-
-
-def _arrivals(state: LinkState, starts: list[tuple[float, float]]) -> list[float]:
-    """Arrival time of each (at_s, bytes) transfer on one new link."""
-    sim, done = Simulator(), {}
-    link = FluidLink(sim, state)
-    for i, (at, size) in enumerate(starts):
-        sim.schedule(at, lambda k: link.start(starts[k][1], lambda j: done.__setitem__(j, sim.now), k), i)
-    sim.run()
-    return [done[i] for i in range(len(starts))]
 
 
 def test_slow_start_closed_form_by_hand() -> None:
@@ -40,14 +30,14 @@ def test_slow_start_closed_form_by_hand() -> None:
 @pytest.mark.parametrize("size", [0.5 * MB, 1 * MB, 4 * MB, 16 * MB])
 def test_a_first_transfer_ramps_in_slow_start(size: float) -> None:
     state = LinkState(25e6, delay_s=0.02, rtt_s=0.04)
-    (arrived,) = _arrivals(state, [(0.0, size)])
+    (arrived,) = arrival_times(state, [(0.0, size)])
     assert arrived == pytest.approx(slow_start_s(size, 25e6, 0.04, W0) + 0.02)
 
 
 def test_an_open_window_survives_idle_and_the_next_transfer_goes_at_the_rate() -> None:
     # tcp_slow_start_after_idle=0 on the live network: the second 4 MB, 5 s later, does not ramp.
     state = LinkState(25e6, delay_s=0.02, rtt_s=0.04)
-    first, second = _arrivals(state, [(0.0, 4 * MB), (5.0, 4 * MB)])
+    first, second = arrival_times(state, [(0.0, 4 * MB), (5.0, 4 * MB)])
     assert first - 0.0 == pytest.approx(slow_start_s(4 * MB, 25e6, 0.04, W0) + 0.02)
     assert second - 5.0 == pytest.approx(4 * MB / 25e6 + 0.02)
 
@@ -56,12 +46,12 @@ def test_lossless_long_transfers_tend_to_the_plain_fluid() -> None:
     # The ramp costs less than its rounds (5 round trips, 0.2 s, here) over bytes / rate: 0.128 s,
     # under 1 % of 400 MB at 25 MB/s, and a fixed cost, so the limit is the plain fluid.
     state = LinkState(25e6, delay_s=0.02, rtt_s=0.04)
-    (arrived,) = _arrivals(state, [(0.0, 400 * MB)])
+    (arrived,) = arrival_times(state, [(0.0, 400 * MB)])
     fluid = 400 * MB / 25e6 + 0.02
     assert arrived - fluid == pytest.approx(5 * 0.04 - 31 * W0 / 25e6)
     assert arrived == pytest.approx(fluid, rel=1e-2)
     unshaped = LinkState(math.inf, delay_s=0.005, rtt_s=0.01)  # no rate: nothing to ramp to
-    assert _arrivals(unshaped, [(1.0, 400 * MB)]) == [pytest.approx(1.005)]
+    assert arrival_times(unshaped, [(1.0, 400 * MB)]) == [pytest.approx(1.005)]
 
 
 def test_a_newcomer_behind_a_deep_buffer_gets_bdp_over_buffer_of_an_incumbents_share() -> None:
@@ -70,7 +60,7 @@ def test_a_newcomer_behind_a_deep_buffer_gets_bdp_over_buffer_of_an_incumbents_s
     assert is_lockout(6.25e6, 0.02, 1.5e6) and state.newcomer_weight == pytest.approx(0.125e6 / 1.5e6)
     big, small = 16 * MB, 1 * MB
     big_alone = slow_start_s(big, 6.25e6, 0.02, W0)  # ramps first, then holds the link
-    big_done, small_done = _arrivals(state, [(0.0, big), (1.0, small)])
+    big_done, small_done = arrival_times(state, [(0.0, big), (1.0, small)])
     w = 0.125 / 1.5
     small_rate, big_rate = 6.25e6 * w / (1 + w), 6.25e6 / (1 + w)
     big_left = big - 6.25e6 * (1.0 - (slow_start_s(0, 6.25e6, 0.02, W0) + big_alone - big / 6.25e6))
@@ -84,6 +74,6 @@ def test_a_newcomer_behind_a_deep_buffer_gets_bdp_over_buffer_of_an_incumbents_s
 def test_a_shallow_buffer_shares_fairly_and_peers_started_together_are_not_newcomers() -> None:
     shallow = LinkState(6.25e6, delay_s=0.0, rtt_s=0.0, queue_bytes=0.0)
     assert not is_lockout(6.25e6, 0.02, 0.1e6) and shallow.newcomer_weight == 1.0
-    assert _arrivals(shallow, [(0.0, 2 * MB), (0.16, 1 * MB)]) == [pytest.approx(0.48), pytest.approx(0.48)]
+    assert arrival_times(shallow, [(0.0, 2 * MB), (0.16, 1 * MB)]) == [pytest.approx(0.48), pytest.approx(0.48)]
     deep = LinkState(6.25e6, delay_s=0.0, rtt_s=0.0)
-    assert _arrivals(deep, [(0.0, 1 * MB), (0.0, 1 * MB)]) == [pytest.approx(0.32), pytest.approx(0.32)]
+    assert arrival_times(deep, [(0.0, 1 * MB), (0.0, 1 * MB)]) == [pytest.approx(0.32), pytest.approx(0.32)]

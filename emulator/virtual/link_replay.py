@@ -1,0 +1,25 @@
+"""Transfers replayed on one new FluidLink: when each one's last byte arrives. The link's tests set
+these beside closed forms and bench/link_tcp.py beside live transfers; the engine does not use it
+(so it is not in the compiled build)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from emulator.virtual.core import Simulator
+from emulator.virtual.link import FluidLink, LinkState
+
+
+def arrival_times(state: LinkState, transfers: Sequence[tuple[float, float]]) -> list[float]:
+    """For each (start_s, bytes), the simulated moment its last byte arrives on a link of `state`
+    that carries only these transfers, started at their moments."""
+    sim, done = Simulator(), {}
+    link = FluidLink(sim, state)
+
+    def start(k: int) -> None:
+        link.start(transfers[k][1], lambda j: done.__setitem__(j, sim.now), k)
+
+    for i, (at_s, _) in enumerate(transfers):
+        sim.schedule(at_s, start, i)
+    sim.run()
+    return [done[i] for i in range(len(transfers))]
