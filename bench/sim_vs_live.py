@@ -36,6 +36,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from emulator.scenario.model_section import read_profile_file  # noqa: E402
 from fidelity_matrix import MATRIX, QUICK, Config, base_document, capacity_per_s, metrics  # noqa: E402
 from fidelity_report import GOALS, errors_of, format_table, missed_goals, write_report  # noqa: E402
 
@@ -118,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     profile_path = args.profile or calibrate(work)
-    profile = yaml.safe_load(profile_path.read_text())["model"]["profile"]
+    profile = read_profile_file(profile_path).model.profile.model_dump(mode="json", exclude_none=True)
     capacity = capacity_per_s(profile)
     print(f"capacity (calibrated): {capacity:.3f} requests/s", flush=True)
     rows = [run_pair(config, profile_path, config.load * capacity, requests, work)
