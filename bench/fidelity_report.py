@@ -50,7 +50,8 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     lines = []
     for row in rows:
         lines.append(f"{row['name']}: {row['what']} ({row['live']['completed']}/{row['live']['requests']} live, "
-                     f"{row['virtual']['completed']}/{row['virtual']['requests']} virtual completed)")
+                     f"{row['virtual']['completed']}/{row['virtual']['requests']} virtual completed; "
+                     f"profile x{row.get('speed_scale') or 1:.3f})")
         for key, title, scale, unit in FIGURES:
             live, virtual, error = _cell(row, key, scale)
             lines.append(f"  {title + ' (' + unit + ')':<18}{live:>10}{virtual:>10}{error:>10}")
@@ -67,7 +68,8 @@ def _summary_table(rows: list[dict[str, Any]]) -> str:
             live, virtual, error = _cell(row, key, scale)
             style = " style='color:#b00020'" if error.endswith("!") else ""
             cells.append(f"<td>{live} / {virtual} / <b{style}>{error.rstrip('!')}</b></td>")
-        body.append(f"<tr><th>{html.escape(row['name'])}<br><small>{html.escape(row['what'])}</small></th>"
+        body.append(f"<tr><th>{html.escape(row['name'])}<br><small>{html.escape(row['what'])}; profile "
+                    f"x{row.get('speed_scale') or 1:.3f}</small></th>"
                     f"{''.join(cells)}</tr>")
     return f"<table border='1' cellpadding='4' style='border-collapse:collapse'><tr><th></th>{head}</tr>{''.join(body)}</table>"
 

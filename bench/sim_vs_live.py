@@ -5,7 +5,10 @@ prefill and KV over lengths, the decode step over batch sizes, the slowdown when
 cores), then runs each configuration of MATRIX twice from one scenario document and one seed, so
 both engines see the same arrivals and lengths: on the live engine (real processes, the tun link)
 and on the virtual engine with the calibrated profile. Nothing of those live runs goes back into
-the profile. Per configuration it reports, live vs virtual, TTFT mean/P50/P90/P99, TPOT mean,
+the profile. The machine's speed drifts (tens of percent over the matrix's half hour on a VM), so
+each live run is bracketed by the profile's reference prefill timed again, and the virtual run
+charges the profile scaled by their mean (emulator/live/speed_reference.py; `speed_scale` in the
+results): a thermometer reading of the machine, not a fit to the run. Per configuration it reports, live vs virtual, TTFT mean/P50/P90/P99, TPOT mean,
 throughput, the share routed remote and mean egress, with each one's error (virtual / live - 1).
 
 Load is a share of the capacity the calibration measured (Eq. 6 of the throughput model over the
@@ -36,6 +39,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from emulator.live.speed_reference import reference_now, rescaled, write_rescaled  # noqa: E402
 from emulator.scenario.model_section import read_profile_file  # noqa: E402
 from fidelity_matrix import MATRIX, QUICK, Config, base_document, capacity_per_s, metrics  # noqa: E402
 from fidelity_report import GOALS, errors_of, format_table, missed_goals, write_report  # noqa: E402
@@ -79,15 +83,23 @@ def run_pair(config: Config, profile_path: Path, rate: float, requests: int, wor
     doc["model"]["profile_file"] = "profile.yaml"
     scenario = folder / "scenario.yaml"
     scenario.write_text(yaml.safe_dump(doc, sort_keys=False))
-    runs = {}
+    loaded = read_profile_file(profile_path)
+    runs, references = {}, [reference_now(loaded)]
     for engine in ("live", "virtual"):
+        if engine == "virtual":  # the live run is over: the machine's speed across it, as the profile's scale
+            references.append(reference_now(loaded))
+            write_rescaled(rescaled(loaded, sum(references) / 2), folder / "profile.yaml")
         started = time.monotonic()
         emulator("run", str(scenario), "--engine", engine, "--out", str(folder / engine), "--no-broker",
                  log=folder / f"{engine}.log")
         runs[engine] = metrics(folder / engine)
         print(f"  {config.name} {engine}: {runs[engine]['completed']}/{runs[engine]['requests']} completed, "
               f"TTFT mean {runs[engine]['ttft_mean_s']:.3f} s ({time.monotonic() - started:.0f} s)", flush=True)
+    scaled = read_profile_file(folder / "profile.yaml").measured
+    print(f"  {config.name}: reference prefill {references[0]:.4f} s before, {references[1]:.4f} s after the live "
+          f"run; virtual profile x{scaled.speed_scale:.3f}", flush=True)
     return {"name": config.name, "what": config.what, "load": config.load, "rate_per_s": rate,
+            "reference_s": references, "speed_scale": scaled.speed_scale,
             "duration_s": doc["duration_s"], "live": runs["live"], "virtual": runs["virtual"],
             "error": errors_of(runs["live"], runs["virtual"]), "runs": str(folder)}
 

@@ -5,7 +5,9 @@ same arrivals), and print how far the replay's TTFT is from the run's.
 `python -m emulator calibrate SCENARIO.yaml --machine [--out FILE] [--quick]`: profile SCENARIO's
 live model on this machine as its live workers run it (prefill by length, KV bytes, decode step by
 batch size, the slowdown of n busy workers sharing the cores) and write a profile file that a
-scenario names as `model: {profile_file: FILE}`.
+scenario names as `model: {profile_file: FILE}`. With `--rescale PROFILE`, only the profile's
+reference prefill is timed again and PROFILE's times are scaled to this machine's speed now
+(emulator/live/speed_reference.py), written to FILE (default: PROFILE itself).
 
 Argument wiring only; the fit is emulator.virtual.calibrate, the comparison
 emulator.telemetry.compare, the machine profile emulator.live.machine_profile.
@@ -36,6 +38,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         help="profile the scenario's live model on this machine instead of fitting a run")
     parser.add_argument("--quick", action="store_true",
                         help="--machine: fewer lengths, one repeat, shorter sharing rounds (about a minute)")
+    parser.add_argument("--rescale", type=Path, default=None, metavar="PROFILE",
+                        help="--machine: time PROFILE's reference prefill again (about 10 s) and scale its times "
+                             "to this machine's speed now, for a run long after the calibration")
     parser.add_argument("--out", type=Path, default=None,
                         help="RUN_DIR: where the replay and its profile.yaml go (default: RUN_DIR-calibrated); "
                              "--machine: the profile file (default: profiles/PRESET-SIZE-HOST.yaml)")
@@ -48,7 +53,12 @@ def run(args: argparse.Namespace) -> int:
                             "measure this machine")
     if args.quick and not args.machine:
         raise ScenarioError("calibrate --quick: applies to --machine only; drop it or add --machine")
+    if args.rescale is not None and (not args.machine or args.quick):
+        raise ScenarioError("calibrate --rescale: applies to --machine without --quick; it times one reference, "
+                            "not a grid")
     scenario = load_scenario(args.scenario)
+    if args.rescale is not None:
+        return _rescale(args.rescale, args.out or args.rescale)
     return _machine(scenario, args.out, args.quick) if args.machine else _from_run(scenario, args.run_dir, args.out)
 
 
@@ -76,4 +86,17 @@ def _machine(scenario: Scenario, out: Path | None, quick: bool) -> int:
                                  out or default_profile_path(plan))
     print(f"profile: {path}\n  name it from a scenario as model: {{profile_file: {path}}} "
           "(a path relative to the scenario file's folder)")
+    return 0
+
+
+def _rescale(profile_path: Path, out: Path) -> int:
+    from emulator.live.speed_reference import reference_now, rescaled, write_rescaled
+    from emulator.scenario.model_section import read_profile_file
+
+    loaded = read_profile_file(profile_path)
+    scaled = rescaled(loaded, reference_now(loaded))
+    assert scaled.measured is not None and scaled.measured.reference_prefill_s is not None
+    reference_s = scaled.measured.reference_prefill_s * (scaled.measured.speed_scale or 1.0)
+    print(f"reference prefill now {reference_s:.4f} s against {scaled.measured.reference_prefill_s:.4f} s when "
+          f"measured: times x{scaled.measured.speed_scale:.3f}\nprofile: {write_rescaled(scaled, out)}")
     return 0

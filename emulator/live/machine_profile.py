@@ -20,10 +20,11 @@ from pathlib import Path
 from emulator.errors import CalibrationError, ScenarioError
 from emulator.live.launcher import plan_workers
 from emulator.live.machine_probes import ProbeProcess, started_probes
+from emulator.live.speed_reference import REFERENCE_REPS, time_reference
 from emulator.paths import REPO_ROOT
 from emulator.plane.inputs import workload_lengths
 from emulator.scenario import Scenario
-from emulator.scenario.model_section import ProfileFile, profile_file_yaml
+from emulator.scenario.model_section import ProfileFile, profile_file_yaml, significant
 
 DEVICE = "cpu"  # the live scenarios' clusters run on `device: cpu`
 MIB = 1 << 20
@@ -99,6 +100,7 @@ class MachineProfile:
     decode_step_s: tuple[float, ...]
     busy_slowdown: tuple[float, ...]
     kv_tail_fraction: float  # the last layer's share of a cache's bytes, mean over the lengths
+    reference_prefill_s: float  # emulator/live/speed_reference.py's: the machine's speed at this moment
     cores: int
     worker_nice: int  # the probes' own nice level (the parent's + the worker's increment)
     wall_s: float
@@ -115,10 +117,13 @@ def measure_machine(plan: MachinePlan, say: Say = print) -> MachineProfile:
         first = probes[0]
         nice = int(first.ready.get("nice", 0))
         say(f"  probes ready after {time.monotonic() - started:.1f} s (nice {nice})")
+        reference_s = time_reference(first, plan.busy_op_tokens)
+        say(f"  reference: prefill of {plan.busy_op_tokens} tokens {reference_s:.4f} s (median of "
+            f"{REFERENCE_REPS}; `rescaled` scales the profile by it again later)")
         prefill_s, kv_bytes, tail = _prefills(first, probes[1] if len(probes) > 1 else None, plan, say)
         decode_s = _decode_steps(first, plan, kv_bytes, say)
         slowdown = _sharing(probes, plan, say)
-    return MachineProfile(plan, prefill_s, kv_bytes, decode_s, slowdown, tail, cores, nice,
+    return MachineProfile(plan, prefill_s, kv_bytes, decode_s, slowdown, tail, reference_s, cores, nice,
                           time.monotonic() - started)
 
 
@@ -207,17 +212,18 @@ def profile_file_of(profile: MachineProfile, scenario: Scenario, date: str | Non
             "cores": profile.cores, "quick": plan.quick, "reps": plan.reps, "worker_nice": profile.worker_nice,
             "threads_per_worker": 1, "busy_op_tokens": plan.busy_op_tokens,
             "decode_cache_tokens": plan.decode_cache_tokens, "wall_s": round(profile.wall_s, 1),
+            "reference_prefill_s": significant(profile.reference_prefill_s),
         },
         "model": {"profile": {
             "name": f"{plan.preset}-{plan.size}-{host}"[:64].rstrip("-"),
             "lengths_tokens": list(plan.lengths),
-            "kv_mib": [_sig(b / MIB) for b in profile.kv_bytes],
-            "prefill_s": {DEVICE: [_sig(s) for s in profile.prefill_s]},
-            "decode_step_ms": {DEVICE: _sig(profile.decode_step_s[-1] * 1e3)},
+            "kv_mib": [significant(b / MIB) for b in profile.kv_bytes],
+            "prefill_s": {DEVICE: [significant(s) for s in profile.prefill_s]},
+            "decode_step_ms": {DEVICE: significant(profile.decode_step_s[-1] * 1e3)},
             "decode_batch_sizes": list(plan.batch_sizes),
-            "decode_step_ms_by_batch": {DEVICE: [_sig(s * 1e3) for s in profile.decode_step_s]},
+            "decode_step_ms_by_batch": {DEVICE: [significant(s * 1e3) for s in profile.decode_step_s]},
             "host": {"cores": profile.cores, "busy_slowdown": list(profile.busy_slowdown)},
-            "kv_tail_fraction": _sig(profile.kv_tail_fraction),
+            "kv_tail_fraction": significant(profile.kv_tail_fraction),
         }},
     }
     return ProfileFile.model_validate(doc)
@@ -254,9 +260,3 @@ def _git_sha() -> str:
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"
     return done.stdout.strip()[:40] or "unknown"
-
-
-def _sig(value: float) -> float:
-    """Five significant digits, never rounded to zero (the schema wants positive values)."""
-    rounded = float(f"{value:.5g}")
-    return rounded if rounded > 0 else float(f"{value:.1e}")

@@ -45,6 +45,10 @@ class Provenance(Section):
     busy_op_tokens: Tokens | None = None
     decode_cache_tokens: Tokens | None = None
     wall_s: NonNegative | None = None
+    # The machine's speed when measured (emulator/live/speed_reference.py): one idle probe's median
+    # prefill of busy_op_tokens, and the factor a rescaled file's times were multiplied by.
+    reference_prefill_s: Annotated[float, Field(strict=True, gt=0, le=3_600)] | None = None
+    speed_scale: Annotated[float, Field(strict=True, gt=0, le=100)] | None = None
     note: Annotated[str, Field(max_length=4_096)] | None = None
 
 
@@ -137,6 +141,13 @@ def read_profile_file(path: Path) -> ProfileFile:
             _cache.pop(next(iter(_cache)))
         _cache[key] = loaded
     return loaded
+
+
+def significant(value: float) -> float:
+    """A profile file's number: five significant digits, never rounded to zero (its schema wants
+    positive times)."""
+    rounded = float(f"{value:.5g}")
+    return rounded if rounded > 0 else float(f"{value:.1e}")
 
 
 def profile_file_yaml(loaded: ProfileFile, header: str) -> str:

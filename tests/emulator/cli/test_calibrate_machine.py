@@ -31,6 +31,8 @@ def parse(*argv: str) -> argparse.Namespace:
     ((QUICKSTART,), "calibrate: neither RUN_DIR nor --machine given; give a recorded run's folder, or --machine"),
     ((QUICKSTART, "runs/x", "--machine"), "calibrate: both RUN_DIR and --machine given"),
     ((QUICKSTART, "runs/x", "--quick"), "calibrate --quick: applies to --machine only"),
+    ((QUICKSTART, "--rescale", "p.yaml"), "calibrate: neither RUN_DIR nor --machine given"),
+    ((QUICKSTART, "--machine", "--quick", "--rescale", "p.yaml"), "calibrate --rescale: applies to --machine without"),
 ])
 def test_exactly_one_of_a_run_or_the_machine(argv: tuple[str, ...], line: str) -> None:
     with pytest.raises(ScenarioError) as err:
@@ -75,3 +77,15 @@ def test_a_quick_machine_calibration_names_a_file_the_virtual_engine_runs(tmp_pa
     assert scenario.model.provenance is not None and scenario.model.provenance.size == "tiny"
     result = simulate(scenario)
     assert result.num_requests > 0 and all(r.status == "completed" for r in result.records)
+
+    rescale = subprocess.run([sys.executable, "-m", "emulator", "calibrate", str(tmp_path / "tiny.yaml"), "--machine",
+                              "--rescale", str(tmp_path / "profiles" / "tiny.yaml"), "--out",
+                              str(tmp_path / "profiles" / "now.yaml")], cwd=REPO, capture_output=True, text=True,
+                             timeout=120)
+    assert rescale.returncode == 0, rescale.stderr
+    assert rescale.stdout.startswith("reference prefill now ")
+    now = yaml.safe_load((tmp_path / "profiles" / "now.yaml").read_text())
+    scale = now["measured"]["speed_scale"]
+    assert 0.2 <= scale <= 5  # the same machine a minute later
+    assert now["model"]["profile"]["prefill_s"]["cpu"] == pytest.approx(
+        [t * scale for t in profile.prefill_s["cpu"]], rel=1e-3)

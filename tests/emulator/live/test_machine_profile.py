@@ -50,7 +50,8 @@ def test_a_measurement_becomes_a_profile_file_a_scenario_runs_on(tmp_path: Path)
     plan = plan_machine(scenario, quick=True)
     measured = MachineProfile(plan, prefill_s=(0.1, 0.5, 0.9, 1.6), kv_bytes=(1 << 20, 2 << 20, 3 << 20, 5 << 20),
                               decode_step_s=(0.0175, 0.0305, 0.0575, 0.1534), busy_slowdown=(1.0, 1.05, 1.75),
-                              kv_tail_fraction=0.25, cores=2, worker_nice=10, wall_s=15.4)
+                              kv_tail_fraction=0.25, reference_prefill_s=0.15, cores=2, worker_nice=10,
+                              wall_s=15.4)
     loaded = profile_file_of(measured, scenario, date="2026-01-02 03:04:05 UTC", git_sha="abc123")
     profile = loaded.model.profile
     assert profile.lengths_tokens == (256, 1536, 2816, 4096)
@@ -63,6 +64,7 @@ def test_a_measurement_becomes_a_profile_file_a_scenario_runs_on(tmp_path: Path)
     assert profile.kv_tail_fraction == 0.25
     assert loaded.measured is not None
     assert (loaded.measured.preset, loaded.measured.git_sha) == ("kimi-linear-mini", "abc123")
+    assert loaded.measured.reference_prefill_s == 0.15
 
     path = write_machine_profile(measured, scenario, tmp_path / "profiles" / "box.yaml", git_sha="abc123")
     doc = yaml.safe_load(QUICKSTART.read_text())

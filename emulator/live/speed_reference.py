@@ -1,0 +1,87 @@
+"""The machine's speed now against a machine profile's: one reference prefill timed again, and the
+profile's times scaled by the ratio.
+
+A virtual machine's or a shared host's speed drifts by tens of percent over minutes (CPU steal, noisy
+neighbours, frequency): this 2-core VM prefilled 2,048 tokens in 0.63 to 0.85 s over one afternoon.
+A profile is one moment's measurement, so a prediction for a run an hour later carries that drift as
+error. `calibrate --machine` records the reference (one idle probe's median prefill of the sharing
+rounds' prompt); timing it again next to a run and scaling the tables by the ratio makes the profile
+say what this machine does now. Scaling is uniform: steal and frequency slow every op alike.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+from emulator.errors import CalibrationError
+from emulator.live.machine_probes import ProbeProcess, started_probes
+from emulator.scenario.model_section import ProfileFile, Provenance, profile_file_yaml, significant
+
+REFERENCE_REPS = 7
+ANSWER_S = 120.0
+MIN_SCALE, MAX_SCALE = 0.2, 5.0  # outside: not drift, another machine or a broken probe
+
+
+def time_reference(probe: ProbeProcess, tokens: int, reps: int = REFERENCE_REPS) -> float:
+    """Median seconds of `reps` prefills of `tokens` on an idle `probe` (the prefill role's path)."""
+    doc = probe.ask({"op": "prefill", "lengths": [tokens], "reps": reps}, ANSWER_S)
+    times = doc.get("prefill_s")
+    if (not isinstance(times, list) or len(times) != 1 or not isinstance(times[0], list) or not times[0]
+            or not all(type(t) is float and 0 < t < 3600 for t in times[0])):
+        raise CalibrationError("probe: prefill_s is not one list of positive seconds")
+    return statistics.median(times[0])
+
+
+def reference_now(loaded: ProfileFile) -> float:
+    """The profile's reference prefill timed on this machine now (a probe started for it, ~10 s)."""
+    measured = _measured(loaded)
+    assert measured.preset is not None and measured.size is not None and measured.busy_op_tokens is not None
+    with started_probes(1, measured.preset, measured.size, 0) as probes:
+        return time_reference(probes[0], measured.busy_op_tokens)
+
+
+def rescaled(loaded: ProfileFile, reference_s: float) -> ProfileFile:
+    """`loaded` with its prefill and decode times multiplied by reference_s / its reference; KV bytes,
+    the sharing factors and the tail share (ratios) unchanged. The factor is kept in `measured`."""
+    measured = _measured(loaded)
+    assert measured.reference_prefill_s is not None
+    base = measured.speed_scale or 1.0  # a rescaled file's times already carry its factor
+    scale = reference_s / measured.reference_prefill_s
+    if not MIN_SCALE <= scale <= MAX_SCALE:
+        raise CalibrationError(f"the reference prefill took {reference_s:.4f} s now against "
+                               f"{measured.reference_prefill_s:.4f} s in the profile (x{scale:.2f}): not this "
+                               "machine's drift; calibrate --machine again on this machine")
+    profile = loaded.model.profile.model_dump(mode="json")
+    factor = scale / base
+
+    def times(table: dict[str, list[float]]) -> dict[str, list[float]]:
+        return {device: [significant(t * factor) for t in values] for device, values in table.items()}
+
+    profile["prefill_s"] = times(profile["prefill_s"])
+    profile["decode_step_ms"] = {device: significant(t * factor) for device, t in profile["decode_step_ms"].items()}
+    profile["decode_step_ms_by_batch"] = times(profile["decode_step_ms_by_batch"])
+    doc = loaded.model_dump(mode="json")
+    doc["model"]["profile"] = profile
+    doc["measured"]["speed_scale"] = round(scale, 4)
+    return ProfileFile.model_validate(doc)
+
+
+def _measured(loaded: ProfileFile) -> Provenance:
+    measured = loaded.measured
+    if (measured is None or measured.reference_prefill_s is None or measured.preset is None
+            or measured.busy_op_tokens is None):
+        raise CalibrationError("the profile has no measured.reference_prefill_s (written by calibrate --machine "
+                               "since it times one); calibrate --machine again to get one")
+    return measured
+
+
+def write_rescaled(scaled: ProfileFile, path: Path) -> Path:
+    """`scaled` at `path` (folders made), a header saying what it was scaled by."""
+    measured = _measured(scaled)
+    header = (f"Machine profile: {measured.preset} ({measured.size}) on {measured.host}, measured {measured.date} "
+              f"at git {measured.git_sha}, its times scaled x{measured.speed_scale or 1.0:g} to the machine's speed "
+              "by `python -m emulator calibrate --machine --rescale`.")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(profile_file_yaml(scaled, header), encoding="utf-8")
+    return path
