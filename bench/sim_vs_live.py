@@ -8,7 +8,10 @@ and on the virtual engine with the calibrated profile. Nothing of those live run
 the profile. The machine's speed drifts (tens of percent over the matrix's half hour on a VM), so
 each live run is bracketed by the profile's reference prefill timed again, and the virtual run
 charges the profile scaled by their mean (emulator/live/speed_reference.py; `speed_scale` in the
-results): a thermometer reading of the machine, not a fit to the run. Per configuration it reports, live vs virtual, TTFT mean/P50/P90/P99, TPOT mean,
+results): a thermometer reading of the machine, not a fit to the run. Before the matrix, one short
+live run with another seed (60 requests at load 0.3, `stack/`) measures what the live stack adds to
+the probes' times (gateway, broker, transport and relay on the same cores; `calibrate RUN --onto`,
+emulator/live/stack_factors.py); the matrix charges the profile with those factors. Per configuration it reports, live vs virtual, TTFT mean/P50/P90/P99, TPOT mean,
 throughput, the share routed remote and mean egress, with each one's error (virtual / live - 1).
 
 Load is a share of the capacity the calibration measured (Eq. 6 of the throughput model over the
@@ -19,6 +22,7 @@ Needs root (namespaces, the tun link). Writes bench/results/sim_vs_live.json (da
 bench/results/sim_vs_live.html (the table, and each configuration's TTFT CDFs, offline).
 
     python bench/sim_vs_live.py [--check] [--quick] [--only NAME ...] [--profile FILE] [--requests N]
+                               [--no-stack]
 """
 
 from __future__ import annotations
@@ -47,6 +51,9 @@ from fidelity_report import GOALS, errors_of, format_table, missed_goals, write_
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "sim_vs_live.json"
 REQUESTS = 150
+STACK_REQUESTS = 60  # 30 with --quick
+STACK_SEED = 7  # not the matrix's (29): none of the stack run's arrivals or lengths is one the matrix runs
+STACK_LOAD = 0.3
 RUN_GUARD_S = 1200  # one engine run, start to record; a hang guard, not a measurement
 
 
@@ -70,6 +77,32 @@ def calibrate(work: Path) -> Path:
     emulator("calibrate", str(base), "--machine", "--out", str(profile), log=work / "calibrate.log")
     print(f"  profile: {profile} ({time.monotonic() - started:.0f} s)", flush=True)
     return profile
+
+
+def fold_stack(work: Path, profile_path: Path, capacity: float, requests: int) -> Path:
+    """The profile with what the live stack adds on this machine (emulator/live/stack_factors.py),
+    measured on one short live run at load 0.3 with another seed than the matrix's; the replay that
+    measures it charges the profile scaled to the machine's speed across that run."""
+    folder = work / "stack"
+    folder.mkdir(parents=True, exist_ok=True)
+    doc = Config("stack", "", STACK_LOAD, {"seed": STACK_SEED}).document(STACK_LOAD * capacity, requests)
+    scenario = folder / "scenario.yaml"
+    scenario.write_text(yaml.safe_dump(doc, sort_keys=False))
+    loaded = read_profile_file(profile_path)
+    print(f"measuring the live stack ({requests} requests, seed {STACK_SEED}, load {STACK_LOAD}) ...", flush=True)
+    references = [reference_now(loaded)]
+    emulator("run", str(scenario), "--engine", "live", "--out", str(folder / "live"), "--no-broker",
+             log=folder / "live.log")
+    references.append(reference_now(loaded))
+    write_rescaled(rescaled(loaded, sum(references) / 2), folder / "profile.yaml")
+    stacked = work / "profile-stack.yaml"
+    emulator("calibrate", str(scenario), str(folder / "live"), "--onto", str(folder / "profile.yaml"),
+             "--out", str(stacked), log=folder / "calibrate.log")
+    measured = read_profile_file(stacked).measured
+    assert measured is not None
+    print(f"  stack: prefill x{measured.stack_prefill_factor}, decode x{measured.stack_decode_factor} "
+          f"(profile x{measured.speed_scale} for the machine's speed then)", flush=True)
+    return stacked
 
 
 def run_pair(config: Config, profile_path: Path, rate: float, requests: int, work: Path) -> dict[str, Any]:
@@ -111,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="+", metavar="NAME", help="these configurations of the matrix")
     parser.add_argument("--profile", type=Path, help="a machine profile to use instead of calibrating now")
     parser.add_argument("--requests", type=int, help=f"requests per configuration (default {REQUESTS}; 40 quick)")
+    parser.add_argument("--no-stack", action="store_true",
+                        help="charge the probes' times alone, without the live stack's factors (a short live run)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--work", type=Path, help="where the runs go (default: a new temporary folder)")
     args = parser.parse_args(argv)
@@ -134,6 +169,13 @@ def main(argv: list[str] | None = None) -> int:
     profile = read_profile_file(profile_path).model.profile.model_dump(mode="json", exclude_none=True)
     capacity = capacity_per_s(profile)
     print(f"capacity (calibrated): {capacity:.3f} requests/s", flush=True)
+    given = read_profile_file(profile_path).measured
+    if not args.no_stack and (given is None or given.stack_prefill_factor is None):
+        profile_path = fold_stack(work, profile_path, capacity, STACK_REQUESTS // 2 if args.quick else STACK_REQUESTS)
+        profile = read_profile_file(profile_path).model.profile.model_dump(mode="json", exclude_none=True)
+        capacity = capacity_per_s(profile)
+        print(f"capacity (with the live stack): {capacity:.3f} requests/s", flush=True)
+    measured = read_profile_file(profile_path).measured
     rows = [run_pair(config, profile_path, config.load * capacity, requests, work)
             for config in MATRIX if config.name in names]
     result = {
@@ -142,7 +184,9 @@ def main(argv: list[str] | None = None) -> int:
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                     "load_at_start": os.getloadavg()[0]},
         "requests_per_config": requests, "capacity_per_s": capacity, "profile": profile,
-        "profile_file": str(profile_path), "goals": GOALS, "configs": rows,
+        "profile_file": str(profile_path),
+        "profile_measured": measured.model_dump(mode="json", exclude_none=True) if measured else None,
+        "goals": GOALS, "configs": rows,
         "wall_s": round(time.monotonic() - started, 1), "work": str(work),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,11 @@ scenario names as `model: {profile_file: FILE}`. With `--rescale PROFILE`, only 
 reference prefill is timed again and PROFILE's times are scaled to this machine's speed now
 (emulator/live/speed_reference.py), written to FILE (default: PROFILE itself).
 
+`python -m emulator calibrate SCENARIO.yaml RUN_DIR --onto PROFILE [--out FILE]`: RUN_DIR is a
+short live run of SCENARIO; it is replayed on the virtual engine with the machine profile PROFILE
+and PROFILE's times are multiplied by what the live stack added per request (prefill and TPOT,
+emulator/live/stack_factors.py), written to FILE (default: PROFILE itself).
+
 Argument wiring only; the fit is emulator.virtual.calibrate, the comparison
 emulator.telemetry.compare, the machine profile emulator.live.machine_profile.
 """
@@ -41,6 +46,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--rescale", type=Path, default=None, metavar="PROFILE",
                         help="--machine: time PROFILE's reference prefill again (about 10 s) and scale its times "
                              "to this machine's speed now, for a run long after the calibration")
+    parser.add_argument("--onto", type=Path, default=None, metavar="PROFILE",
+                        help="RUN_DIR: fold what the live stack added in that run (prefill, TPOT) into the machine "
+                             "profile PROFILE instead of fitting a profile of its own")
     parser.add_argument("--out", type=Path, default=None,
                         help="RUN_DIR: where the replay and its profile.yaml go (default: RUN_DIR-calibrated); "
                              "--machine: the profile file (default: profiles/PRESET-SIZE-HOST.yaml)")
@@ -57,8 +65,13 @@ def run(args: argparse.Namespace) -> int:
         raise ScenarioError("calibrate --rescale: applies to --machine without --quick; it times one reference, "
                             "not a grid")
     scenario = load_scenario(args.scenario)
+    if args.onto is not None and args.run_dir is None:
+        raise ScenarioError("calibrate --onto: needs RUN_DIR, a short live run of the scenario to measure the "
+                            "stack on; record one with `run --engine live` first")
     if args.rescale is not None:
         return _rescale(args.rescale, args.out or args.rescale)
+    if args.onto is not None:
+        return _onto(scenario, args.run_dir, args.onto, args.out or args.onto)
     return _machine(scenario, args.out, args.quick) if args.machine else _from_run(scenario, args.run_dir, args.out)
 
 
@@ -99,4 +112,21 @@ def _rescale(profile_path: Path, out: Path) -> int:
     reference_s = scaled.measured.reference_prefill_s * (scaled.measured.speed_scale or 1.0)
     print(f"reference prefill now {reference_s:.4f} s against {scaled.measured.reference_prefill_s:.4f} s when "
           f"measured: times x{scaled.measured.speed_scale:.3f}\nprofile: {write_rescaled(scaled, out)}")
+    return 0
+
+
+def _onto(scenario: Scenario, run_dir: Path, profile_path: Path, out: Path) -> int:
+    import tempfile
+
+    from emulator.live.stack_factors import factors_of, replay_scenario, with_stack, write_with_stack
+    from emulator.scenario.model_section import read_profile_file
+    from emulator.telemetry.recorder import load_run
+
+    loaded = read_profile_file(profile_path)
+    with tempfile.TemporaryDirectory(prefix="prf-stack-replay-") as replay:
+        run_virtual(replay_scenario(scenario, run_dir, profile_path), replay)
+        factors = factors_of(load_run(run_dir)[0], load_run(replay)[0])
+    path = write_with_stack(with_stack(loaded, factors), run_dir, out)
+    print(f"live stack over the profile ({factors.requests} requests): prefill x{factors.prefill:.3f}, "
+          f"decode x{factors.decode:.3f}\nprofile: {path}")
     return 0

@@ -19,18 +19,20 @@ from emulator.live.machine_probes import ProbeProcess, started_probes
 from emulator.scenario.model_section import ProfileFile, Provenance, profile_file_yaml, significant
 
 REFERENCE_REPS = 7
+WARMUP_REPS = 2  # a fresh probe's first prefills run cold (allocator, page faults): 0.19 s against 0.15 s warm
 ANSWER_S = 120.0
 MIN_SCALE, MAX_SCALE = 0.2, 5.0  # outside: not drift, another machine or a broken probe
 
 
 def time_reference(probe: ProbeProcess, tokens: int, reps: int = REFERENCE_REPS) -> float:
-    """Median seconds of `reps` prefills of `tokens` on an idle `probe` (the prefill role's path)."""
-    doc = probe.ask({"op": "prefill", "lengths": [tokens], "reps": reps}, ANSWER_S)
+    """Median seconds of `reps` prefills of `tokens` on an idle `probe` (the prefill role's path),
+    after WARMUP_REPS untimed ones: both ends of the ratio are then a warm worker's speed, as in a run."""
+    doc = probe.ask({"op": "prefill", "lengths": [tokens], "reps": WARMUP_REPS + reps}, ANSWER_S)
     times = doc.get("prefill_s")
-    if (not isinstance(times, list) or len(times) != 1 or not isinstance(times[0], list) or not times[0]
-            or not all(type(t) is float and 0 < t < 3600 for t in times[0])):
-        raise CalibrationError("probe: prefill_s is not one list of positive seconds")
-    return statistics.median(times[0])
+    if (not isinstance(times, list) or len(times) != 1 or not isinstance(times[0], list)
+            or len(times[0]) != WARMUP_REPS + reps or not all(type(t) is float and 0 < t < 3600 for t in times[0])):
+        raise CalibrationError(f"probe: prefill_s is not one list of {WARMUP_REPS + reps} positive seconds")
+    return statistics.median(times[0][WARMUP_REPS:])
 
 
 def reference_now(loaded: ProfileFile) -> float:

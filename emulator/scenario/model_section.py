@@ -49,6 +49,11 @@ class Provenance(Section):
     # prefill of busy_op_tokens, and the factor a rescaled file's times were multiplied by.
     reference_prefill_s: Annotated[float, Field(strict=True, gt=0, le=3_600)] | None = None
     speed_scale: Annotated[float, Field(strict=True, gt=0, le=100)] | None = None
+    # What the live stack adds to the probes' times (emulator/live/stack_factors.py), already in
+    # the tables, and how many requests of the stack run measured it.
+    stack_prefill_factor: Annotated[float, Field(strict=True, gt=0, le=100)] | None = None
+    stack_decode_factor: Annotated[float, Field(strict=True, gt=0, le=100)] | None = None
+    stack_requests: Annotated[int, Field(strict=True, ge=1, le=1_000_000)] | None = None
     note: Annotated[str, Field(max_length=4_096)] | None = None
 
 

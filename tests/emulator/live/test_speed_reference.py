@@ -7,7 +7,7 @@ import pytest
 
 from emulator.errors import CalibrationError
 from emulator.live.machine_profile import MachineProfile, plan_machine, profile_file_of
-from emulator.live.speed_reference import reference_now, rescaled
+from emulator.live.speed_reference import WARMUP_REPS, reference_now, rescaled, time_reference
 from emulator.scenario import load_scenario
 from tests.emulator.live.test_machine_profile import QUICKSTART
 
@@ -55,3 +55,30 @@ def test_a_profile_without_a_reference_says_how_to_get_one() -> None:
         rescaled(_profile(None), 0.2)
     with pytest.raises(CalibrationError, match="no measured.reference_prefill_s"):
         reference_now(_profile(None))
+
+
+class _ColdProbe:
+    """A probe's answers as a fresh worker gives them: the first prefills slow (cold allocator)."""
+
+    def __init__(self) -> None:
+        self.asked: list[dict] = []
+
+    def ask(self, cmd: dict, timeout_s: float) -> dict:
+        self.asked.append(cmd)
+        cold = [0.5, 0.4][:WARMUP_REPS]
+        return {"prefill_s": [cold + [0.15 + 0.01 * i for i in range(cmd["reps"] - len(cold))]]}
+
+
+def test_the_reference_is_a_warm_probe_s_median() -> None:
+    probe = _ColdProbe()
+    assert time_reference(probe, 512, reps=5) == pytest.approx(0.17)  # type: ignore[arg-type]
+    assert probe.asked == [{"op": "prefill", "lengths": [512], "reps": WARMUP_REPS + 5}]
+
+
+def test_a_short_answer_is_refused() -> None:
+    class Short(_ColdProbe):
+        def ask(self, cmd: dict, timeout_s: float) -> dict:
+            return {"prefill_s": [[0.2, 0.2]]}
+
+    with pytest.raises(CalibrationError, match="not one list of 9 positive seconds"):
+        time_reference(Short(), 512, reps=7)  # type: ignore[arg-type]

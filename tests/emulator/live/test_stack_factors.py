@@ -1,0 +1,95 @@
+"""What the live stack adds, folded into a machine profile: per-request medians of live over virtual,
+the tables multiplied by them, and a recorded run whose costs are known (a virtual run with the
+profile's times x1.25 and x1.5 standing in for the live one) read back as those factors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from emulator.__main__ import main
+from emulator.errors import CalibrationError
+from emulator.live.machine_profile import MachineProfile, plan_machine, profile_file_of, write_machine_profile
+from emulator.live.stack_factors import StackFactors, factors_of, with_stack
+from emulator.scenario import load_scenario
+from emulator.scenario.model_section import read_profile_file
+from emulator.virtual.engine import run_virtual
+from tests.emulator.live.test_machine_profile import QUICKSTART
+
+PREFILL_S = (0.1, 0.5, 0.9, 1.6)
+STEP_S = (0.02, 0.03, 0.05, 0.15)
+
+
+def _measured(prefill_s: tuple[float, ...] = PREFILL_S, step_s: tuple[float, ...] = STEP_S) -> MachineProfile:
+    return MachineProfile(plan_machine(load_scenario(QUICKSTART), quick=True), prefill_s=prefill_s,
+                          kv_bytes=(1 << 20, 2 << 20, 3 << 20, 5 << 20), decode_step_s=step_s,
+                          busy_slowdown=(1.0, 1.1, 1.7), kv_tail_fraction=0.3, reference_prefill_s=0.2,
+                          cores=2, worker_nice=10, wall_s=10.0)
+
+
+def _frame(prefill_s: list[float], tpot_s: list[float], status: str = "completed") -> pd.DataFrame:
+    return pd.DataFrame({"id": [f"r{i}" for i in range(len(prefill_s))], "status": status,
+                         "prefill_start_s": [float(i) for i in range(len(prefill_s))],
+                         "prefill_end_s": [i + s for i, s in enumerate(prefill_s)], "tpot_s": tpot_s})
+
+
+def test_the_factors_are_per_request_medians_over_both_engines() -> None:
+    virtual = _frame([0.2] * 12 + [0.4], [0.01] * 13)
+    live = _frame([0.22] * 6 + [0.25] * 6 + [9.0], [0.015] * 7 + [0.02] * 6)
+    factors = factors_of(live, virtual)
+    assert factors.prefill == pytest.approx(1.25) and factors.decode == pytest.approx(1.5)
+    assert factors.requests == 13
+
+
+def test_too_few_matched_requests_or_a_factor_out_of_range_is_refused() -> None:
+    with pytest.raises(CalibrationError, match=r"3 prefills and 3 decodes completed on both engines \(need 10\)"):
+        factors_of(_frame([0.2] * 3, [0.01] * 3), _frame([0.2] * 3, [0.01] * 3))
+    with pytest.raises(CalibrationError, match=r"live prefill took x5.00 the profile's"):
+        factors_of(_frame([1.0] * 12, [0.01] * 12), _frame([0.2] * 12, [0.01] * 12))
+
+
+def test_the_tables_scale_once() -> None:
+    loaded = profile_file_of(_measured(), load_scenario(QUICKSTART), date="2026-01-01", git_sha="abc")
+    stacked = with_stack(loaded, StackFactors(prefill=1.1, decode=2.0, requests=40))
+    profile = stacked.model.profile
+    assert profile.prefill_s == {"cpu": tuple(round(t * 1.1, 6) for t in PREFILL_S)}
+    assert profile.decode_step_ms_by_batch == {"cpu": (40.0, 60.0, 100.0, 300.0)}
+    assert profile.kv_mib == loaded.model.profile.kv_mib and profile.host == loaded.model.profile.host
+    assert stacked.measured is not None and stacked.measured.stack_prefill_factor == 1.1
+    with pytest.raises(CalibrationError, match="already carries stack factors"):
+        with_stack(stacked, StackFactors(prefill=1.1, decode=2.0, requests=40))
+
+
+@pytest.mark.slow
+def test_a_run_with_known_extra_costs_reads_back_as_those_factors(tmp_path: Path) -> None:
+    scenario = load_scenario(QUICKSTART)
+    profile_path = write_machine_profile(_measured(), scenario, tmp_path / "profile.yaml")
+    stand_in = write_machine_profile(_measured(tuple(t * 1.25 for t in PREFILL_S), tuple(t * 1.5 for t in STEP_S)),
+                                     scenario, tmp_path / "stand-in.yaml")
+    doc = yaml.safe_load(QUICKSTART.read_text())
+    doc["workload"]["arrival"]["rate_per_s"] = 0.2  # prefills rarely overlap: each ratio is the cost's own
+    doc["duration_s"] = 200
+    scenario_path = tmp_path / "scenario.yaml"
+    scenario_path.write_text(yaml.safe_dump(doc))
+    run_dir = tmp_path / "run"
+    as_run = {**doc, "engine": "virtual", "model": {**doc["model"], "profile_file": str(stand_in)}}
+    (tmp_path / "as-run.yaml").write_text(yaml.safe_dump(as_run))
+    run_virtual(load_scenario(tmp_path / "as-run.yaml"), run_dir)
+
+    out = tmp_path / "stacked.yaml"
+    assert main(["calibrate", str(scenario_path), str(run_dir), "--onto", str(profile_path), "--out", str(out)]) == 0
+    stacked = read_profile_file(out)
+    assert stacked.measured is not None
+    assert stacked.measured.stack_prefill_factor == pytest.approx(1.25, rel=0.02)
+    assert stacked.measured.stack_decode_factor == pytest.approx(1.5, rel=0.02)
+    assert stacked.model.profile.prefill_s["cpu"][-1] == pytest.approx(1.6 * 1.25, rel=0.02)
+
+
+def test_onto_without_a_run_is_refused_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["calibrate", str(QUICKSTART), "--machine", "--onto", "p.yaml"]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].endswith("calibrate --onto: needs RUN_DIR, a short live run of the scenario to measure the "
+                            "stack on; record one with `run --engine live` first")
