@@ -104,6 +104,8 @@ class MachineProfile:
     cores: int
     worker_nice: int  # the probes' own nice level (the parent's + the worker's increment)
     wall_s: float
+    # (context tokens, batch-1 step there over the step at decode_cache_tokens), by context
+    decode_context: tuple[tuple[int, float], ...] = ()
 
 
 def measure_machine(plan: MachinePlan, say: Say = print) -> MachineProfile:
@@ -122,9 +124,10 @@ def measure_machine(plan: MachinePlan, say: Say = print) -> MachineProfile:
             f"{REFERENCE_REPS}; `rescaled` scales the profile by it again later)")
         prefill_s, kv_bytes, tail = _prefills(first, probes[1] if len(probes) > 1 else None, plan, say)
         decode_s = _decode_steps(first, plan, kv_bytes, say)
+        context = _decode_context(first, plan, say)
         slowdown = _sharing(probes, plan, say)
     return MachineProfile(plan, prefill_s, kv_bytes, decode_s, slowdown, tail, reference_s, cores, nice,
-                          time.monotonic() - started)
+                          time.monotonic() - started, context)
 
 
 def _prefills(probe: ProbeProcess, receiver: ProbeProcess | None, plan: MachinePlan,
@@ -167,6 +170,23 @@ def _decode_steps(probe: ProbeProcess, plan: MachinePlan, kv_bytes: tuple[int, .
     for size, step in zip(plan.batch_sizes, steps, strict=True):
         say(f"  decode batch {size:>3} ({plan.decode_cache_tokens} cached tokens): {step * 1e3:8.2f} ms per step")
     return tuple(steps)
+
+
+def _decode_context(probe: ProbeProcess, plan: MachinePlan, say: Say) -> tuple[tuple[int, float], ...]:
+    """The batch-1 step at each prompt length of the grid over the step at decode_cache_tokens:
+    attention reads every cached token, so a long prompt's tokens come slower (the small preset on
+    this VM: 8 ms a step at 128 tokens, 17 ms at 2,048)."""
+    contexts = sorted({*plan.lengths, plan.decode_cache_tokens})
+    steps = {}
+    for tokens in contexts:
+        doc = probe.ask({"op": "decode", "cache_tokens": tokens, "batch_sizes": [1], "steps": plan.decode_steps},
+                        ANSWER_SLACK_S * 2)
+        steps[tokens] = _seconds(doc["step_s"], "step_s")[0]
+    at_reference = steps[plan.decode_cache_tokens]
+    factors = tuple((tokens, round(steps[tokens] / at_reference, 3)) for tokens in contexts)
+    say("  decode step by context (batch 1, over its step at "
+        f"{plan.decode_cache_tokens} tokens): " + ", ".join(f"{t}: x{f:.2f}" for t, f in factors))
+    return factors
 
 
 def _sharing(probes: list[ProbeProcess], plan: MachinePlan, say: Say) -> tuple[float, ...]:
@@ -224,6 +244,8 @@ def profile_file_of(profile: MachineProfile, scenario: Scenario, date: str | Non
             "decode_step_ms_by_batch": {DEVICE: [significant(s * 1e3) for s in profile.decode_step_s]},
             "host": {"cores": profile.cores, "busy_slowdown": list(profile.busy_slowdown)},
             "kv_tail_fraction": significant(profile.kv_tail_fraction),
+            **({"decode_context_tokens": [t for t, _ in profile.decode_context],
+                "decode_context_factor": [f for _, f in profile.decode_context]} if profile.decode_context else {}),
         }},
     }
     return ProfileFile.model_validate(doc)

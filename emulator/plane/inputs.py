@@ -82,6 +82,7 @@ class HostCosts:
     busy_slowdown: tuple[float, ...]
     host_cores: int
     kv_tail_fraction: float | None = None  # the profile's measured last-layer share, if any
+    decode_context: PiecewiseLinear | None = None  # the step's factor by mean prompt length, if measured
 
 
 def host_costs(scenario: Scenario) -> HostCosts:
@@ -94,8 +95,10 @@ def host_costs(scenario: Scenario) -> HostCosts:
     curve = None if by_batch is None else PiecewiseLinear(
         tuple(map(float, profile.decode_batch_sizes)), tuple(ms / 1e3 / local.speed_factor for ms in by_batch))
     host = profile.host
+    context = None if not profile.decode_context_tokens else PiecewiseLinear(
+        tuple(map(float, profile.decode_context_tokens)), tuple(profile.decode_context_factor))
     return HostCosts(curve, () if host is None else tuple(host.busy_slowdown), 0 if host is None else host.cores,
-                     profile.kv_tail_fraction)
+                     profile.kv_tail_fraction, context)
 
 
 def workload_lengths(scenario: Scenario, requests: list[RequestSpec] | None = None) -> tuple[LengthSamples, float]:

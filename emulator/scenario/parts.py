@@ -112,6 +112,11 @@ class ProfileSpec(Section):
     # The share of a cache's bytes that only the last layer produces, so it crosses the link after
     # the prefill ends (layer-wise pipelining); None: 1 / PIPELINE_LAYERS (the case study's guess).
     kv_tail_fraction: Annotated[float, Field(strict=True, gt=0, le=1)] | None = None
+    # The decode step's growth with context (attention reads every cached token): at each of
+    # decode_context_tokens, the batch-1 step over the step at the context the batch table was
+    # timed at; the virtual engine charges a batch the factor at its mean prompt length.
+    decode_context_tokens: tuple[Tokens, ...] = Field(default=(), max_length=MAX_PROFILE_POINTS)
+    decode_context_factor: tuple[Slowdown, ...] = Field(default=(), max_length=MAX_PROFILE_POINTS)
 
 
 def _gpus_or_auto(value: Any) -> Any:

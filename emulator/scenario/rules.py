@@ -118,6 +118,23 @@ def _batch_problems(profile: ProfileSpec, local: str, where: str) -> Iterator[st
                f"add decode_step_ms_by_batch.{local} or drop both batch fields")
 
 
+def _context_problems(profile: ProfileSpec, where: str) -> Iterator[str]:
+    """decode_context_tokens and decode_context_factor come together, agree in length, and the
+    tokens increase."""
+    tokens, factors = profile.decode_context_tokens, profile.decode_context_factor
+    if bool(tokens) != bool(factors):
+        given, missing = (("decode_context_tokens", "decode_context_factor") if tokens
+                          else ("decode_context_factor", "decode_context_tokens"))
+        yield f"{where}.{given}: given without {missing}; give both or neither"
+        return
+    if tokens and (len(tokens) < 2 or any(b <= a for a, b in zip(tokens, tokens[1:], strict=False))):
+        yield (f"{where}.decode_context_tokens: {list(tokens)} is not 2 or more strictly increasing lengths; "
+               "sort it, drop repeats, give at least 2")
+    if len(tokens) != len(factors):
+        yield (f"{where}.decode_context_factor: {len(factors)} values for {len(tokens)} lengths; give one "
+               "value per entry of decode_context_tokens")
+
+
 def _cluster_problems(s: Scenario) -> Iterator[str]:
     local, policy = s.clusters.local, s.router.policy
     n_p = local.prefill_instances

@@ -31,6 +31,8 @@ class CostModel:
     unless `decode_batch` gives the step by batch size (a profile's decode_step_ms_by_batch).
     `busy_slowdown[n - 1]`: the factor every worker's compute takes while n workers are busy on the
     one host they share (a profile's `host`; empty: no sharing), `host_cores` its cores.
+    `decode_context(tokens)`: the step's factor at a batch's mean context over the context the batch
+    table was timed at (a profile's decode_context_*; None: the table's step at any context).
     """
 
     prefill_s: dict[Cluster, Curve]
@@ -44,17 +46,21 @@ class CostModel:
     busy_slowdown: tuple[float, ...] = ()
     host_cores: int = 0
     kv_tail_share: float = 0.0  # measured last-layer share of the KV bytes; 0: 1 / pipeline_layers
+    decode_context: Curve | None = None
 
     @classmethod
     def from_inputs(cls, inputs: ModelInputs, source: str, *, pipeline_layers: int = PIPELINE_LAYERS,
                     local_rate_bytes_per_s: float = LOCAL_RDMA_BYTES_PER_S,
                     decode_batch: PiecewiseLinear | None = None, busy_slowdown: tuple[float, ...] = (),
-                    host_cores: int = 0, kv_tail_share: float = 0.0) -> CostModel:
+                    host_cores: int = 0, kv_tail_share: float = 0.0,
+                    decode_context: PiecewiseLinear | None = None) -> CostModel:
         prefill = {Cluster.REMOTE: Curve.from_table(inputs.prefill_remote_s),
                    Cluster.LOCAL: Curve.from_table(inputs.prefill_local_s)}
         batch = None if decode_batch is None else Curve.from_table(decode_batch)
+        context = None if decode_context is None else Curve.from_table(decode_context)
         return cls(prefill, Curve.from_table(inputs.kv_bytes), inputs.decode_step_s, inputs.max_decode_batch,
-                   source, pipeline_layers, local_rate_bytes_per_s, batch, busy_slowdown, host_cores, kv_tail_share)
+                   source, pipeline_layers, local_rate_bytes_per_s, batch, busy_slowdown, host_cores, kv_tail_share,
+                   context)
 
     def decode_s(self, output_len: int) -> float:
         """Time a request holds a decode slot: its first token comes from the prefill and is
@@ -64,12 +70,14 @@ class CostModel:
     @property
     def is_timed_by_batch(self) -> bool:
         """Whether a decode's step depends on what else runs (its batch, the shared host)."""
-        return self.decode_batch is not None or bool(self.busy_slowdown)
+        return self.decode_batch is not None or bool(self.busy_slowdown) or self.decode_context is not None
 
-    def decode_step_at(self, batch_size: int) -> float:
-        """One step of a batch of `batch_size` (T_decode when no batch table was given)."""
-        curve = self.decode_batch
-        return self.decode_step_s if curve is None else curve(float(batch_size))
+    def decode_step_at(self, batch_size: int, context_tokens: float) -> float:
+        """One step of a batch of `batch_size` whose caches hold `context_tokens` each on average
+        (T_decode when no batch table was given; the table's context when no context curve was)."""
+        curve, context = self.decode_batch, self.decode_context
+        step_s = self.decode_step_s if curve is None else curve(float(batch_size))
+        return step_s if context is None else step_s * context(context_tokens)
 
     def slowdown(self, num_busy: int) -> float:
         """The shared host's factor with `num_busy` workers busy (the table's; past its end the
@@ -97,6 +105,8 @@ class CostModel:
         if self.decode_batch is not None:
             meta["decode_step_s_by_batch"] = {"batch_sizes": list(self.decode_batch.xs),
                                               "step_s": list(self.decode_batch.ys)}
+        if self.decode_context is not None:
+            meta["decode_context"] = {"tokens": list(self.decode_context.xs), "factor": list(self.decode_context.ys)}
         if self.busy_slowdown:
             meta["host"] = {"cores": self.host_cores, "busy_slowdown": list(self.busy_slowdown)}
         return meta

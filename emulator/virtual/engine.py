@@ -142,12 +142,12 @@ def simulate(scenario: Scenario, *, until: float | None = None, progress: Progre
 
 
 def make_costs(scenario: Scenario, plane: ControlPlane) -> CostModel:
-    """The plane's inputs as costs, with what the profile adds (the decode step by batch size, the
-    host every worker shares: emulator.plane.inputs.host_costs)."""
+    """The plane's inputs as costs, with what the profile adds (the decode step by batch size and
+    context, the host every worker shares: emulator.plane.inputs.host_costs)."""
     host = host_costs(scenario)
     return CostModel.from_inputs(plane.inputs, plane.profile_source, decode_batch=host.decode_step_by_batch_s,
                                  busy_slowdown=host.busy_slowdown, host_cores=host.host_cores,
-                                 kv_tail_share=host.kv_tail_fraction or 0.0)
+                                 kv_tail_share=host.kv_tail_fraction or 0.0, decode_context=host.decode_context)
 
 
 @contextmanager
@@ -232,6 +232,9 @@ def cost_notes(costs: CostModel) -> list[str]:
     notes = []
     if costs.decode_batch is not None:
         notes.append("decode: a request's step is the batch table's at the batch size it joins, kept to its end")
+    if costs.decode_context is not None:
+        notes.append("decode: the step scales with the batch's mean prompt length as it joins (the profile's "
+                     "decode_context_factor), not with the tokens decoded since")
     if costs.busy_slowdown:
         notes.append("shared host: a prefill or decode join takes the slowdown of the workers busy as it "
                      "starts (itself included), kept to its end")

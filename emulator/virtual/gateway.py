@@ -83,9 +83,10 @@ class Gateway:
         """The shared host's slowdown for work starting now (the caller already counts as busy)."""
         return self.costs.slowdown(self.num_busy())
 
-    def decode_step_at(self, batch_size: int) -> float:
-        """A joining request's step: the batch table's, times the host's slowdown when shared."""
-        step_s = self.costs.decode_step_at(batch_size)
+    def decode_step_at(self, batch_size: int, context_tokens: float) -> float:
+        """A joining request's step: the batch table's at the batch's mean context, times the
+        host's slowdown when shared."""
+        step_s = self.costs.decode_step_at(batch_size, context_tokens)
         return step_s * self.host_factor() if self.costs.busy_slowdown else step_s
 
     def _reindex(self) -> None:

@@ -95,9 +95,10 @@ class DecodeNode:
     delivered then, and it leaves after `decode_s(output_len)` (steps are not aligned to a batch
     clock: a join waits for no step boundary, so the slot count is the only coupling).
 
-    With `step_at` (a profile's step by batch size, or a shared host), a joining request's step is
-    `step_at(batch size with it)`, asked once as it joins and kept for all its tokens: a batch that
-    grows or shrinks later does not re-time the requests already in it. There the batch also keeps
+    With `step_at` (a profile's step by batch size and context, or a shared host), a joining
+    request's step is `step_at(batch size with it, the batch's mean prompt length)`, asked once as
+    it joins and kept for all its tokens: a batch that grows or shrinks later does not re-time the
+    requests already in it. There the batch also keeps
     a step clock, as the live decode role does: a request joining a batch that is stepping waits for
     the step in progress to end before its first token is delivered (`_clock_s` is when the current
     run of steps began, `_clock_step_s` its step).
@@ -107,7 +108,7 @@ class DecodeNode:
                  decode_s: Callable[[int], float], step_s: float,
                  on_first_token: Callable[[DecodeNode, Journey], None],
                  on_finish: Callable[[DecodeNode, Journey, float], None],
-                 step_at: Callable[[int], float] | None = None) -> None:
+                 step_at: Callable[[int, float], float] | None = None) -> None:
         self.sim, self.node, self.name = sim, node, str(node)
         self.max_batch = max_batch
         self.decode_s, self.step_s = decode_s, step_s
@@ -120,6 +121,7 @@ class DecodeNode:
         self.epoch = 0
         self._clock_s = 0.0
         self._clock_step_s = 0.0
+        self._context_sum = 0  # prompt tokens of the active requests: the batch's caches
 
     @property
     def num_held(self) -> int:
@@ -155,10 +157,12 @@ class DecodeNode:
         active = self.active
         was_stepping = len(active) > 0
         active[journey.spec.id] = journey
+        self._context_sum += journey.spec.input_len
         if len(active) > self.peak_active:
             self.peak_active = len(active)
         now = self.sim.now
-        step_s = self.step_at(len(active)) if self.step_at is not None else self.step_s
+        num_active = len(active)
+        step_s = self.step_at(num_active, self._context_sum / num_active) if self.step_at is not None else self.step_s
         start_s = now  # when its first token is delivered: now, or the end of the step in progress
         if was_stepping and self._clock_step_s > 0:
             steps_done = math.ceil((now - self._clock_s) / self._clock_step_s - 1e-9)
@@ -185,6 +189,8 @@ class DecodeNode:
             return
         spec = journey.spec
         del self.active[spec.id]
+        if self.step_at is not None:
+            self._context_sum -= spec.input_len
         self.on_finish(self, journey, step_s if spec.output_len > 1 else 0.0)
         waiting = self.waiting
         while waiting and len(self.active) < self.max_batch:
@@ -193,6 +199,7 @@ class DecodeNode:
     def kill(self) -> None:
         """Go down, dropping what it held (the run core says which requests that was)."""
         self.active, self.waiting = {}, deque()
+        self._context_sum = 0
         self.is_up = False
         self.epoch += 1
 

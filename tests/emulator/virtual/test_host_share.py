@@ -1,6 +1,7 @@
 """A profile's shared host and decode step by batch size on the virtual engine: every worker's time
 is its table time times the host's slowdown for the workers busy as it starts (itself included), and
-a decode request's step is the batch table's at the size it joins. Numbers computed by hand."""
+a decode request's step is the batch table's at the size it joins, times the context factor at the
+batch's mean prompt length. Numbers computed by hand."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 
 from emulator.control.profiles import PiecewiseLinear
 from emulator.control.types import RequestSpec
+from emulator.errors import ScenarioError
 from emulator.plane import make_control_plane
 from emulator.scenario import parse_scenario
 from emulator.virtual.costs import CostModel
@@ -105,7 +107,7 @@ def test_the_batch_curve_interpolates_between_sizes() -> None:
     plane = make_control_plane(parse_scenario(BOX, Path.cwd()))
     table = PiecewiseLinear((1.0, 2.0, 4.0), (0.02, 0.04, 0.08))
     costs = CostModel.from_inputs(plane.inputs, "box", decode_batch=table)
-    assert [costs.decode_step_at(n) for n in (1, 2, 3, 4)] == [0.02, 0.04, 0.06, 0.08]
+    assert [costs.decode_step_at(n, 1000.0) for n in (1, 2, 3, 4)] == [0.02, 0.04, 0.06, 0.08]
     assert costs.is_timed_by_batch and not CostModel.from_inputs(plane.inputs, "box").is_timed_by_batch
 
 
@@ -120,3 +122,30 @@ def test_a_request_joining_a_stepping_batch_waits_for_the_step_in_progress() -> 
     boundary = r1.first_token_s + math.ceil((r2.transfer_end_s - r1.first_token_s) / 0.020) * 0.020
     assert r2.first_token_s == pytest.approx(boundary, abs=1e-9)
     assert r2.first_token_s - r2.transfer_end_s == pytest.approx(0.010, abs=1e-6)  # half of r1's step left
+
+
+CONTEXT = {"decode_context_tokens": [500, 1000, 3000], "decode_context_factor": [0.5, 1.0, 2.0]}
+
+
+def test_a_decode_step_scales_with_the_batch_s_mean_prompt_length() -> None:
+    """Alone in its batch (no host), a 1,000-token prompt decodes at the table's 20 ms; a 2,000-token
+    one at 20 ms x 1.5 (halfway from 1,000 to 3,000); joining the first (which decodes 200 steps) as
+    its prefill ends at 3 s, the batch of two at their mean 1,500 tokens: 40 ms x 1.25."""
+    alone = run([RequestSpec("short", 0.0, 1000, 11)], host=None, **CONTEXT)["short"]
+    assert alone.tpot_s == pytest.approx(0.020, rel=1e-12)
+    long_alone = run([RequestSpec("long", 0.0, 2000, 11)], host=None, **CONTEXT)["long"]
+    assert long_alone.tpot_s == pytest.approx(0.030, rel=1e-12)
+    records = run([RequestSpec("r1", 0.0, 1000, 201), RequestSpec("r2", 0.0, 2000, 101)], host=None, **CONTEXT)
+    assert (records["r1"].route, records["r2"].route) == ("local", "local")
+    assert records["r2"].tpot_s == pytest.approx(0.040 * 1.25, rel=1e-12)
+
+
+def test_a_context_table_without_its_other_half_or_out_of_order_is_refused() -> None:
+    doc = copy.deepcopy(BOX)
+    doc["model"]["profile"]["decode_context_tokens"] = [500, 1000]
+    with pytest.raises(ScenarioError, match=r"decode_context_tokens: given without decode_context_factor"):
+        parse_scenario(doc, Path.cwd())
+    doc["model"]["profile"].update(decode_context_tokens=[1000, 500], decode_context_factor=[1.0, 0.5, 2.0])
+    with pytest.raises(ScenarioError, match=r"decode_context_tokens: \[1000, 500\] is not 2 or more strictly "
+                                            r"increasing(.|\n)*decode_context_factor: 3 values for 2 lengths"):
+        parse_scenario(doc, Path.cwd())
