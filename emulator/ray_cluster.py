@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -285,3 +287,20 @@ def _native_stderr_to_log() -> Iterator[None]:
             sink.seek(0)
             for line in sink.read(64 * 1024).decode(errors="replace").splitlines():
                 log.debug("ray: %s", line)
+
+
+@contextmanager
+def signal_handlers_kept() -> Iterator[None]:
+    """Put back the SIGTERM/SIGINT handlers found on entry. A Ray driver installs a SIGTERM handler
+    that raises SystemExit and leaves it behind after shutdown; every helper this process forks
+    later (pyroute2 forks one per namespace it enters, and ends it with SIGTERM) would then unwind
+    its copy of our stack and run on as a second copy of the program instead of dying."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # handlers can be neither read reliably nor set off the main thread; Ray sets none there
+        return
+    found = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in found.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)

@@ -23,7 +23,8 @@ from typing import Any
 from emulator.cli.progress import LOG_EVERY_S, ProgressReporter, progress_every
 from emulator.cli.stop_signals import StopSignals
 from emulator.net.names import check_run_id
-from emulator.scenario import apply_overrides, load_scenario
+from emulator.errors import ScenarioError
+from emulator.scenario import Scenario, apply_overrides, load_scenario, parse_scenario
 from emulator.telemetry.atomic_write import make_dir
 from emulator.telemetry.figures import EGRESS_KEY, egress_bit_per_s, format_rate
 from emulator.telemetry.labels import format_number, label
@@ -46,6 +47,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--no-broker", action="store_true", help="record locally only, publish nothing")
     parser.add_argument("--link-backend", default="auto", choices=("auto", "netem", "tun", "proxy"),
                         help="live engine: which shaped-link backend (default: the best available)")
+    parser.add_argument("--ray", metavar="ADDRESS", help="live engine: place the workers on the nodes of the Ray "
+                        "cluster at HOST:PORT (`auto`: the one started on this machine; `local`: a private one), "
+                        "by the scenario's ray.remote_resource / ray.local_resource; sets the scenario's ray.address")
     parser.add_argument("--run-id", help="live engine: the run id in namespaces and MQTT topics (6 hex digits)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="PATH=VALUE",
                         help="override a scenario field (repeatable), e.g. router.threshold_tokens=8000")
@@ -57,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
     run_id = None if args.run_id is None else check_run_id(args.run_id, "--run-id")
     scenario = apply_overrides(load_scenario(args.scenario), args.overrides)
     engine = args.engine or scenario.engine
+    scenario = with_ray(scenario, engine, args.ray)
     out = args.out or Path("runs") / f"{scenario.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     if engine == "live":  # a run the machine cannot hold is refused before it leaves a folder behind
         from emulator.live.capacity import check_live_start
@@ -85,6 +90,19 @@ def run(args: argparse.Namespace) -> int:
     with StopSignals(final=True):  # the record is written: a signal now is absorbed, and ignored after
         print_summary(doc, out)
     return exit_code(doc["meta"], verdict_of(doc))
+
+
+def with_ray(scenario: Scenario, engine: str, address: str | None) -> Scenario:
+    """The scenario with `--ray ADDRESS` as its ray.address (the section's defaults otherwise);
+    refused for the virtual engine, which places nothing."""
+    if engine != "live" and (address is not None or scenario.ray is not None):
+        where = f"--ray {address}" if address is not None else "ray"
+        raise ScenarioError(f"{where}: only the live engine places workers on Ray nodes; "
+                            "drop it or run with --engine live")
+    if address is None:
+        return scenario
+    ray = (scenario.ray.model_dump() if scenario.ray is not None else {}) | {"address": address}
+    return parse_scenario({**scenario.model_dump(mode="json"), "ray": ray}, Path.cwd())
 
 
 def print_summary(doc: dict[str, Any], out: Path) -> None:

@@ -17,6 +17,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from emulator.control.types import Cluster, NodeId, Role
 from emulator.live.placement import DevicePlacement, Placement, device_env, plan_devices
@@ -76,17 +77,41 @@ def speed_notes(scenario: Scenario) -> list[str]:
     return notes
 
 
+class WorkerProcess(Protocol):
+    """What the run needs of one worker's process, as `subprocess.Popen` offers it (and
+    ray_workers.RayWorkerHandle for a worker on a Ray node)."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    def poll(self) -> int | None: ...
+
+    def kill(self) -> None: ...
+
+    def terminate(self) -> None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
 class WorkerProcesses:
-    """Spawns, kills and restarts `python -m emulator.worker` processes; logs go to `log_dir`."""
+    """Spawns, kills and restarts `python -m emulator.worker` processes; logs go to `log_dir`.
+
+    Starting one is `_spawn`'s: here a child of this process, in ray_workers.py a child of an actor
+    on a Ray node. Everything else (kill, restart, reaping, the stop ladder) is shared."""
 
     def __init__(self, scenario: Scenario, topology: Topology, gateway_port: int, log_dir: Path,
-                 ledger: Ledger, placement: Placement | None = None) -> None:
-        """`placement` defaults to the scenario's on a machine without GPUs (the CPU default)."""
+                 ledger: Ledger, placement: Placement | None = None, gateway_host: str = "127.0.0.1") -> None:
+        """`placement` defaults to the scenario's on a machine without GPUs (the CPU default);
+        `gateway_host` is the address the workers reach the gateway's control listener on."""
         self.scenario, self.topology, self.gateway_port = scenario, topology, gateway_port
+        self.gateway_host = gateway_host
         self.placement = placement or plan_devices(scenario.clusters, visible_gpus=0)
         self.log_dir, self.ledger = log_dir, ledger
         self.plans: dict[str, WorkerPlan] = {}
-        self.procs: dict[str, subprocess.Popen] = {}
+        self.procs: dict[str, WorkerProcess] = {}
         # this run's secret: only workers started here can say hello; handshake slots per user
         self.gate = WorkerGate(peer_uid=peer_uid)
 
@@ -98,7 +123,7 @@ class WorkerProcesses:
         dc = REMOTE if plan.cluster is Cluster.REMOTE else LOCAL
         capacity = sc.prefix_cache.capacity_mib.remote if dc == REMOTE else sc.prefix_cache.capacity_mib.local
         return WorkerSettings(
-            gateway_port=self.gateway_port,  # in the 0600 file, never in argv (issue 25)
+            gateway_host=self.gateway_host, gateway_port=self.gateway_port,  # in the 0600 file, never in argv (issue 25)
             netns=self.topology.netns(dc) or "", kv_addr=self.topology.address(dc), preset=sc.model.preset,
             size=sc.model.preset_size, seed=sc.seed, device=self.placement.of(plan.cluster, plan.index).device,
             threads=1, speed_factor=min(cluster.speed_factor, 1.0), max_batch=clusters.local.decode_max_batch,
@@ -112,16 +137,32 @@ class WorkerProcesses:
         path = self.settings(plan).write(self.log_dir / f"{plan.spawn_name}.settings.json")
         return [sys.executable, "-m", "emulator.worker", "--node", plan.spawn_name, "--settings", str(path)]
 
-    def start(self, plan: WorkerPlan) -> subprocess.Popen:
+    def start(self, plan: WorkerPlan) -> WorkerProcess:
         self.plans[plan.spawn_name] = plan
+        proc = self._spawn(plan)
+        self.procs[plan.spawn_name] = proc
+        return proc
+
+    def _spawn(self, plan: WorkerPlan) -> WorkerProcess:
+        """A child of this process, recorded in the run's ledger (`net down` finds it after a crash)."""
         env = worker_env(os.environ, self.placement.of(plan.cluster, plan.index), self.gate.env())
         log_path = self.log_dir / f"{plan.spawn_name}.log"
         with open(log_path, "ab") as log_file:
             proc = subprocess.Popen(self.command(plan), cwd=REPO_ROOT, env=env, stdout=log_file,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         self.ledger.record("pid", pid=proc.pid, name=plan.spawn_name)
-        self.procs[plan.spawn_name] = proc
         return proc
+
+    def pids(self) -> dict[str, int]:
+        """Each worker's last process id (on its own host), for the record."""
+        return {name: proc.pid for name, proc in self.procs.items()}
+
+    def hosts(self) -> dict[str, dict[str, str]]:
+        """Each worker's host ({node_id, ip}), for the record; empty when every worker runs on this host."""
+        return {}
+
+    def close(self) -> None:
+        """Release what hosts the workers once they have stopped: nothing for children of this process."""
 
     def kill(self, spawn_name: str) -> bool:
         """SIGKILL, as a crash would: the worker gets no chance to report anything."""

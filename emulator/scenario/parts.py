@@ -269,6 +269,29 @@ class TransportSpec(Section):
     congestion: Literal["cubic", "reno", "bbr"] = "cubic"
 
 
+RAY_RESOURCE_PATTERN = r"^[A-Za-z0-9_]{1,64}$"
+RayResource = Annotated[str, Field(pattern=RAY_RESOURCE_PATTERN)]
+
+
+class RaySpec(Section):
+    """Live workers placed on the nodes of a Ray cluster (issue 30): each remote worker takes one
+    unit of `remote_resource`, each local worker one of `local_resource` (custom resources given to
+    `ray start --resources`). `address` is the head's HOST:PORT, `auto` (the cluster started on this
+    machine) or `local` (a private Ray started for this run, offering both resources)."""
+
+    address: Annotated[str, Field(min_length=1, max_length=300)] = "auto"
+    remote_resource: RayResource = "prfaas_remote"
+    local_resource: RayResource = "prfaas_local"
+
+    @field_validator("address")
+    @classmethod
+    def _host_port(cls, value: str) -> str:
+        host, sep, port = value.strip().rpartition(":")
+        if value.strip() in ("auto", "local") or (sep and host and port.isdigit() and 1 <= int(port) <= 65535):
+            return value.strip()
+        raise ValueError(f"{value!r} is not HOST:PORT, auto or local")
+
+
 class PrefixCacheSpec(Section):
     block_tokens: Tokens = 512  # the Mooncake trace's hash_ids cover 512-token blocks
     capacity_mib: CacheCapacitySpec = CacheCapacitySpec()
@@ -352,6 +375,9 @@ SECTION_HINTS = {
     "congestion": "use cubic, reno or bbr",
     "capacity_mib.remote": f"use a size in MiB >= 0, at most {MAX_CACHE_MIB:,.0f}",
     "capacity_mib.local": f"use a size in MiB >= 0, at most {MAX_CACHE_MIB:,.0f}",
+    "ray.address": "use the Ray head's HOST:PORT (e.g. 10.0.0.5:6379), auto or local",
+    "ray.remote_resource": "use 1 to 64 letters, digits or underscores (a Ray custom resource name)",
+    "ray.local_resource": "use 1 to 64 letters, digits or underscores (a Ray custom resource name)",
     "at_s": f"use seconds >= 0 from the start of the run, at most {MAX_DURATION_S:,.0f}",
     "requests": f"use a whole number of requests, 1 to {MAX_REQUESTS:,}",
     "over_s": f"use seconds >= 0 (0 = all at once), at most {MAX_DURATION_S:,.0f}",

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 def static_problems(s: Scenario) -> list[str]:
     return [
         *_model_problems(s), *_cluster_problems(s), *_workload_problems(s),
-        *_scheduler_problems(s), *_timeline_problems(s), *_expect_problems(s),
+        *_scheduler_problems(s), *_timeline_problems(s), *_expect_problems(s), *_ray_problems(s),
     ]
 
 
@@ -91,6 +91,7 @@ def profile_problems(s: Scenario, profile: ProfileSpec, where: str) -> Iterator[
         yield (f"{where}.decode_step_ms: no value for device {local!r} "
                f"(clusters.local.device); add decode_step_ms.{local}")
     yield from _batch_problems(profile, local, where)
+    yield from _context_problems(profile, where)
     if profile.host is not None and profile.host.busy_slowdown[0] != 1.0:
         yield (f"{where}.host.busy_slowdown: starts at {profile.host.busy_slowdown[0]:g}; one busy worker "
                "is the reference the tables were measured at, so the first factor is 1.0")
@@ -285,6 +286,14 @@ def _expect_problems(s: Scenario) -> Iterator[str]:
             yield f"expect.{metric}: no bounds; give min and/or max"
         elif bounds.min is not None and bounds.max is not None and bounds.min > bounds.max:
             yield f"expect.{metric}.min: {bounds.min:g} is above max ({bounds.max:g}); swap them"
+
+
+def _ray_problems(s: Scenario) -> Iterator[str]:
+    if s.ray is not None and s.engine != "live":
+        yield "ray: only the live engine places workers on Ray nodes; remove the section or use engine: live"
+    elif s.ray is not None and s.ray.remote_resource == s.ray.local_resource:
+        yield (f"ray.local_resource: {s.ray.local_resource!r} is also the remote_resource; give each "
+               "cluster its own resource, e.g. prfaas_remote and prfaas_local")
 
 
 def longest_length(dist: LengthDist | None) -> int | None:

@@ -27,6 +27,7 @@ from emulator.scenario.parts import (
     Metric,
     Name,
     PrefixCacheSpec,
+    RaySpec,
     RouterSpec,
     SchedulerSpec,
     Section,
@@ -59,6 +60,7 @@ class Scenario(Section):
     scheduler: SchedulerSpec = SchedulerSpec()
     prefix_cache: PrefixCacheSpec = PrefixCacheSpec()
     transport: TransportSpec = TransportSpec()
+    ray: RaySpec | None = None  # live workers on a Ray cluster's nodes (emulator/live/ray_workers.py)
     workload: WorkloadSpec
     timeline: tuple[TimelineEvent, ...] = Field(default=(), max_length=MAX_TIMELINE_EVENTS)
     expect: dict[Metric, Bounds] = {}

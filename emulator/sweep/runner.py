@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from emulator.limits import MAX_SWEEP_WORKERS
-from emulator.ray_cluster import RayUnavailable, check_cluster
+from emulator.ray_cluster import RayUnavailable, check_cluster, signal_handlers_kept
 from emulator.sweep.point import FAILED, run_point
 from emulator.sweep.points import Point, expand
 from emulator.sweep.spec import Sweep, SweepSpec
@@ -194,23 +194,6 @@ def check_ray_options(address: str | None, workers: int | None) -> None:
     if workers is not None and address:
         raise RayUnavailable(f"--workers {workers}: sizes a local Ray; a cluster (--ray) runs on its own CPUs, "
                              "drop --workers")
-
-
-@contextmanager
-def signal_handlers_kept() -> Iterator[None]:
-    """Put back the SIGTERM/SIGINT handlers found on entry. A Ray driver installs a SIGTERM handler
-    that raises SystemExit and leaves it behind after shutdown; every helper this process forks
-    later (pyroute2 forks one per namespace it enters, and ends it with SIGTERM) would then unwind
-    its copy of our stack and run on as a second copy of the program instead of dying."""
-    if threading.current_thread() is not threading.main_thread():
-        yield  # handlers can be neither read reliably nor set off the main thread; Ray sets none there
-        return
-    found = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for sig, handler in found.items():
-            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
 
 @contextmanager
