@@ -107,7 +107,7 @@ class RayHosting:
 
     def note(self) -> str:
         where = Counter(node.label for node in self.node_of.values())
-        return f"ray {self.spec.address}: workers on " + ", ".join(f"{n} on {label}" for label, n in where.items())
+        return f"ray {self.spec.address}: " + ", ".join(f"{n} worker(s) on {label}" for label, n in where.items())
 
     def close(self) -> None:
         """End the workers' actors (their logs copied back first), then shut Ray down when this

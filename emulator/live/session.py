@@ -29,6 +29,7 @@ from emulator.live.launcher import WorkerProcesses, plan_workers, speed_notes
 from emulator.live.loops import RunLoops
 from emulator.live.nodes import NodeState, NodeTable
 from emulator.live.placement import Placement, place_workers
+from emulator.live.ray_hosting import RayHosting, open_hosting
 from emulator.live.stop_signals import StopEvent, stop_on_signals
 from emulator.live.teardown import BUDGET_S, Step, Teardown, in_thread, settle
 from emulator.net.backend import TO_LOCAL
@@ -73,6 +74,7 @@ async def run_live(scenario: Scenario, out_dir: Path, broker_url: str | None = N
         scenario, arrival_horizon_s(scenario, headroom=LIVE_RATE_HEADROOM))
     plane = make_control_plane(scenario)
     topology = Topology(scenario.link, backend=link_backend, run_id=run_id)
+    hosting = open_hosting(scenario, plane.n_p)  # Ray's placement preflight: one line, before anything starts
     broker: EmbeddedBroker | None = None
     bus: TelemetryBus | None = None
     session: LiveSession | None = None
@@ -86,12 +88,14 @@ async def run_live(scenario: Scenario, out_dir: Path, broker_url: str | None = N
                 Ledger.open(run_id).record("pid", pid=broker.pid, name="mqtt-broker")
                 broker_url = broker.url
             bus = await TelemetryBus(broker_url, run_id, link_base=lambda: topology.spec).__aenter__()
-            session = LiveSession(scenario, run_id, topology, plane, bus, out_dir, placement, teardown)
+            session = LiveSession(scenario, run_id, topology, plane, bus, out_dir, placement, teardown, hosting)
             await session.run(workload, progress, stop)
         except BaseException as err:  # the teardown below runs first; then it is raised
             error = err
         await _release(teardown, topology, bus, broker)
         doc = await session.write_record(complete=True) if session is not None and session.loops else None
+    if hosting is not None:
+        await asyncio.to_thread(hosting.close)
     if error is not None:
         raise error
     if not doc:  # neither write went through (disk full, read-only, ...): the one line that says why
@@ -134,9 +138,10 @@ def _kill_pid(pid: int | None, what: str) -> list[str]:
 
 class LiveSession:
     def __init__(self, scenario: Scenario, run_id: str, topology: Topology, plane: ControlPlane, bus: TelemetryBus,
-                 out_dir: Path, placement: Placement, teardown: Teardown | None = None) -> None:
+                 out_dir: Path, placement: Placement, teardown: Teardown | None = None,
+                 hosting: RayHosting | None = None) -> None:
         self.scenario, self.run_id, self.topology, self.plane, self.bus = scenario, run_id, topology, plane, bus
-        self.placement, self.teardown = placement, teardown or Teardown()
+        self.placement, self.teardown, self.hosting = placement, teardown or Teardown(), hosting
         self.loops: RunLoops | None = None
         self.link_bytes_to_local: int | None = None
         self.out_dir = Path(out_dir)
@@ -161,7 +166,7 @@ class LiveSession:
         self.record_error: RecordError | None = None  # why the last write failed, if it did
         status = topology.status()
         self.notes = [f"link backend: {status['backend']} ({status['reason']})", *status["warnings"],
-                      *speed_notes(scenario), *self.placement.notes]
+                      *speed_notes(scenario), *self.placement.notes, *([hosting.note()] if hosting else [])]
         for note in self.notes:
             log.info("%s", note)
 
@@ -176,10 +181,11 @@ class LiveSession:
         telemetry, the broker and the link, then calls `write_record(complete=True)`). No `workload`:
         the rate is `auto`, resolved by timing the workers once they are up (live/calibration.py)."""
         self.coverage = workload.coverage if workload is not None else None
-        server = await asyncio.start_server(self._serve_worker, "127.0.0.1", 0, limit=p.STREAM_LIMIT)
-        port = server.sockets[0].getsockname()[1]
-        self.workers = WorkerProcesses(self.scenario, self.topology, port, self.log_dir, Ledger.open(self.run_id),
-                                       self.placement)
+        host = self.hosting.gateway_host if self.hosting else "127.0.0.1"  # Ray: the driver node's address
+        server = await asyncio.start_server(self._serve_worker, host, 0, limit=p.STREAM_LIMIT)
+        args = (self.scenario, self.topology, server.sockets[0].getsockname()[1], self.log_dir,
+                Ledger.open(self.run_id), self.placement)
+        self.workers = self.hosting.make_workers(self.plans, *args) if self.hosting else WorkerProcesses(*args)
         end_reason, error = "run ended", None
         try:
             await self._status("starting", "; ".join(self.notes))
@@ -378,7 +384,8 @@ class LiveSession:
             engine_details={
                 "link_description": status["description"], "mqtt": self.bus.status_note,
                 "worker_logs": str(self.log_dir),
-                "worker_pids": {name: proc.pid for name, proc in self.workers.procs.items()} if self.workers else {},
+                "worker_pids": self.workers.pids() if self.workers else {},
+                "worker_hosts": self.workers.hosts() if self.workers else {},
                 "worker_devices": self.nodes.devices(),
                 "link_bytes_to_local": link_bytes,
                 "record": "complete" if complete else "written before the teardown; not rewritten after it",
