@@ -136,3 +136,23 @@ def test_a_gate_without_a_peer_lookup_puts_everyone_in_one_class():
         return counts
 
     assert asyncio.run(main()) == {auth.PeerClass.OWNER: 0, auth.PeerClass.OTHER: 3}
+
+
+def test_a_worker_on_another_host_is_admitted_on_its_proof_alone():
+    """A worker on another Ray node (issue 30): the kernel cannot name its user (peer_uid is None
+    off this host), so it takes an OTHER slot, and its proof admits it; a wrong proof does not."""
+    gate = auth.WorkerGate(peer_uid=lambda sock: None)  # what peer_uid answers for a peer on another host
+
+    async def main():
+        admitted, refused = {}, []
+        server = await gateway(gate, admitted, refused)
+        port = server.sockets[0].getsockname()[1]
+        good = await worker(port, "remote-prefill-0", gate.secret)
+        bad = await worker(port, "local-prefill-0", auth.new_secret())
+        await until(lambda: admitted and refused)
+        good.close()
+        bad.close()
+        server.close()
+        return set(admitted), [a.reason for a in refused]
+
+    assert asyncio.run(main()) == ({"remote-prefill-0"}, ["wrong proof for this run"])
