@@ -123,7 +123,7 @@ class WorkerProcesses:
         dc = REMOTE if plan.cluster is Cluster.REMOTE else LOCAL
         capacity = sc.prefix_cache.capacity_mib.remote if dc == REMOTE else sc.prefix_cache.capacity_mib.local
         return WorkerSettings(
-            gateway_host=self.gateway_host, gateway_port=self.gateway_port,  # in the 0600 file, never in argv (issue 25)
+            gateway_host=self.gateway_host, gateway_port=self.gateway_port,  # in the 0600 file, not argv (issue 25)
             netns=self.topology.netns(dc) or "", kv_addr=self.topology.address(dc), preset=sc.model.preset,
             size=sc.model.preset_size, seed=sc.seed, device=self.placement.of(plan.cluster, plan.index).device,
             threads=1, speed_factor=min(cluster.speed_factor, 1.0), max_batch=clusters.local.decode_max_batch,
