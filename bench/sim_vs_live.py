@@ -11,7 +11,7 @@ charges the profile scaled by their mean (emulator/live/speed_reference.py; `spe
 results): a thermometer reading of the machine, not a fit to the run. Before the matrix, one short
 live run with another seed (60 requests at load 0.3, `stack/`) measures what the live stack adds to
 the probes' times (gateway, broker, transport and relay on the same cores; `calibrate RUN --onto`,
-emulator/live/stack_factors.py); the matrix charges the profile with those factors. Per configuration it reports, live vs virtual, TTFT mean/P50/P90/P99, TPOT mean,
+emulator/virtual/stack_factors.py); the matrix charges the profile with those factors. Per configuration it reports, live vs virtual, TTFT mean/P50/P90/P99, TPOT mean,
 throughput, the share routed remote and mean egress, with each one's error (virtual / live - 1).
 
 Load is a share of the capacity the calibration measured (Eq. 6 of the throughput model over the
@@ -80,7 +80,7 @@ def calibrate(work: Path) -> Path:
 
 
 def fold_stack(work: Path, profile_path: Path, capacity: float, requests: int) -> Path:
-    """The profile with what the live stack adds on this machine (emulator/live/stack_factors.py),
+    """The profile with what the live stack adds on this machine (emulator/virtual/stack_factors.py),
     measured on one short live run at load 0.3 with another seed than the matrix's; the replay that
     measures it charges the profile scaled to the machine's speed across that run."""
     folder = work / "stack"

@@ -12,7 +12,7 @@ reference prefill is timed again and PROFILE's times are scaled to this machine'
 `python -m emulator calibrate SCENARIO.yaml RUN_DIR --onto PROFILE [--out FILE]`: RUN_DIR is a
 short live run of SCENARIO; it is replayed on the virtual engine with the machine profile PROFILE
 and PROFILE's times are multiplied by what the live stack added per request (prefill and TPOT,
-emulator/live/stack_factors.py), written to FILE (default: PROFILE itself).
+emulator/virtual/stack_factors.py), written to FILE (default: PROFILE itself).
 
 Argument wiring only; the fit is emulator.virtual.calibrate, the comparison
 emulator.telemetry.compare, the machine profile emulator.live.machine_profile.
@@ -118,7 +118,7 @@ def _rescale(profile_path: Path, out: Path) -> int:
 def _onto(scenario: Scenario, run_dir: Path, profile_path: Path, out: Path) -> int:
     import tempfile
 
-    from emulator.live.stack_factors import factors_of, replay_scenario, with_stack, write_with_stack
+    from emulator.virtual.stack_factors import factors_of, replay_scenario, with_stack, write_with_stack
     from emulator.scenario.model_section import read_profile_file
     from emulator.telemetry.recorder import load_run
 

@@ -49,7 +49,7 @@ class Provenance(Section):
     # prefill of busy_op_tokens, and the factor a rescaled file's times were multiplied by.
     reference_prefill_s: Annotated[float, Field(strict=True, gt=0, le=3_600)] | None = None
     speed_scale: Annotated[float, Field(strict=True, gt=0, le=100)] | None = None
-    # What the live stack adds to the probes' times (emulator/live/stack_factors.py), already in
+    # What the live stack adds to the probes' times (emulator/virtual/stack_factors.py), already in
     # the tables, and how many requests of the stack run measured it.
     stack_prefill_factor: Annotated[float, Field(strict=True, gt=0, le=100)] | None = None
     stack_decode_factor: Annotated[float, Field(strict=True, gt=0, le=100)] | None = None

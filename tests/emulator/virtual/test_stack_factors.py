@@ -13,7 +13,7 @@ import yaml
 from emulator.__main__ import main
 from emulator.errors import CalibrationError
 from emulator.live.machine_profile import MachineProfile, plan_machine, profile_file_of, write_machine_profile
-from emulator.live.stack_factors import StackFactors, factors_of, with_stack
+from emulator.virtual.stack_factors import StackFactors, factors_of, with_stack
 from emulator.scenario import load_scenario
 from emulator.scenario.model_section import read_profile_file
 from emulator.virtual.engine import run_virtual
