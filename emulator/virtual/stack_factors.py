@@ -25,7 +25,7 @@ from emulator.scenario.model_section import ProfileFile, profile_file_yaml, sign
 from emulator.telemetry.recorder import load_run
 
 MIN_MATCHED = 10  # prefills seen on both engines; fewer is one slow spell, not the stack
-MIN_FACTOR, MAX_FACTOR = 0.5, 3.0  # outside: another machine or a broken run, not the stack's overhead
+MIN_FACTOR, MAX_FACTOR = 0.5, 5.0  # outside: another machine or a broken run, not the stack's overhead
 
 
 @dataclass(frozen=True, slots=True)
