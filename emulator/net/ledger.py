@@ -20,14 +20,15 @@ from pathlib import Path
 
 from emulator import paths
 from emulator.errors import TopologyError
-from emulator.net import netns
+from emulator.net import kernel_entries, netns
 from emulator.net.names import PREFIX, check_run_id, run_id_of
 from emulator.net.run_lock import RunIdInUse, RunLock, acquire, holder_pid, lock_dir
 from emulator.net.state_files import StateFileError, make_private_dir, private_dir_problem, read_json, write_json
 
 log = logging.getLogger(__name__)
 LEDGER_FILE = "ledger.json"
-ENTRY_KINDS = ("owner", "pid", "netns")
+ENTRY_KINDS = ("owner", "pid", "netns", *kernel_entries.KERNEL_KINDS)
+PID_KINDS = ("owner", "pid")
 MAX_NAME_CHARS = 64
 _FIX = f"remove it or set {paths.Env.STATE_DIR} to a folder of your own"
 
@@ -96,7 +97,10 @@ def check_entries(run_id: str, value: object) -> list[dict]:
         start = entry.get("start_time") if isinstance(entry, dict) else None
         if kind not in ENTRY_KINDS:
             problem = "not an entry of a known kind"
-        elif kind != "netns" and (type(pid) is not int or pid <= 0 or (start is not None and type(start) is not int)):
+        elif kind in kernel_entries.KERNEL_KINDS:
+            if (problem := kernel_entries.entry_problem(run_id, entry)) is None:
+                continue
+        elif kind in PID_KINDS and (type(pid) is not int or pid <= 0 or (start is not None and type(start) is not int)):
             problem = "pid and start_time must be positive integers"
         elif name is not None and (not isinstance(name, str) or len(name) > MAX_NAME_CHARS):
             problem = f"name must be text of at most {MAX_NAME_CHARS} characters"
@@ -193,9 +197,9 @@ class Ledger:
         removed = []
         for entry in reversed(self.entries):
             try:
-                if _undo(entry):
-                    removed.append(f"{entry['kind']} {entry.get('name', entry.get('pid'))}")
-            except OSError as err:
+                if undo_entry(entry):
+                    removed.append(describe_entry(entry))
+            except (OSError, TopologyError) as err:
                 log.warning("teardown of %s failed: %s", entry, err)
         self.entries = []
         try:
@@ -218,13 +222,21 @@ class Ledger:
 _CLAIMED: dict[str, Ledger] = {}  # run id -> the ledger this process claimed it with, until released
 
 
-def _undo(entry: dict) -> bool:
+def describe_entry(entry: dict) -> str:
+    if entry["kind"] in kernel_entries.KERNEL_KINDS:
+        return kernel_entries.describe(entry)
+    return f"{entry['kind']} {entry.get('name', entry.get('pid'))}"
+
+
+def undo_entry(entry: dict) -> bool:
     if entry["kind"] == "owner":  # the run's own process: never killed by its teardown
         return False
     if entry["kind"] == "pid":
         return _stop_process(int(entry["pid"]), entry.get("start_time"))
     if entry["kind"] == "netns":
         return netns.remove_netns(entry["name"])
+    if entry["kind"] in kernel_entries.KERNEL_KINDS:
+        return kernel_entries.undo(entry)
     raise ValueError(f"ledger: unknown entry kind {entry['kind']!r}")
 
 
@@ -313,7 +325,7 @@ def sweep(run_id: str | None = None, force: bool = False) -> list[str]:
 def remove_run(run_id: str, ledger: Ledger | None = None) -> list[str]:
     """`ledger` torn down (default: this state folder's; one that is unreadable is reported and its
     processes left, since nothing in it can be trusted, but its folder goes), then the run's
-    namespaces by name."""
+    namespaces and the links it left in this namespace (a rehearsal's bridge), by name."""
     removed = []
     try:
         removed += (ledger or Ledger.open(run_id)).teardown()
@@ -323,4 +335,5 @@ def remove_run(run_id: str, ledger: Ledger | None = None) -> list[str]:
     for name in netns.list_netns(f"{PREFIX}-{run_id}-"):
         if netns.remove_netns(name):
             removed.append(f"netns {name}")
+    removed += kernel_entries.remove_links_named(f"{PREFIX}-{run_id}-")
     return removed

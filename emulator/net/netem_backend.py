@@ -9,18 +9,17 @@ from __future__ import annotations
 
 import errno
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 from pyroute2 import IPRoute
 from pyroute2.netlink import NLM_F_ACK, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE, NLM_F_REQUEST
 from pyroute2.netlink.exceptions import NetlinkError
 from pyroute2.netlink.rtnl import RTM_NEWQDISC, TC_H_ROOT
-from pyroute2.netlink.rtnl.tcmsg import common as tc_common, sched_netem, sched_tbf, tcmsg
+from pyroute2.netlink.rtnl.tcmsg import common as tc_common, sched_htb, sched_netem, sched_tbf, tcmsg
 
 from emulator.errors import LinkBackendUnavailable, PrfaasError, TopologyError
 from emulator.net.backend import DirectionCounters, LinkCounters, LinkEnds
+from emulator.net.kernel_entries import rtnl
 from emulator.net.names import ifname, netns_name, new_run_id
 from emulator.net.netem_plan import (
     ROOT_HANDLE,
@@ -40,7 +39,7 @@ _FLAGS = {  # the flags pyroute2's tc() uses for these commands
     "replace": NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE,
     "change": NLM_F_REQUEST | NLM_F_ACK | NLM_F_REPLACE,
 }
-_PLUGINS = {"netem": sched_netem, "tbf": sched_tbf}
+_PLUGINS = {"netem": sched_netem, "tbf": sched_tbf, "htb": sched_htb}
 _MISSING_KIND = {errno.ENOENT: "unknown qdisc kind", errno.EOPNOTSUPP: "operation not supported"}
 _ZERO_CORR = {"delay_corr": 0, "loss_corr": 0, "dup_corr": 0}
 
@@ -115,17 +114,7 @@ def _tolerance(key: str, want: float) -> float:
     return 0.0
 
 
-@contextmanager
-def _ipr(netns: str) -> Iterator[IPRoute]:
-    """An RTNL socket inside `netns`; flags=0: a missing namespace is an error, never created."""
-    try:
-        ipr = IPRoute(netns=netns, flags=0)
-    except FileNotFoundError:
-        raise TopologyError(f"netns {netns}: not found; the topology creates it first") from None
-    try:
-        yield ipr
-    finally:
-        ipr.close()
+_ipr = rtnl  # one RTNL opener for every tc user (emulator/net/kernel_entries.py)
 
 
 def _index(ipr: IPRoute, name: str, netns: str) -> int:
