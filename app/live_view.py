@@ -290,9 +290,12 @@ def _request_row(rid: str, by_kind: dict[str, RequestEvent]) -> tuple[float, dic
 
 
 def roles_table(snapshot: MetricsSnapshot | None) -> pd.DataFrame:
-    """Each node's current role and device (cuda:1, cpu; None until the run knows), remote nodes first."""
+    """Each node's current role, host (its machine) and device (cuda:1, cpu; None until the run
+    knows), remote nodes first."""
     roles = snapshot.roles if snapshot is not None else {}
     devices = snapshot.devices if snapshot is not None else {}
-    rows = [{"node": node, "role": role, "device": devices.get(node)} for node, role in sorted(roles.items())]
+    hosts = snapshot.hosts if snapshot is not None else {}
+    rows = [{"node": node, "role": role, "host": hosts.get(node), "device": devices.get(node)}
+            for node, role in sorted(roles.items())]
     rows.sort(key=lambda row: not row["node"].startswith("remote"))
-    return pd.DataFrame(rows, columns=("node", "role", "device"))
+    return pd.DataFrame(rows, columns=("node", "role", "host", "device"))

@@ -217,7 +217,7 @@ class RunLoops:
                 requests=gateway.counts(), queues=QueueDepths(**depths), egress_bit_per_s=sample.bit_per_s or 0.0,
                 link_capacity_bit_per_s=_capacity(spec), link_utilization=sample.utilization,
                 retrans_rate=retrans, rtt_ms=rtt, threshold_tokens=gateway.router.config.threshold_tokens,
-                roles=gateway.nodes.roles(), devices=gateway.nodes.devices(), link=_link_fields(spec),
+                roles=gateway.nodes.roles(), devices=gateway.nodes.devices(), hosts=gateway.nodes.hosts(), link=_link_fields(spec),
                 knobs=knob_state(gateway.core.state, gateway.scheduler is not None, self.clock),
             )
             self.latest = snapshot

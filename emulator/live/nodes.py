@@ -27,6 +27,7 @@ class NodeState:
     is_up: bool = False  # connected and proven: the board hears of every change
     stats: p.Stats | None = None
     device: str | None = None  # cuda:1 or cpu as placed (emulator/live/placement.py), else as its hello says
+    host: str | None = None  # the machine it runs on: its Ray node's address, or this host's name
 
     @property
     def node(self) -> NodeId:
@@ -81,11 +82,13 @@ class NodeState:
 class NodeTable:
     """Every node the scenario defines, up or not, by slot; looked up by any of its names."""
 
-    def __init__(self, board: NodeBoard, spawn_names: list[str], devices: list[str | None] | None = None) -> None:
+    def __init__(self, board: NodeBoard, spawn_names: list[str], devices: list[str | None] | None = None,
+                 hosts: list[str | None] | None = None) -> None:
         self.board = board
         devices = devices or [None] * len(spawn_names)
-        self.by_slot = [NodeState(board, slot, spawn_name, device=device)
-                        for slot, (spawn_name, device) in enumerate(zip(spawn_names, devices, strict=True))]
+        hosts = hosts or [None] * len(spawn_names)
+        self.by_slot = [NodeState(board, slot, spawn_name, device=device, host=host) for slot, (spawn_name, device, host)
+                        in enumerate(zip(spawn_names, devices, hosts, strict=True))]
 
     def __iter__(self) -> Iterator[NodeState]:
         return iter(self.by_slot)
@@ -117,6 +120,10 @@ class NodeTable:
     def devices(self) -> dict[str, str]:
         """Each node's device where known (cuda:1, cpu), by its current name as `roles` has it."""
         return {n.name: n.device for n in self if n.device is not None}
+
+    def hosts(self) -> dict[str, str]:
+        """Each node's machine where known, by its current name."""
+        return {n.name: n.host for n in self if n.host is not None}
 
     def count(self, cluster: Cluster, role: Role) -> int:
         return sum(1 for n in self if n.cluster is cluster and n.role is role)

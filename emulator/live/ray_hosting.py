@@ -105,6 +105,10 @@ class RayHosting:
                                           gateway_host=self.gateway_host, **kwargs)
         return self.workers
 
+    def hosts(self, plans: Sequence[WorkerPlan]) -> list[str | None]:
+        """Each planned worker's host as the Live page's node table shows it."""
+        return [self.node_of[plan.spawn_name].label if plan.spawn_name in self.node_of else None for plan in plans]
+
     def note(self) -> str:
         where = Counter(node.label for node in self.node_of.values())
         return f"ray {self.spec.address}: " + ", ".join(f"{n} worker(s) on {label}" for label, n in where.items())

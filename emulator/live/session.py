@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -148,7 +149,8 @@ class LiveSession:
         self.plans = plan_workers(scenario, plane.n_p)
         board = NodeBoard(scenario.clusters.remote.instances, scenario.clusters.local.instances, plane.n_p)
         self.nodes = NodeTable(board, [w.spawn_name for w in self.plans],  # the plans are in slot order
-                               [self.placement.of(w.cluster, w.index).label for w in self.plans])
+                               [self.placement.of(w.cluster, w.index).label for w in self.plans],
+                               hosting.hosts(self.plans) if hosting else [socket.gethostname()] * len(self.plans))
         settings = GatewaySettings(run_id, scenario.seed, scenario.prefix_cache.block_tokens)
         self.gateway = Gateway(settings, plane, self.nodes, self._kv_target, bus,
                                EndPolicy.of(scenario.duration_s, scenario.drain_s))

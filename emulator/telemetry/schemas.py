@@ -92,6 +92,7 @@ class MetricsSnapshot(_Payload):
     threshold_tokens: int | None = Field(default=None, ge=0)
     roles: dict[str, str] = {}  # node id -> "prefill" | "decode"
     devices: dict[str, str] = {}  # node id -> "cuda:1" | "cpu" (live workers, where known)
+    hosts: dict[str, str] = {}  # node id -> the machine it runs on (its Ray node's address, or this host's name)
     link: dict[str, float | None] = {}  # the current LinkSpec's scalar fields
     knobs: KnobState | None = None  # the other knobs as they stand (None: a sender that does not say)
 

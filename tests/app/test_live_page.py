@@ -342,11 +342,12 @@ def test_the_node_table_shows_each_nodes_device(fake_run) -> None:
     app.query_params["run"] = fake_run.run_id
     _until(app, lambda a: "subscriber connected" in _texts(a))  # the bus keeps nothing for late subscribers
     fake_run.status("running")
-    fake_run.snapshot(1.0, devices={"remote-prefill-0": "cuda:0", "local-prefill-0": "cuda:2", "local-decode-1": "cpu"})
+    fake_run.snapshot(1.0, devices={"remote-prefill-0": "cuda:0", "local-prefill-0": "cuda:2", "local-decode-1": "cpu"},
+                      hosts={"remote-prefill-0": "10.9.0.2", "local-prefill-0": "10.9.0.3", "local-decode-1": "10.9.0.3"})
     _until(app, lambda a: any("device" in d.value.columns for d in a.dataframe))
     nodes = next(d.value for d in app.dataframe if "device" in d.value.columns)
     assert nodes.to_dict("records") == [
-        {"node": "remote-prefill-0", "role": "prefill", "device": "cuda:0"},
-        {"node": "local-decode-1", "role": "decode", "device": "cpu"},
-        {"node": "local-prefill-0", "role": "prefill", "device": "cuda:2"},
+        {"node": "remote-prefill-0", "role": "prefill", "host": "10.9.0.2", "device": "cuda:0"},
+        {"node": "local-decode-1", "role": "decode", "host": "10.9.0.3", "device": "cpu"},
+        {"node": "local-prefill-0", "role": "prefill", "host": "10.9.0.3", "device": "cuda:2"},
     ]

@@ -187,8 +187,14 @@ def test_roles_table_lists_remote_nodes_first() -> None:
 def test_roles_table_shows_each_nodes_device_where_the_run_knows_it() -> None:
     table = roles_table(snap(0.0, roles={"remote-prefill-0": "prefill", "local-decode-1": "decode"},
                              devices={"remote-prefill-0": "cuda:1"}))
-    assert table.columns.tolist() == ["node", "role", "device"]
+    assert table.columns.tolist() == ["node", "role", "host", "device"]
     assert table["device"].iloc[0] == "cuda:1" and pd.isna(table["device"].iloc[1])  # not known yet: blank
+
+
+def test_roles_table_shows_each_nodes_host() -> None:
+    table = roles_table(snap(0.0, roles={"remote-prefill-0": "prefill", "local-decode-1": "decode"},
+                             hosts={"remote-prefill-0": "10.9.0.2 (node 3f2a9c1e)", "local-decode-1": "10.9.0.3"}))
+    assert table["host"].tolist() == ["10.9.0.2 (node 3f2a9c1e)", "10.9.0.3"]
 
 
 def test_the_knob_and_decision_log_is_kept_per_run_in_order() -> None:

@@ -39,3 +39,13 @@ def test_devices_come_from_the_placement_or_the_hello_and_follow_a_role_flip() -
     board.flipped(1)  # local-prefill-0 turns decode: the same worker, a new name
     assert table.devices() == {"remote-prefill-0": "cuda:1", "local-decode-0": "cpu", "local-decode-1": "cuda:0"}
     assert set(table.devices()) == set(table.roles())
+
+
+def test_hosts_are_the_placement_s_and_follow_a_role_flip() -> None:
+    board = NodeBoard(num_remote=1, num_local=2, num_local_prefill=1)
+    names = ["remote-prefill-0", "local-prefill-0", "local-decode-1"]
+    table = NodeTable(board, names, hosts=["10.9.0.2", "10.9.0.3", "10.9.0.3"])
+    assert table.hosts() == {"remote-prefill-0": "10.9.0.2", "local-prefill-0": "10.9.0.3", "local-decode-1": "10.9.0.3"}
+    board.flipped(1)
+    assert table.hosts() == {"remote-prefill-0": "10.9.0.2", "local-decode-0": "10.9.0.3", "local-decode-1": "10.9.0.3"}
+    assert NodeTable(board, names).hosts() == {}
