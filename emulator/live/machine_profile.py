@@ -34,6 +34,8 @@ MAX_DECODE_CACHE_BYTES = 2 << 30  # decode caches one probe holds at once
 BUSY_OP_TOKENS = 512  # the CPU-sharing rounds' prefill: ~0.25 s of the small preset on one core
 BUSY_START_DELAY_S = 0.5  # every probe of a round has its command before the round starts
 ANSWER_SLACK_S = 120.0
+CONTEXT_STEPS, CONTEXT_STEPS_QUICK = 20, 5  # decode steps timed per context length (their median)
+MIN_STEP_S = 1e-6  # a fitted fixed cost below this is noise: the step is then all per-token
 Say = Callable[[str], None]
 
 
@@ -173,20 +175,32 @@ def _decode_steps(probe: ProbeProcess, plan: MachinePlan, kv_bytes: tuple[int, .
 
 
 def _decode_context(probe: ProbeProcess, plan: MachinePlan, say: Say) -> tuple[tuple[int, float], ...]:
-    """The batch-1 step at each prompt length of the grid over the step at decode_cache_tokens:
-    attention reads every cached token, so a long prompt's tokens come slower (the small preset on
-    this VM: 8 ms a step at 128 tokens, 17 ms at 2,048)."""
+    """The batch-1 step by context over the step at decode_cache_tokens: attention reads every
+    cached token, so a long prompt's tokens come slower (the small preset on this VM: 8 ms a step at
+    128 tokens, 17 ms at 2,048). Timed at each prompt length of the grid, then fitted as a fixed
+    cost plus one per cached token (least squares): one step's noise here is tens of percent, and a
+    point-by-point table came out non-monotonic."""
     contexts = sorted({*plan.lengths, plan.decode_cache_tokens})
-    steps = {}
+    steps = []
     for tokens in contexts:
-        doc = probe.ask({"op": "decode", "cache_tokens": tokens, "batch_sizes": [1], "steps": plan.decode_steps},
-                        ANSWER_SLACK_S * 2)
-        steps[tokens] = _seconds(doc["step_s"], "step_s")[0]
-    at_reference = steps[plan.decode_cache_tokens]
-    factors = tuple((tokens, round(steps[tokens] / at_reference, 3)) for tokens in contexts)
-    say("  decode step by context (batch 1, over its step at "
-        f"{plan.decode_cache_tokens} tokens): " + ", ".join(f"{t}: x{f:.2f}" for t, f in factors))
+        doc = probe.ask({"op": "decode", "cache_tokens": tokens, "batch_sizes": [1],
+                         "steps": CONTEXT_STEPS_QUICK if plan.quick else CONTEXT_STEPS}, ANSWER_SLACK_S * 2)
+        steps.append(_seconds(doc["step_s"], "step_s")[0])
+    fixed_s, per_token_s = step_line(contexts, steps)
+    at_reference = fixed_s + per_token_s * plan.decode_cache_tokens
+    factors = tuple((tokens, round((fixed_s + per_token_s * tokens) / at_reference, 3)) for tokens in contexts)
+    say(f"  decode step by context (batch 1): {fixed_s * 1e3:.2f} ms + {per_token_s * 1e6:.2f} us per cached token; "
+        f"over its step at {plan.decode_cache_tokens} tokens: " + ", ".join(f"{t}: x{f:.2f}" for t, f in factors))
     return factors
+
+
+def step_line(xs: list[int], ys: list[float]) -> tuple[float, float]:
+    """Least-squares intercept and slope, the slope kept at 0 or more and the intercept positive
+    (a step never gets cheaper with more context, and costs something with none)."""
+    mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
+    spread = sum((x - mean_x) ** 2 for x in xs)
+    slope = max(0.0, sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / spread) if spread else 0.0
+    return max(mean_y - slope * mean_x, MIN_STEP_S), slope
 
 
 def _sharing(probes: list[ProbeProcess], plan: MachinePlan, say: Say) -> tuple[float, ...]:

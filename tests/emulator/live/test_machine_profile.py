@@ -10,7 +10,13 @@ import pytest
 import yaml
 
 from emulator.errors import ScenarioError
-from emulator.live.machine_profile import MachineProfile, plan_machine, profile_file_of, write_machine_profile
+from emulator.live.machine_profile import (
+    MachineProfile,
+    plan_machine,
+    profile_file_of,
+    step_line,
+    write_machine_profile,
+)
 from emulator.scenario import load_scenario, parse_scenario
 from emulator.virtual.engine import simulate
 
@@ -75,3 +81,12 @@ def test_a_measurement_becomes_a_profile_file_a_scenario_runs_on(tmp_path: Path)
     assert result.num_requests > 0 and all(r.status == "completed" for r in result.records)
     assert result.costs.busy_slowdown == (1.0, 1.05, 1.75) and result.costs.decode_batch is not None
     assert result.costs.tail_fraction == 0.25  # the measured last-layer share, not 1 / PIPELINE_LAYERS
+
+
+def test_the_decode_step_by_context_is_a_fixed_cost_plus_one_per_token() -> None:
+    """An exact line comes back; noise around it is averaged out; a step that seems to get cheaper
+    with context is flat instead (attention never reads fewer tokens for a longer prompt)."""
+    assert step_line([128, 1096, 2048], [0.008 + 4e-6 * x for x in (128, 1096, 2048)]) == pytest.approx((0.008, 4e-6))
+    fixed_s, per_token_s = step_line([100, 200, 300, 400], [0.011, 0.011, 0.013, 0.013])
+    assert per_token_s == pytest.approx(8e-6) and fixed_s == pytest.approx(0.010)
+    assert step_line([100, 200], [0.02, 0.01]) == (0.015, 0.0)
