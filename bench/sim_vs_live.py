@@ -11,8 +11,9 @@ charges the profile scaled by their mean (emulator/live/speed_reference.py; `spe
 results): a thermometer reading of the machine, not a fit to the run. Before the matrix, one short
 live run with another seed (60 requests at load 0.3, `stack/`) measures what the live stack adds to
 the probes' times (gateway, broker, transport and relay on the same cores; `calibrate RUN --onto`,
-emulator/virtual/stack_factors.py); the matrix charges the profile with those factors. Per configuration it reports, live vs virtual, TTFT mean/P50/P90/P99, TPOT mean,
-throughput, the share routed remote and mean egress, with each one's error (virtual / live - 1).
+emulator/virtual/stack_factors.py); the matrix charges the profile with those factors. Per
+configuration it reports, live vs virtual, TTFT mean/P50/P90/P99, TPOT mean, throughput, the share
+routed remote and mean egress, with each one's error (virtual / live - 1).
 
 Load is a share of the capacity the calibration measured (Eq. 6 of the throughput model over the
 profile's workers, slowed by the profile's measured sharing when all of them are busy).

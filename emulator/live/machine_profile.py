@@ -24,7 +24,7 @@ from emulator.live.speed_reference import REFERENCE_REPS, time_reference
 from emulator.paths import REPO_ROOT
 from emulator.plane.inputs import workload_lengths
 from emulator.scenario import Scenario
-from emulator.scenario.model_section import ProfileFile, profile_file_yaml, significant
+from emulator.scenario.model_section import ProfileFile, significant, write_profile_file
 
 DEVICE = "cpu"  # the live scenarios' clusters run on `device: cpu`
 MIB = 1 << 20
@@ -271,13 +271,9 @@ def write_machine_profile(profile: MachineProfile, scenario: Scenario, path: Pat
     loaded = profile_file_of(profile, scenario, date, git_sha)
     measured = loaded.measured
     assert measured is not None  # profile_file_of writes it
-    header = (f"Machine profile: {measured.preset} ({measured.size}) on {measured.host}, {measured.cores} cores, "
-              f"measured {measured.date} at git {measured.git_sha} by `python -m emulator calibrate "
-              f"{scenario.name} --machine{' --quick' if measured.quick else ''}` in {measured.wall_s:g} s. "
-              "Name it from a scenario as model: {profile_file: PATH}.")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(profile_file_yaml(loaded, header), encoding="utf-8")
-    return path
+    return write_profile_file(loaded, path, f"{measured.cores} cores, by `python -m emulator calibrate {scenario.name} "
+                              f"--machine{' --quick' if measured.quick else ''}` in {measured.wall_s:g} s. Name it "
+                              "from a scenario as model: {profile_file: PATH}.")
 
 
 def default_profile_path(plan: MachinePlan) -> Path:

@@ -87,8 +87,8 @@ class NodeTable:
         self.board = board
         devices = devices or [None] * len(spawn_names)
         hosts = hosts or [None] * len(spawn_names)
-        self.by_slot = [NodeState(board, slot, spawn_name, device=device, host=host) for slot, (spawn_name, device, host)
-                        in enumerate(zip(spawn_names, devices, hosts, strict=True))]
+        self.by_slot = [NodeState(board, slot, name, device=device, host=host)
+                        for slot, (name, device, host) in enumerate(zip(spawn_names, devices, hosts, strict=True))]
 
     def __iter__(self) -> Iterator[NodeState]:
         return iter(self.by_slot)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from emulator.errors import CalibrationError
 from emulator.live.machine_probes import ProbeProcess, started_probes
-from emulator.scenario.model_section import ProfileFile, Provenance, profile_file_yaml, significant
+from emulator.scenario.model_section import ProfileFile, Provenance, significant, write_profile_file
 
 REFERENCE_REPS = 7
 WARMUP_REPS = 2  # a fresh probe's first prefills run cold (allocator, page faults): 0.19 s against 0.15 s warm
@@ -81,9 +81,5 @@ def _measured(loaded: ProfileFile) -> Provenance:
 def write_rescaled(scaled: ProfileFile, path: Path) -> Path:
     """`scaled` at `path` (folders made), a header saying what it was scaled by."""
     measured = _measured(scaled)
-    header = (f"Machine profile: {measured.preset} ({measured.size}) on {measured.host}, measured {measured.date} "
-              f"at git {measured.git_sha}, its times scaled x{measured.speed_scale or 1.0:g} to the machine's speed "
-              "by `python -m emulator calibrate --machine --rescale`.")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(profile_file_yaml(scaled, header), encoding="utf-8")
-    return path
+    return write_profile_file(scaled, path, f"its times scaled x{measured.speed_scale or 1.0:g} to the machine's "
+                              "speed by `python -m emulator calibrate --machine --rescale`.")

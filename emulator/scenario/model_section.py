@@ -155,6 +155,17 @@ def significant(value: float) -> float:
     return rounded if rounded > 0 else float(f"{value:.1e}")
 
 
+def write_profile_file(loaded: ProfileFile, path: Path, how: str) -> Path:
+    """`loaded` at `path` (folders made), headed by what was measured, where and when, then `how`
+    (the command that made this file)."""
+    m = loaded.measured
+    what = (f"Machine profile: {m.preset} ({m.size}) on {m.host}, measured {m.date} at git {m.git_sha}"
+            if m is not None else "Profile")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(profile_file_yaml(loaded, f"{what}; {how}"), encoding="utf-8")
+    return path
+
+
 def profile_file_yaml(loaded: ProfileFile, header: str) -> str:
     """A profile file's text: `header` as comment lines, then the document (defaults left out)."""
     comment = "\n".join(f"# {line}" for line in textwrap.wrap(" ".join(header.split()), 98))

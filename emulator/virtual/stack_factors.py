@@ -21,7 +21,7 @@ import pandas as pd
 from emulator.auto_rate import is_auto, recorded_rate, with_rate
 from emulator.errors import CalibrationError
 from emulator.scenario import Scenario, parse_scenario
-from emulator.scenario.model_section import ProfileFile, profile_file_yaml, significant
+from emulator.scenario.model_section import ProfileFile, significant, write_profile_file
 from emulator.telemetry.recorder import load_run
 
 MIN_MATCHED = 10  # prefills seen on both engines; fewer is one slow spell, not the stack
@@ -51,8 +51,8 @@ def factors_of(live: pd.DataFrame, virtual: pd.DataFrame) -> StackFactors:
     factors = StackFactors(float(statistics.median(prefill)), float(statistics.median(tpot)), len(prefill))
     for name, value in (("prefill", factors.prefill), ("decode", factors.decode)):
         if not MIN_FACTOR <= value <= MAX_FACTOR:
-            raise CalibrationError(f"stack run: live {name} took x{value:.2f} the profile's: not this stack's overhead; "
-                                   "calibrate --machine again on this machine, then record the stack run")
+            raise CalibrationError(f"stack run: live {name} took x{value:.2f} the profile's: not this stack's "
+                                   "overhead; calibrate --machine again on this machine, then record the stack run")
     return factors
 
 
@@ -101,10 +101,6 @@ def with_stack(loaded: ProfileFile, factors: StackFactors) -> ProfileFile:
 def write_with_stack(loaded: ProfileFile, run_dir: Path, path: Path) -> Path:
     measured = loaded.measured
     assert measured is not None and measured.stack_prefill_factor is not None
-    header = (f"Machine profile: {measured.preset} ({measured.size}) on {measured.host}, measured {measured.date} at "
-              f"git {measured.git_sha}; prefill x{measured.stack_prefill_factor:g} and decode "
-              f"x{measured.stack_decode_factor:g} for the live stack, from the live run {run_dir} by "
-              "`python -m emulator calibrate SCENARIO RUN_DIR --onto PROFILE`.")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(profile_file_yaml(loaded, header), encoding="utf-8")
-    return path
+    return write_profile_file(loaded, path, f"prefill x{measured.stack_prefill_factor:g} and decode "
+                              f"x{measured.stack_decode_factor:g} for the live stack, from the live run {run_dir} by "
+                              "`python -m emulator calibrate SCENARIO RUN_DIR --onto PROFILE`.")
