@@ -3,9 +3,10 @@ slice 2c): a datacenter's address is its node's address and it has no namespace;
 the real path between the hosts, a HostLink on each sending host toward the peer's address, opened,
 changed, counted and closed by a small `LinkHost` actor pinned to that node.
 
-It offers the part of `Topology` the session, launcher and loops use. It does not place workers
-(ray_placement.py does) and is not yet chosen by run_live; the driver's ledger holds the run id, each
-host's link is in a ledger of that host's, removed by its actor at `down`.
+It offers the part of `Topology` the session, launcher and loops use; run_live takes it (make_topology)
+when each cluster's workers are on one node and the nodes' addresses differ. It does not place
+workers (ray_placement.py does); the driver's ledger holds the run id, each host's link is in a
+ledger of that host's, removed by its actor at `down`.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import socket
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from emulator.control.types import Cluster
 from emulator.errors import TopologyError
@@ -26,6 +27,10 @@ from emulator.live.ray_placement import RayNode
 from emulator.net.backend import TO_LOCAL, TO_REMOTE, DirectionCounters, LinkCounters
 from emulator.net.ledger import Ledger
 from emulator.net.spec import LinkShape, LinkSpec
+from emulator.net.topology import Topology
+
+if TYPE_CHECKING:
+    from emulator.live.ray_hosting import RayHosting
 
 log = logging.getLogger(__name__)
 REMOTE, LOCAL = "remote", "local"  # as emulator.net.topology names the datacenters
@@ -100,6 +105,20 @@ def nodes_of_datacenters(plans: Sequence[WorkerPlan], node_of: Mapping[str, RayN
         raise TopologyError(f"ray: both clusters are on {nodes[REMOTE].ip}; a host link needs two hosts "
                             "(offer prfaas_remote and prfaas_local on different nodes)")
     return nodes
+
+
+def make_topology(spec: LinkSpec, run_id: str, hosting: RayHosting | None, plans: Sequence[WorkerPlan],
+                  backend: str = "auto") -> Topology | HostTopology:
+    """A HostTopology when each cluster's workers are on one Ray node and the two nodes' addresses
+    differ (separate hosts); else this host's namespaced Topology (`backend`), as before."""
+    if hosting is not None:
+        try:
+            nodes = nodes_of_datacenters(plans, hosting.node_of)
+        except TopologyError as err:
+            log.info("link: this host's namespaces (%s)", err)
+        else:
+            return HostTopology(spec, run_id, nodes)
+    return Topology(spec, backend=backend, run_id=run_id)
 
 
 class HostTopology:

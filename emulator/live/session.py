@@ -26,6 +26,7 @@ from emulator.errors import PrfaasError, RecordError
 from emulator.live.calibration import Calibration, calibration_lengths, resolve_live_workload
 from emulator.live.capacity import check_live_start
 from emulator.live.gateway import Gateway, GatewaySettings
+from emulator.live.host_topology import make_topology
 from emulator.live.launcher import WorkerProcesses, plan_workers, speed_notes
 from emulator.live.loops import RunLoops
 from emulator.live.nodes import NodeState, NodeTable
@@ -74,8 +75,8 @@ async def run_live(scenario: Scenario, out_dir: Path, broker_url: str | None = N
     workload = None if is_auto(scenario) else build_workload(  # auto: drawn once the workers are timed
         scenario, arrival_horizon_s(scenario, headroom=LIVE_RATE_HEADROOM))
     plane = make_control_plane(scenario)
-    topology = Topology(scenario.link, backend=link_backend, run_id=run_id)
     hosting = open_hosting(scenario, plane.n_p)  # Ray's placement preflight: one line, before anything starts
+    topology = make_topology(scenario.link, run_id, hosting, plan_workers(scenario, plane.n_p), link_backend)
     broker: EmbeddedBroker | None = None
     bus: TelemetryBus | None = None
     session: LiveSession | None = None

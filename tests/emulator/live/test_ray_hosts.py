@@ -1,8 +1,8 @@
 """A live run across a rehearsed 3-host Ray cluster (issue 30): the head on the driver host (this
 namespace, on the rehearsal's bridge), one node in the remote host's namespace and one in the local
 host's, each started by `ray start` with a token (tests/emulator/live/ray_hosts.py). The workers run
-on the hosts' nodes and reach the gateway at the driver's bridge address; their KV still crosses the
-run's single-host topology, which these namespaces share (slice 2c moves it onto the hosts)."""
+on the hosts' nodes and reach the gateway at the driver's bridge address; their KV crosses the
+real path between the two hosts, shaped on each sending host (emulator/live/host_topology.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import copy
 import logging
 import os
 import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -86,4 +87,14 @@ def test_three_hosts_join_with_the_token_and_a_live_run_puts_each_worker_on_its_
     hosts = doc["meta"]["engine_details"]["worker_hosts"]
     assert {name: host["ip"] for name, host in hosts.items()} == {
         "remote-prefill-0": remote, "local-prefill-0": local, "local-decode-1": local}
+    assert doc["meta"]["link_backend"] == "host"  # the link is the real path between the two hosts
+    crossed = doc["meta"]["engine_details"]["link_bytes_to_local"]
+    print(f"shaped remote -> local: {crossed} B; link: {doc['meta']['engine_details']['link_description']}")
+    shipped = requests.loc[requests["route"] == "prfaas", "kv_bytes"].sum()
+    assert crossed >= shipped > 0  # every remote prefill's KV went through the remote host's shaped class
+    for host in ("remote", "local"):  # and the shaping is gone from each host's interface
+        h = driver.rehearsal.host(host)
+        qdiscs = subprocess.run(["ip", "netns", "exec", h.netns, "tc", "qdisc", "show", "dev", h.ifname],
+                                check=True, capture_output=True, text=True).stdout
+        assert "htb" not in qdiscs, qdiscs
     assert ray.is_initialized()  # the run joined the driver's Ray and left it as it found it
