@@ -99,3 +99,31 @@ def test_the_link_is_shaped_on_each_sending_host_counted_reshaped_and_removed(dr
         assert topology.spec.bandwidth_mbit == 20
     assert "htb" not in tc(driver, "remote", "qdisc", "show") and "htb" not in tc(driver, "local", "qdisc", "show")
     assert topology.down() == []  # idempotent
+
+
+@pytest.mark.root
+@pytest.mark.slow
+@pytest.mark.live
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: namespaces, a bridge and tc qdiscs")
+@pytest.mark.skipif(not (shutil.which("ip") and shutil.which("tc")),
+                    reason="needs iproute2's ip and tc to check the hosts independently")
+def test_a_host_whose_interface_has_a_foreign_qdisc_is_refused_and_the_other_host_is_restored(
+        driver: RayHosts) -> None:
+    remote, local = driver.rehearsal.host("remote"), driver.rehearsal.host("local")
+    by_ip = {n.ip: n for n in cluster_nodes() if n.alive}
+    subprocess.run(["ip", "netns", "exec", local.netns, "tc", "qdisc", "add", "dev", local.ifname, "root",
+                    "handle", "7:", "tbf", "rate", "1mbit", "burst", "32kbit", "latency", "400ms"],
+                   check=True, timeout=30)
+    try:
+        topology = HostTopology(LinkSpec(bandwidth_mbit=50), new_run_id(), {REMOTE: by_ip[remote.addr],
+                                                                            LOCAL: by_ip[local.addr]})
+        with pytest.raises(TopologyError) as err:
+            topology.up()
+        line = str(err.value)
+        assert line.startswith(f"host link: interface {local.ifname}") and "\n" not in line, line
+        assert "htb" not in tc(driver, "remote", "qdisc", "show")  # the remote host's link, opened first, is gone
+        assert "tbf 7: root" in tc(driver, "local", "qdisc", "show")  # the foreign qdisc is left as it was
+        assert not topology.is_up and topology.actors == {}
+    finally:
+        subprocess.run(["ip", "netns", "exec", local.netns, "tc", "qdisc", "del", "dev", local.ifname, "root"],
+                       check=False, timeout=30)
