@@ -49,6 +49,8 @@ class Provenance(Section):
     # prefill of busy_op_tokens, and the factor a rescaled file's times were multiplied by.
     reference_prefill_s: Annotated[float, Field(strict=True, gt=0, le=3_600)] | None = None
     speed_scale: Annotated[float, Field(strict=True, gt=0, le=100)] | None = None
+    # The most other load (cores) a CPU-sharing round kept (emulator/live/cpu_meter.py).
+    foreign_cores: Annotated[float, Field(strict=True, ge=0, le=MAX_HOST_CORES)] | None = None
     # What the live stack adds to the probes' times (emulator/virtual/stack_factors.py), already in
     # the tables, and how many requests of the stack run measured it.
     stack_prefill_factor: Annotated[float, Field(strict=True, gt=0, le=100)] | None = None
