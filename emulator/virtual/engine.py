@@ -39,7 +39,8 @@ from emulator.workload.coverage import WorkloadCoverage
 log = logging.getLogger(__name__)
 APPROXIMATIONS = (
     "link: TCP as a fluid (emulator/virtual/tcp.py): slow start on new connections, a loss-limited rate "
-    "per connection, newcomers behind a deep drop-tail queue weighted down; no per-packet loss recovery "
+    "per connection, newcomers behind a deep drop-tail queue weighted down, the senders' RTT over the standing "
+    "queue of produced bytes (windows always open: no congestion-avoidance growth); no per-packet loss recovery "
     "(a lost tail's timeout is not modelled)",
     "layer-wise pipelining: KV flows from prefill start at most at the production rate; the last "
     "layer's share (the profile's kv_tail_fraction, else 1 / pipeline_layers) goes after the prefill ends",

@@ -3,7 +3,8 @@ max-min (recomputed at every start, finish, production end, window step and link
 adds the propagation delay, a lossy link caps each transfer at the loss-limited goodput of its
 connections, new connections ramp up in slow start, and a buffer deeper than the BDP locks
 newcomers out behind the incumbents (the numbers and their calibration: tcp.py). No packets: the
-queue shows only as that lockout. A cut link (100 % loss) carries nothing: its transfers wait at
+queue shows as that lockout and as the standing queue the senders' RTT sees (produced bytes not yet
+delivered beyond the BDP, its peak kept for the sampler). A cut link (100 % loss) carries nothing: its transfers wait at
 rate 0 until the link changes (or the run's end fails them).
 """
 
@@ -118,6 +119,16 @@ class FluidLink:
         self.num_delivered = 0
         self._total_rate = 0.0
         self._last_s = sim.now
+        self.queue_peak_bytes = 0.0  # the most bytes queued beyond the BDP since take_queue_peak
+        self.has_sent = False  # whether a transfer was active since take_queue_peak
+
+    def take_queue_peak(self) -> tuple[float, bool]:
+        """(peak standing queue, whether anything was sent) since the last call; the next interval
+        starts from the queue as it is now."""
+        now_queued = self._note_queue()
+        peak, sent = self.queue_peak_bytes, self.has_sent
+        self.queue_peak_bytes, self.has_sent = now_queued, bool(self.active)
+        return peak, sent
 
     # ---- what entities call ----
 
@@ -186,6 +197,7 @@ class FluidLink:
     def sync(self) -> None:
         """Bring the byte counters up to now (a sampler reads them between events)."""
         self._advance()
+        self._note_queue()
 
     @property
     def num_active(self) -> int:
@@ -222,6 +234,31 @@ class FluidLink:
                     left_s = transfer.remaining / rate
                     sim.schedule(now + left_s if left_s > 0 else now, self._on_finish, (transfer, version))
         self._total_rate = total
+        self._note_queue()
+
+    def _note_queue(self) -> float:
+        """The bytes queued beyond the path's BDP now, kept as the peak when higher: every byte
+        produced and not yet delivered is in flight once the senders' window covers the BDP
+        (tcp.py, standing queue); while it ramps, the window is all that is in flight."""
+        active = self.active
+        if not active:
+            return 0.0
+        self.has_sent = True
+        rate = self.state.rate_bytes_per_s
+        if rate == _INF:
+            return 0.0
+        now, backlog = self.sim.now, 0.0
+        for transfer in active:
+            produced = transfer.num_bytes
+            if transfer.produce_cap != _INF:
+                produced = min(produced, transfer.produce_cap * (now - transfer.start_s))
+            backlog += produced - (transfer.num_bytes - transfer.left_at(now))
+        if self._window_rate < rate and self._window < backlog:
+            backlog = self._window
+        queued = backlog - rate * self.state.rtt_s
+        if queued > self.queue_peak_bytes:
+            self.queue_peak_bytes = queued
+        return queued if queued > 0.0 else 0.0
 
     def _shares(self, active: list[Transfer]) -> list[float]:
         """Water-filling: the smallest caps are met first; the rest split what is left equally.

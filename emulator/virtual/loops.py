@@ -23,7 +23,7 @@ from emulator.telemetry.metrics import check_row, sorted_percentile
 from emulator.virtual.core import Simulator
 from emulator.virtual.gateway import Gateway
 from emulator.virtual.link import LinkState
-from emulator.virtual.tcp import PACKET_BYTES
+from emulator.virtual.tcp import PACKET_BYTES, smoothed_rtt_s
 from emulator.workload.build import num_due
 
 log = logging.getLogger(__name__)
@@ -126,6 +126,7 @@ class RunLoops:
         # the fluid link's counter, instantaneous and exact: a rate above the capacity in force over
         # its second (the higher one at a link change) is refused, as the live engine's (issue 26)
         self.egress = EgressMeter(_capacity_bit_per_s(gateway.link.state), t_s=sim.now)
+        self._srtt_s = gateway.link.state.rtt_s  # the senders' smoothed RTT, held while they are idle
 
     def start(self) -> None:
         for event in self.scenario.timeline:
@@ -148,6 +149,9 @@ class RunLoops:
         capacity = state.rate_bytes_per_s
         has_rate = capacity < math.inf
         utilization = busy / dt if dt > 0 and has_rate else None
+        queue_peak, was_sending = link.take_queue_peak()
+        if was_sending:
+            self._srtt_s = smoothed_rtt_s(state.rtt_s, queue_peak, capacity)
         core = gateway.core
         ttfts = core.ttft.sorted_values(now)
         completed, failed, in_flight = core.num_completed, core.num_failed, core.in_flight
@@ -161,13 +165,14 @@ class RunLoops:
             "link_utilization": utilization, "queue_remote_prefill": remote, "queue_local_prefill": local,
             "queue_decode": decode, "ttft_p50_s": sorted_percentile(ttfts, 50),
             "ttft_p90_s": sorted_percentile(ttfts, 90), "in_flight": in_flight, "completed": completed,
-            "failed": failed, "retrans_rate": state.loss, "rtt_ms": state.rtt_s * 1e3,
+            "failed": failed, "retrans_rate": state.loss, "rtt_ms": self._srtt_s * 1e3,
             "num_local_prefill": gateway.n_p, "num_decode_active": decode_active,
             "num_transfers_active": len(link.active),
         })
         check_row(self.samples[-1], now)  # no inf or NaN leaves the sampler (issue 25)
         if core.fed is not None and dt > 0:
-            self._tick(now, sent / dt, utilization or 0.0, state.loss, remote, local, decode)
+            inflation = self._srtt_s / state.rtt_s if state.rtt_s > 0 else 1.0
+            self._tick(now, sent / dt, utilization or 0.0, state.loss, inflation, remote, local, decode)
         if self.progress is not None:
             self.progress(completed + failed, self.expected, now)
         if self.stop is not None and (by := self.stop()):
@@ -175,10 +180,10 @@ class RunLoops:
         if in_flight or not self.arrivals.is_done:
             self.sim.schedule(now + SAMPLE_PERIOD_S, self._on_sample)
 
-    def _tick(self, now: float, goodput: float, utilization: float, loss: float,
+    def _tick(self, now: float, goodput: float, utilization: float, loss: float, rtt_inflation: float,
               remote: int, local: int, decode: int) -> None:
         """One interval's observations, then whatever loop is due (run.steering, as the live engine)."""
-        interval = Interval(goodput, utilization, loss, 1.0, remote, local, decode)  # fluid link: no queue
+        interval = Interval(goodput, utilization, loss, rtt_inflation, remote, local, decode)
         self.gateway.execute(self.steering.tick(now, interval))
 
     def _on_timeline(self, event: TimelineEvent) -> None:

@@ -13,6 +13,12 @@ backend, the project's KVSender: 4 cubic connections, tcp_slow_start_after_idle=
 - Slow start: a new connection opens at INITIAL_WINDOW segments and doubles each RTT. The live
   network sets tcp_slow_start_after_idle=0 (emulator/net/netns.tune_tcp), so a window, once open,
   survives idle gaps: measured transfers after a 1 s gap took what back-to-back ones did.
+- Standing queue: the senders' windows stay open (no loss on a deep buffer, no idle restart), so
+  every byte produced and not yet delivered is in flight and whatever exceeds the BDP waits in the
+  bottleneck's queue; the senders' smoothed RTT is the base RTT plus SRTT_QUEUE_SHARE of the
+  longest wait since it last sent, and holds while they are idle (the kernel's srtt has no new
+  sample then). Live runs on the tun link (base 20 ms): the last layer's burst (~1 MB) left 35 ms at
+  200 Mbit/s and 86 ms (median, 135 max) at 50; at 10 Mbit/s back-to-back caches queued up to 5.3 s.
 - Lockout: with a drop-tail buffer deeper than the path's BDP, the incumbents' open windows keep
   the queue full and a newcomer's packets are dropped at its tail; the link then serves transfers
   nearly in the order they started (20 Mbit/s, 10 ms: a 1 MB transfer started 1.6 s into a 16 MB
@@ -31,6 +37,8 @@ LOSS_C = 8.0  # fitted to the tun link at 200 Mbit/s (see above): ~6.5x MATHIS_C
 INITIAL_WINDOW = 10  # segments (RFC 6928; Linux's default)
 CONNECTIONS = 4  # TCP connections per KV transfer, as emulator.transport's sender opens
 QUEUE_PACKETS = 1000  # the tun backend's default queue (emulator.net.spec.LinkShape.queue_packets)
+SRTT_QUEUE_SHARE = 0.7  # of the peak queue's wait the smoothed RTT keeps (fitted at 50 and 200 Mbit/s)
+STANDING_QUEUE_CAP_BYTES = 6.5e6  # the deepest wait measured (5.3 s at 10 Mbit/s): relay plus device queue
 MIN_RTT_S = 1e-4  # a LAN-like floor, so a lossy link with no added delay still has a finite ceiling
 
 
@@ -64,3 +72,10 @@ def slow_start_s(num_bytes: float, rate_bytes_per_s: float, rtt_s: float, window
             return t + (num_bytes - sent) / (window / rtt_s)
         sent, t, window = sent + window, t + rtt_s, 2 * window
     return t + (num_bytes - sent) / rate_bytes_per_s
+
+
+def smoothed_rtt_s(rtt_s: float, queue_bytes: float, rate_bytes_per_s: float) -> float:
+    """The senders' smoothed RTT after a peak of `queue_bytes` waiting at the bottleneck."""
+    if rate_bytes_per_s == math.inf or rate_bytes_per_s <= 0:
+        return rtt_s
+    return rtt_s + SRTT_QUEUE_SHARE * min(max(queue_bytes, 0.0), STANDING_QUEUE_CAP_BYTES) / rate_bytes_per_s
