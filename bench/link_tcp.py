@@ -6,9 +6,13 @@ project's own KVSender/receiver (bench/transport.py's KVPair, 4 cubic connection
 transfer on new connections, back-to-back ones, and ones after a 1 s idle gap. Lossless points at
 20/50/200 Mbit/s also start a 1 MB transfer (a second sender) a quarter into a 16 MB one. Each
 measured time is set beside what FluidLink predicts for the same history (same sizes, same gaps,
-same start offsets). Writes bench/results/link_tcp.json and prints a table. Needs root.
+same start offsets). Pipelined rows (bench/pipelined_kv.py), at the 40 ms RTT points: caches sent
+layer by layer as produced, synthetic and by a real prefill, beside the fluid and the loss constant
+that fits them: on a lossy link app-limited bursts recover from loss far slower than a cache
+written at once. Writes
+bench/results/link_tcp.json and prints a table. Needs root.
 
-    python bench/link_tcp.py [--quick]
+    python bench/link_tcp.py [--quick] [--pipelined]
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from emulator.virtual.link import LinkState  # noqa: E402
 from emulator.virtual.link_replay import arrival_times  # noqa: E402
 from emulator.virtual.loops import link_states  # noqa: E402
 
+from pipelined_kv import PRESET, SYNTHETIC_MB, fit_loss_c, prefill_row, synthetic_row  # noqa: E402
 from transport import ROOT, KVPair  # noqa: E402  (bench/, first on a script's path)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "link_tcp.json"
@@ -38,9 +43,9 @@ FULL = dict(points=[dict(bandwidth_mbit=200, delay_ms=20), dict(bandwidth_mbit=1
                     dict(bandwidth_mbit=50, delay_ms=10), dict(bandwidth_mbit=200, delay_ms=10),
                     dict(bandwidth_mbit=200, delay_ms=20, loss_pct=0.5),
                     dict(bandwidth_mbit=200, delay_ms=20, loss_pct=1.0)],
-            sizes=(1, 4, 16), repeats=2, contention=(20, 50, 200))
+            sizes=(1, 4, 16), repeats=2, contention=(20, 50, 200), pipelined_repeats=8)
 QUICK = dict(points=[dict(bandwidth_mbit=200, delay_ms=20), dict(bandwidth_mbit=200, delay_ms=20, loss_pct=1.0)],
-             sizes=(1, 4), repeats=1, contention=(50,))
+             sizes=(1, 4), repeats=1, contention=(50,), pipelined_repeats=3)
 
 
 def state_of(point: dict) -> LinkState:
@@ -105,36 +110,49 @@ def contention(topo: Topology, big: KVPair, small: KVPair, mbit: float, first_id
             "model_big_s": model[0], "model_small_s": model[1], "fair_small_s": model_fair[1]}
 
 
-def run(grid: dict) -> dict:
-    points, pairs = [], {}
+def run(grid: dict, pipelined_only: bool = False) -> dict:
+    points, pairs, piped = [], {}, []
     with Topology(parse_link_spec(grid["points"][0]), backend="tun") as topo:
         try:
-            for mb in grid["sizes"]:
+            for mb in () if pipelined_only else grid["sizes"]:
                 pairs[mb] = KVPair(topo, ROOT, mb, 4)
+            pairs[SYNTHETIC_MB] = piped_pair = KVPair(topo, ROOT, SYNTHETIC_MB, 4, PRESET)
             request_id = 1
             for n, point in enumerate(grid["points"]):
                 topo.update(parse_link_spec(point))
                 time.sleep(1)
+                if point["delay_ms"] == 20:
+                    repeats = grid["pipelined_repeats"]
+                    piped.append(synthetic_row(piped_pair, state_of(point), point, 50_000 + 100 * n, repeats))
+                    piped.append(prefill_row(topo, state_of(point), point, repeats))
+                if pipelined_only:
+                    continue
                 for mb, pair in pairs.items():
+                    if pair is piped_pair:
+                        continue
                     if mb * 8 / point["bandwidth_mbit"] > 4:
                         continue  # 16 MB at 10 Mbit/s: 13 s a transfer, the slow start long gone
                     rows = series(pair, request_id, grid["repeats"])
                     request_id += 100
                     model_series(state_of(point), pair.bytes, rows, is_new=n == 0)
                     points.append({**point, "megabytes": mb, "bytes": pair.bytes, "rows": rows})
-            shared = [contention(topo, pairs[max(pairs)], pairs[min(pairs)], mbit, 10_000 + 10 * i)
-                      for i, mbit in enumerate(grid["contention"])] if max(pairs) != min(pairs) else []
+            whole = {mb: pair for mb, pair in pairs.items() if pair is not piped_pair}
+            shared = [contention(topo, whole[max(whole)], whole[min(whole)], mbit, 10_000 + 10 * i)
+                      for i, mbit in enumerate(grid["contention"])] if len(whole) > 1 else []
         finally:
             for pair in pairs.values():
                 pair.close()
-    return {"points": points, "contention": shared}
+    return {"points": points, "contention": shared, "pipelined": piped}
 
 
 def summarize(results: dict) -> dict:
     errors = [row["model_s"] / row["s"] - 1 for p in results["points"] for row in p["rows"]]
     small = [c["model_small_s"] / c["small_s"] - 1 for c in results["contention"]]
-    return {"median_abs_error": statistics.median(map(abs, errors)), "max_abs_error": max(map(abs, errors)),
-            "contention_small_errors": small}
+    return {"median_abs_error": statistics.median(map(abs, errors)) if errors else None,
+            "max_abs_error": max(map(abs, errors)) if errors else None, "contention_small_errors": small,
+            "pipelined_errors": [p["model_s"] / p["median_s"] - 1 for p in results["pipelined"]],
+            "pipelined_loss_c_fit": fit_loss_c([p for p in results["pipelined"] if p["kind"] == "prefill"], state_of),
+            "synthetic_loss_c_fit": fit_loss_c([p for p in results["pipelined"] if p["kind"] == "synthetic"], state_of)}
 
 
 def print_table(results: dict) -> None:
@@ -149,6 +167,10 @@ def print_table(results: dict) -> None:
                                             f"first {first['s']:.3f}/{first['model_s']:.3f})")
     for key, cells in by_point.items():
         print(f"{key}: " + ", ".join(cells))
+    for p in results["pipelined"]:
+        print(f"{p['bandwidth_mbit']:>3} Mbit/s {p['delay_ms']:>2} ms {p.get('loss_pct', 0):.1f}%: {p['kind']} "
+              f"{p['bytes'] / 1e6:.2f} MB over {p['produce_s']:.2f} s, pipelined {p['median_s']:.3f}/{p['model_s']:.3f} s "
+              f"({p['model_s'] / p['median_s'] - 1:+.0%}; measured {min(p['s']):.3f}-{max(p['s']):.3f})")
     for c in results["contention"]:
         print(f"{c['mbit']:>3} Mbit/s 1 MB {c['offset_s']:.2f} s into 16 MB: {c['small_s']:.2f}/{c['model_small_s']:.2f} "
               f"s (fair share {c['fair_small_s']:.2f}); 16 MB {c['big_s']:.2f}/{c['model_big_s']:.2f} s")
@@ -157,6 +179,7 @@ def print_table(results: dict) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--pipelined", action="store_true", help="the pipelined rows alone")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
@@ -165,14 +188,19 @@ def main(argv: list[str] | None = None) -> int:
     grid = QUICK if args.quick else FULL
     sha = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     results = {"bench": "link_tcp", "cpus": os.cpu_count(), "git_sha": sha, "quick": args.quick,
-               "load_before": os.getloadavg(), **run(grid)}
+               "load_before": os.getloadavg(), **run(grid, args.pipelined)}
     results["load_after"] = os.getloadavg()
     results["summary"] = summarize(results)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=1))
     print_table(results)
     s = results["summary"]
-    print(f"model vs live: median |error| {s['median_abs_error']:.1%}, max {s['max_abs_error']:.1%}; "
+    whole = (f"median |error| {s['median_abs_error']:.1%}, max {s['max_abs_error']:.1%}"
+             if s["median_abs_error"] is not None else "pipelined rows only")
+    if s["pipelined_loss_c_fit"] is not None:
+        whole += (f"; the prefill rows fit LOSS_C_PIPELINED {s['pipelined_loss_c_fit']:g} "
+                  f"(the synthetic ones {s['synthetic_loss_c_fit']:g})")
+    print(f"model vs live: {whole}; "
           f"load {results['load_before'][0]:.1f} -> {results['load_after'][0]:.1f}; results: {args.out}")
     return 0
 

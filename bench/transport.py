@@ -95,13 +95,15 @@ def start_receiver(topo: Topology, root: Path, preset: str) -> tuple[Peer, int]:
 class KVPair:
     """A receiver in `local` and a sender in `remote`, both from `root`'s tree, kept across transfers."""
 
-    def __init__(self, topo: Topology, root: Path, megabytes: float, connections: int) -> None:
-        self.receiver, port = start_receiver(topo, root, SYNTHETIC_PRESET)
+    def __init__(self, topo: Topology, root: Path, megabytes: float, connections: int,
+                 preset: str = SYNTHETIC_PRESET) -> None:
+        self.receiver, port = start_receiver(topo, root, preset)
         self.sender = Peer("sender", root, {"netns": topo.netns(REMOTE), "megabytes": megabytes,
                                             "target": topo.target(LOCAL, port),
-                                            "connections": connections})
+                                            "connections": connections, "preset": preset})
         try:
-            self.bytes = self.sender.read()["bytes"]
+            ready = self.sender.read()
+            self.bytes, self.frames, self.tail_bytes = ready["bytes"], ready["frames"], ready["tail_bytes"]
         except BaseException:
             self.close()
             raise

@@ -20,6 +20,7 @@ from emulator.virtual.core import Simulator
 from emulator.virtual.tcp import (
     CONNECTIONS,
     LOSS_C,
+    LOSS_C_PIPELINED,
     MSS_BYTES,
     PACKET_BYTES,
     QUEUE_PACKETS,
@@ -43,11 +44,17 @@ class LinkState:
     rtt_s: float = 0.0  # both directions' delays: what the sender's ACK clock sees
     connections: int = CONNECTIONS
     queue_bytes: float = QUEUE_PACKETS * PACKET_BYTES  # the bottleneck's drop-tail buffer
+    loss_c_pipelined: float = LOSS_C_PIPELINED  # the loss response of a cache sent as it is produced
 
     @property
     def per_transfer_cap(self) -> float:
         """The loss-limited ceiling of one transfer (inf on a lossless link, 0 on a cut one)."""
         return self.connections * mathis_bytes_per_s(MSS_BYTES, self.rtt_s, self.loss, LOSS_C)
+
+    @property
+    def pipelined_cap(self) -> float:
+        """The same for a cache sent layer by layer as its prefill produces it (tcp.py)."""
+        return self.connections * mathis_bytes_per_s(MSS_BYTES, self.rtt_s, self.loss, self.loss_c_pipelined)
 
     @property
     def newcomer_weight(self) -> float:
@@ -68,7 +75,7 @@ class Transfer:
     is as of `since_s`: the bytes left now are remaining - rate * (now - since_s)."""
 
     __slots__ = ("num_bytes", "remaining", "since_s", "rate", "produce_cap", "on_done", "arg",
-                 "start_s", "is_active", "version", "weight")
+                 "start_s", "is_active", "version", "weight", "is_pipelined")
 
     def __init__(self, num_bytes: float, produce_cap: float, on_done: Callable[[Any], None],
                  arg: Any, start_s: float) -> None:
@@ -83,6 +90,7 @@ class Transfer:
         self.is_active = True
         self.version = 0  # grows at every rate change: an older finish timer is stale
         self.weight = 1.0  # < 1 while locked out behind incumbents (LinkState.newcomer_weight)
+        self.is_pipelined = produce_cap != _INF  # sent as produced: LinkState.pipelined_cap binds it
 
     def left_at(self, now_s: float) -> float:
         return self.remaining - self.rate * (now_s - self.since_s) if now_s > self.since_s else self.remaining
@@ -108,6 +116,7 @@ class FluidLink:
         self.sim = sim
         self.state = state
         self._ceiling = state.per_transfer_cap  # the state's, kept: it is read at every share
+        self._piped_ceiling = state.pipelined_cap
         self._window = initial_window_bytes(state.connections)  # new connections: slow start
         self._window_rate = self._window / state.rtt_s if state.has_ramp else _INF  # inf: open
         self._is_ramp_armed = False
@@ -190,6 +199,7 @@ class FluidLink:
         self._advance()
         self.state = state
         self._ceiling = state.per_transfer_cap
+        self._piped_ceiling = state.pipelined_cap
         if self._window_rate < _INF:  # still ramping: the same window over the new round trip
             self._window_rate = self._window / state.rtt_s if state.has_ramp else _INF
         self._reshare()
@@ -264,13 +274,14 @@ class FluidLink:
         """Water-filling: the smallest caps are met first; the rest split what is left equally.
         Two shortcuts skip the sort: every cap fits (pipelined transfers on a wide link), or none
         binds (an equal split)."""
-        ceiling, left = self._ceiling, self.state.rate_bytes_per_s
+        ceiling, piped, left = self._ceiling, self._piped_ceiling, self.state.rate_bytes_per_s
         if self._window_rate < left:
             left = self._window_rate
         caps: list[float] = []
         total = 0.0  # sum(caps), added as sum adds floats, without a call through Python
         for transfer in active:
-            cap = transfer.produce_cap if transfer.produce_cap < ceiling else ceiling
+            bound = piped if transfer.is_pipelined else ceiling
+            cap = transfer.produce_cap if transfer.produce_cap < bound else bound
             caps.append(cap)
             total += cap
         if left == _INF or total <= left:  # (inf - inf would be NaN below)
@@ -309,8 +320,8 @@ class FluidLink:
         """Water-filling by weight: each round fixes the transfers whose cap is below their weight's
         part of what is left; the rest split it by weight. Only while newcomers are locked out."""
         left = min(self.state.rate_bytes_per_s, self._window_rate)
-        ceiling, n = self._ceiling, len(active)
-        caps = [t.produce_cap if t.produce_cap < ceiling else ceiling for t in active]
+        n = len(active)
+        caps = [min(t.produce_cap, self._piped_ceiling if t.is_pipelined else self._ceiling) for t in active]
         rates = [0.0] * n
         is_fixed = [False] * n
         weight_sum = 0.0

@@ -23,3 +23,15 @@ def arrival_times(state: LinkState, transfers: Sequence[tuple[float, float]]) ->
         sim.schedule(at_s, start, i)
     sim.run()
     return [done[i] for i in range(len(transfers))]
+
+
+def pipelined_seconds(state: LinkState, num_bytes: float, produce_s: float, tail_fraction: float) -> float:
+    """Seconds from the first layer until the last byte of one cache arrives on a new link of
+    `state`, its layers produced over `produce_s` (the last, `tail_fraction` of the bytes, at the end)."""
+    sim, done = Simulator(), []
+    link = FluidLink(sim, state)
+    transfer = link.start(num_bytes, lambda _: done.append(sim.now), None, produce_s=produce_s,
+                          tail_fraction=tail_fraction)
+    sim.schedule(produce_s, lambda _: link.end_production(transfer))
+    sim.run()
+    return done[0]

@@ -10,6 +10,10 @@ backend, the project's KVSender: 4 cubic connections, tcp_slow_start_after_idle=
   losses, -41 % on back-to-back 16 MB at 1 %). Runs at 500 Mbit/s fit 5.5, but there the relay's
   per-packet path (lossy links) on 2 shared cores is suspect. RFC 8312's cubic region
   (W ~ (RTT/p)^0.75) is far below all of these at such RTTs; the Mathis shape stays.
+- LOSS_C_PIPELINED: a cache sent layer by layer as its prefill produces it (the live workers'
+  pipelining) goes out as app-limited bursts; losses at a burst's tail wait for a probe timeout
+  and the window does not grow while app-limited, so the same loss carries far less:
+  bench/link_tcp.py's pipelined rows (kimi-linear-mini's 8 frames, 2.5 MB over 0.6 s, 40 ms RTT).
 - Slow start: a new connection opens at INITIAL_WINDOW segments and doubles each RTT. The live
   network sets tcp_slow_start_after_idle=0 (emulator/net/netns.tune_tcp), so a window, once open,
   survives idle gaps: measured transfers after a 1 s gap took what back-to-back ones did.
@@ -34,6 +38,7 @@ MSS_BYTES = 1448  # a 1500-byte Ethernet MTU less IP and TCP headers (with times
 PACKET_BYTES = 1500  # what one full segment occupies in the shaper's queue
 MATHIS_C = math.sqrt(1.5)  # ~1.22: Mathis et al. 1997, periodic loss, no delayed ACKs
 LOSS_C = 8.0  # fitted to the tun link at 200 Mbit/s (see above): ~6.5x MATHIS_C
+LOSS_C_PIPELINED = 4.0  # fitted to the prefill rows of the pipelined ones (see above)
 INITIAL_WINDOW = 10  # segments (RFC 6928; Linux's default)
 CONNECTIONS = 4  # TCP connections per KV transfer, as emulator.transport's sender opens
 QUEUE_PACKETS = 1000  # the tun backend's default queue (emulator.net.spec.LinkShape.queue_packets)

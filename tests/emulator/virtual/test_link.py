@@ -70,6 +70,27 @@ def test_the_loss_response_caps_each_transfer_on_a_lossy_link() -> None:
     assert LinkState(GB, 0.0).per_transfer_cap == math.inf
 
 
+def test_a_cache_sent_as_it_is_produced_takes_the_pipelined_loss_response() -> None:
+    # 4 connections, 20 ms, 1 % loss: a pipelined cache's ceiling is LOSS_C_PIPELINED's, a cache
+    # written at once keeps LOSS_C's. 30 MB produced over 1 s (tail 1/3): production (20 MB/s)
+    # outruns the pipelined ceiling, so the cache ends at 30 MB / ceiling from its start, later
+    # than the same cache sent whole.
+    state = LinkState(GB, delay_s=0.01, loss=0.01, rtt_s=0.02, connections=4, loss_c_pipelined=2.0)
+    piped = 4 * mathis_bytes_per_s(MSS_BYTES, 0.02, 0.01, 2.0)
+    assert state.pipelined_cap == pytest.approx(piped) and piped < 20e6 < state.per_transfer_cap
+    sim = Simulator()
+    link = FluidLink(sim, state)
+    arrived: dict[str, float] = {}
+    cache = link.start(30e6, lambda k: arrived.__setitem__(k, sim.now), "piped", produce_s=1.0, tail_fraction=1 / 3)
+    sim.schedule(1.0, lambda _: link.end_production(cache))
+    sim.run()
+    w0, rounds = 4 * 10 * MSS_BYTES, math.ceil(math.log2(piped * 0.02 / (4 * 10 * MSS_BYTES)))
+    ramp_bytes = w0 * (2**rounds - 1)
+    assert arrived["piped"] == pytest.approx(rounds * 0.02 + (30e6 - ramp_bytes) / piped + 0.01)
+    whole, _ = _run(state, [(0.0, 30e6, {})])
+    assert whole[0] < arrived["piped"] - 1.0
+
+
 def test_pipelined_transfer_ends_a_last_layer_after_the_prefill_when_the_link_keeps_up() -> None:
     # 1 GB produced over 4 s on a 1 GB/s link: all but the tail (1/10) flows during the prefill;
     # the tail goes when the prefill ends (end_production at 4 s) and takes 0.1 s.
