@@ -39,9 +39,9 @@ from emulator.workload.coverage import WorkloadCoverage
 log = logging.getLogger(__name__)
 APPROXIMATIONS = (
     "link: TCP as a fluid (emulator/virtual/tcp.py): slow start on new connections, a loss-limited rate "
-    "per connection, newcomers behind a deep drop-tail queue weighted down, the senders' RTT over the standing "
-    "queue of produced bytes (windows always open: no congestion-avoidance growth); no per-packet loss recovery "
-    "(a lost tail's timeout is not modelled)",
+    "per connection (lower for a cache sent as it is produced), newcomers behind a deep drop-tail queue "
+    "weighted down, the senders' RTT over the standing queue of produced bytes (windows always open: no "
+    "congestion-avoidance growth); no per-packet loss recovery (a lost tail's timeout is a mean rate, not a stall)",
     "layer-wise pipelining: KV flows from prefill start at most at the production rate; the last "
     "layer's share (the profile's kv_tail_fraction, else 1 / pipeline_layers) goes after the prefill ends",
     "decode: the step at the batch size a request joins with (constant up to BS_max without a batch "
