@@ -46,6 +46,14 @@ def _die_with_parent(parent_pid: int) -> None:
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent_pid:
         os._exit(1)
+    # Ray runs actors at nice 15, and the worker adds its own WORKER_NICE on top (19, the floor):
+    # other load on the node then starves it far more than a worker started on one host (nice 10),
+    # so TTFT under other load moved far more across hosts than on one (issue 30). Back to the node's nice 0
+    # where allowed (root or CAP_SYS_NICE); otherwise it stays as Ray left it.
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, 0)
+    except PermissionError:
+        pass
 
 
 class WorkerHost:
