@@ -43,7 +43,7 @@ FULL = dict(points=[dict(bandwidth_mbit=200, delay_ms=20), dict(bandwidth_mbit=1
                     dict(bandwidth_mbit=50, delay_ms=10), dict(bandwidth_mbit=200, delay_ms=10),
                     dict(bandwidth_mbit=200, delay_ms=20, loss_pct=0.5),
                     dict(bandwidth_mbit=200, delay_ms=20, loss_pct=1.0)],
-            sizes=(1, 4, 16), repeats=2, contention=(20, 50, 200), pipelined_repeats=8)
+            sizes=(1, 4, 16), repeats=2, contention=(20, 50, 200), pipelined_repeats=12)
 QUICK = dict(points=[dict(bandwidth_mbit=200, delay_ms=20), dict(bandwidth_mbit=200, delay_ms=20, loss_pct=1.0)],
              sizes=(1, 4), repeats=1, contention=(50,), pipelined_repeats=3)
 
