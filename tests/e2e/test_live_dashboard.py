@@ -161,7 +161,7 @@ def test_live_page_drives_a_live_run(live_dashboard, tmp_path: Path) -> None:
             page.get_by_role("button", name="Start", exact=True).click()
             page.get_by_text(re.compile(r"^From the run's record: ")).wait_for(timeout=60_000)
             _wait_charts(page, RECORDED, 10, timeout_s=30)  # the charts, drawn from the record
-            assert "threshold 2965 -> 3411 tokens" in _grid_text(page, "why")  # the scheduler's move
+            assert "threshold 2965 -> 3368 tokens" in _grid_text(page, "why")  # the scheduler reads the RTT since 6a94dcf
             time.sleep(1.0)
             virtual_png = shoot(page, tmp_path, "live-virtual.png")
 
