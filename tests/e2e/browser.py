@@ -1,15 +1,18 @@
-"""What every browser test shares: Debian's chromium, its headless flags, and the marks that skip
-a test (with the reason) where chromium is not installed."""
+"""What every browser test shares: Debian's chromium, its headless flags, the marks that skip a test
+(with the reason) where chromium is not installed, and a recorded run's first scheduler decision."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from emulator.telemetry.decision_log import LogEntry, parse_line
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -54,3 +57,12 @@ def shoot(page, tmp_path: Path, name: str) -> Path:
         out.mkdir(parents=True, exist_ok=True)
         shutil.copy(path, out / name)
     return path
+
+
+def first_scheduler_move(summary: Path) -> LogEntry:
+    """The first scheduler decision a recorded run made (summary.json's meta.decisions), so a page test
+    checks what the engine decided rather than a number copied from an earlier run of it."""
+    lines = json.loads(summary.read_text())["meta"]["decisions"]
+    moves = [entry for entry in map(parse_line, lines) if entry.source == "scheduler"]
+    assert moves, f"{summary}: the run made no scheduler decision"
+    return moves[0]
