@@ -1,6 +1,6 @@
 """Caches sent layer by layer as they are produced, on the tun link, beside the fluid's prediction
 (bench/link_tcp.py's pipelined rows), and the loss constant for such caches that fits them
-(emulator/virtual/tcp.py's LOSS_C_PIPELINED).
+(emulator/virtual/tcp.py's LOSS_C, which whole caches share).
 
 Two producers, one kept sender each (its connections stay open across the rows, as a worker's do):
 - synthetic: bench/kv_peer.py sends kimi-linear-mini's 8 frames of a 2.5 MB cache, frame i at
@@ -92,20 +92,21 @@ def _row(kind: str, state: LinkState, point: dict, num_bytes: int, tail_bytes: i
          times: list[float]) -> dict:
     produce_s = statistics.median(produce)
     return {**point, "kind": kind, "bytes": num_bytes, "tail_bytes": tail_bytes, "produce_s": produce_s,
-            "s": times, "median_s": statistics.median(times),
+            "s": times, "median_s": statistics.median(times), "mean_s": statistics.fmean(times),
             "model_s": pipelined_seconds(state, num_bytes, produce_s, tail_bytes / num_bytes)}
 
 
 def fit_loss_c(rows: list[dict], state_of: Any) -> float | None:
-    """The constant that best fits the lossy rows: least squares of log(model / measured median)
-    over a grid of 0.5 steps; `state_of(point)` gives each row's link."""
+    """The constant that best fits the lossy rows: least squares of log(model / measured mean)
+    over a grid of 0.5 steps; `state_of(point)` gives each row's link. Means, not medians: loss
+    skews a row's times right (a tail loss waits a probe timeout) and TTFT's mean is the goal."""
     lossy = [row for row in rows if row.get("loss_pct")]
     if not lossy:
         return None
 
     def misfit(c: float) -> float:
-        return sum(math.log(pipelined_seconds(replace(state_of(_point(row)), loss_c_pipelined=c), row["bytes"],
-                                              row["produce_s"], row["tail_bytes"] / row["bytes"]) / row["median_s"]) ** 2
+        return sum(math.log(pipelined_seconds(replace(state_of(_point(row)), loss_c=c), row["bytes"],
+                                              row["produce_s"], row["tail_bytes"] / row["bytes"]) / row["mean_s"]) ** 2
                    for row in lossy)
 
     return min((0.5 * k for k in range(2, 33)), key=misfit)

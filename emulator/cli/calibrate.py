@@ -107,11 +107,12 @@ def _rescale(profile_path: Path, out: Path) -> int:
     from emulator.scenario.model_section import read_profile_file
 
     loaded = read_profile_file(profile_path)
-    scaled = rescaled(loaded, reference_now(loaded))
+    reference = reference_now(loaded)
+    scaled = rescaled(loaded, reference.value)
     assert scaled.measured is not None and scaled.measured.reference_prefill_s is not None
-    reference_s = scaled.measured.reference_prefill_s * (scaled.measured.speed_scale or 1.0)
-    print(f"reference prefill now {reference_s:.4f} s against {scaled.measured.reference_prefill_s:.4f} s when "
-          f"measured: times x{scaled.measured.speed_scale:.3f}\nprofile: {write_rescaled(scaled, out)}")
+    print(f"reference prefill now {reference.value:.4f} s{reference.note} against "
+          f"{scaled.measured.reference_prefill_s:.4f} s when measured: times x{scaled.measured.speed_scale:.3f}\n"
+          f"profile: {write_rescaled(scaled, out)}")
     return 0
 
 

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from emulator.errors import CalibrationError, ScenarioError
-from emulator.live.cpu_meter import foreign_cores, read_cpu
+from emulator.live.cpu_meter import Metered, foreign_cores, least_disturbed, read_cpu
 from emulator.live.launcher import plan_workers
 from emulator.live.machine_probes import ProbeProcess, started_probes
-from emulator.live.speed_reference import REFERENCE_REPS, time_reference
+from emulator.live.speed_reference import REFERENCE_REPS, metered_reference
 from emulator.paths import REPO_ROOT
 from emulator.plane.inputs import workload_lengths
 from emulator.scenario import Scenario
@@ -36,8 +36,6 @@ BUSY_OP_TOKENS = 512  # the CPU-sharing rounds' prefill: ~0.25 s of the small pr
 BUSY_START_DELAY_S = 0.5  # every probe of a round has its command before the round starts
 ANSWER_SLACK_S = 120.0
 CONTEXT_STEPS, CONTEXT_STEPS_QUICK = 20, 5  # decode steps timed per context length (their median)
-FOREIGN_CORES_LIMIT = 0.25  # other load during a sharing round above which the round runs again
-ROUND_TRIES, RETRY_PAUSE_S = 3, 2.0
 MIN_STEP_S = 1e-6  # a fitted fixed cost below this is noise: the step is then all per-token
 Say = Callable[[str], None]
 
@@ -104,14 +102,14 @@ class MachineProfile:
     kv_bytes: tuple[int, ...]
     decode_step_s: tuple[float, ...]
     busy_slowdown: tuple[float, ...]
-    kv_tail_fraction: float  # the last layer's share of a cache's bytes, mean over the lengths
+    kv_tail_bytes: tuple[int, ...]  # the last layer's bytes at each length (sent after the prefill)
     reference_prefill_s: float  # emulator/live/speed_reference.py's: the machine's speed at this moment
     cores: int
     worker_nice: int  # the probes' own nice level (the parent's + the worker's increment)
     wall_s: float
     # (context tokens, batch-1 step there over the step at decode_cache_tokens), by context
     decode_context: tuple[tuple[int, float], ...] = ()
-    foreign_cores: float = 0.0  # the most other load kept in a sharing round (cpu_meter.py)
+    foreign_cores: float = 0.0  # the most other load kept in the reference or a sharing round (cpu_meter.py)
 
 
 def measure_machine(plan: MachinePlan, say: Say = print) -> MachineProfile:
@@ -125,20 +123,20 @@ def measure_machine(plan: MachinePlan, say: Say = print) -> MachineProfile:
         first = probes[0]
         nice = int(first.ready.get("nice", 0))
         say(f"  probes ready after {time.monotonic() - started:.1f} s (nice {nice})")
-        reference_s = time_reference(first, plan.busy_op_tokens)
-        say(f"  reference: prefill of {plan.busy_op_tokens} tokens {reference_s:.4f} s (median of "
-            f"{REFERENCE_REPS}; `rescaled` scales the profile by it again later)")
+        reference = metered_reference(first, plan.busy_op_tokens)
+        say(f"  reference: prefill of {plan.busy_op_tokens} tokens {reference.value:.4f} s (median of "
+            f"{REFERENCE_REPS}; `rescaled` scales the profile by it again later){reference.note}")
         prefill_s, kv_bytes, tail = _prefills(first, probes[1] if len(probes) > 1 else None, plan, say)
         decode_s = _decode_steps(first, plan, kv_bytes, say)
         context = _decode_context(first, plan, say)
         slowdown, foreign = _sharing(probes, plan, say)
-    return MachineProfile(plan, prefill_s, kv_bytes, decode_s, slowdown, tail, reference_s, cores, nice,
-                          time.monotonic() - started, context, foreign)
+    return MachineProfile(plan, prefill_s, kv_bytes, decode_s, slowdown, tail, reference.value, cores, nice,
+                          time.monotonic() - started, context, max(foreign, reference.foreign_cores))
 
 
 def _prefills(probe: ProbeProcess, receiver: ProbeProcess | None, plan: MachinePlan,
-              say: Say) -> tuple[tuple[float, ...], tuple[int, ...], float]:
-    """Median prefill time and the KV bytes per length, and the last layer's mean share of them.
+              say: Say) -> tuple[tuple[float, ...], tuple[int, ...], tuple[int, ...]]:
+    """Median prefill time and the KV bytes per length, and the last layer's bytes at each.
     With a `receiver`, every cache is shipped to it over loopback TCP and decoded there while the
     next prefill runs, as in a live run, where the decode worker's receiving shares the machine."""
     budget_s = ANSWER_SLACK_S + plan.reps * sum(plan.lengths) * 1e-2  # far above 1 ms per token
@@ -158,7 +156,7 @@ def _prefills(probe: ProbeProcess, receiver: ProbeProcess | None, plan: MachineP
     for length, seconds, size, tail in zip(plan.lengths, medians, kv_bytes, tails, strict=True):
         say(f"  prefill {length:>6} tokens: {seconds:8.4f} s (median of {plan.reps}), KV {size / MIB:.3f} MiB, "
             f"last layer {tail:.1%}")
-    return medians, kv_bytes, statistics.fmean(tails)
+    return medians, kv_bytes, tuple(round(size * tail) for size, tail in zip(kv_bytes, tails, strict=True))
 
 
 def _decode_steps(probe: ProbeProcess, plan: MachinePlan, kv_bytes: tuple[int, ...], say: Say) -> tuple[float, ...]:
@@ -210,33 +208,21 @@ def step_line(xs: list[int], ys: list[float]) -> tuple[float, float]:
 def _sharing(probes: list[ProbeProcess], plan: MachinePlan, say: Say) -> tuple[tuple[float, ...], float]:
     """Round k: k probes prefill busy_op_tokens back to back over the same window; the factor is
     the mean of their median op times over round 1's (one probe busy, the others idle). A round
-    during which something else kept more than FOREIGN_CORES_LIMIT cores busy is run again (up to
-    ROUND_TRIES times, keeping the least disturbed); the most foreign load kept is returned with
-    the factors."""
+    disturbed by other load runs again (cpu_meter.least_disturbed); the most foreign load kept is
+    returned with the factors."""
     factors: list[float] = []
     base_s, worst = 0.0, 0.0
     for k in range(1, plan.max_busy + 1):
-        tries = [_busy_round(probes[:k], plan)]
-        while tries[-1][1] > FOREIGN_CORES_LIMIT and len(tries) < ROUND_TRIES:
-            time.sleep(RETRY_PAUSE_S)
-            tries.append(_busy_round(probes[:k], plan))
-        mean_s, foreign = min(tries, key=lambda t: t[1])
-        worst = max(worst, foreign)
-        base_s = base_s or mean_s
-        factors.append(round(mean_s / base_s, 3))
-        say(f"  {k} busy worker{'s' if k > 1 else ' '}: prefill of {plan.busy_op_tokens} tokens {mean_s:.4f} s, "
-            f"x{factors[-1]:.2f}{_foreign_note(foreign, len(tries))}")
+        round_k = least_disturbed(lambda: _busy_round(probes[:k], plan))
+        worst = max(worst, round_k.foreign_cores)
+        base_s = base_s or round_k.value
+        factors.append(round(round_k.value / base_s, 3))
+        say(f"  {k} busy worker{'s' if k > 1 else ' '}: prefill of {plan.busy_op_tokens} tokens {round_k.value:.4f} s, "
+            f"x{factors[-1]:.2f}{round_k.note}")
     return tuple(factors), worst
 
 
-def _foreign_note(foreign: float, tries: int) -> str:
-    if tries == 1 and foreign <= FOREIGN_CORES_LIMIT:
-        return ""
-    return (f" (other load: {foreign:.2f} cores, {tries} tries" +
-            ("; the factor is doubtful, calibrate again on a quieter machine)" if foreign > FOREIGN_CORES_LIMIT else ")"))
-
-
-def _busy_round(probes: list[ProbeProcess], plan: MachinePlan) -> tuple[float, float]:
+def _busy_round(probes: list[ProbeProcess], plan: MachinePlan) -> Metered[float]:
     start_at = time.monotonic() + BUSY_START_DELAY_S
     cmd = {"op": "busy", "tokens": plan.busy_op_tokens, "start_at": start_at, "stop_at": start_at + plan.busy_window_s}
     for probe in probes:
@@ -248,7 +234,7 @@ def _busy_round(probes: list[ProbeProcess], plan: MachinePlan) -> tuple[float, f
     foreign = foreign_cores(before, read_cpu(pids))
     medians = [statistics.median(_seconds(probe.answer(ANSWER_SLACK_S + plan.busy_window_s)["op_s"], "op_s"))
                for probe in probes]
-    return statistics.fmean(medians), foreign
+    return Metered(statistics.fmean(medians), foreign)
 
 
 def _seconds(values: object, field: str) -> list[float]:
@@ -285,7 +271,7 @@ def profile_file_of(profile: MachineProfile, scenario: Scenario, date: str | Non
             "decode_batch_sizes": list(plan.batch_sizes),
             "decode_step_ms_by_batch": {DEVICE: [significant(s * 1e3) for s in profile.decode_step_s]},
             "host": {"cores": profile.cores, "busy_slowdown": list(profile.busy_slowdown)},
-            "kv_tail_fraction": significant(profile.kv_tail_fraction),
+            "kv_tail_mib": [significant(b / MIB) for b in profile.kv_tail_bytes],
             **({"decode_context_tokens": [t for t, _ in profile.decode_context],
                 "decode_context_factor": [f for _, f in profile.decode_context]} if profile.decode_context else {}),
         }},

@@ -81,7 +81,7 @@ class HostCosts:
     decode_step_by_batch_s: PiecewiseLinear | None
     busy_slowdown: tuple[float, ...]
     host_cores: int
-    kv_tail_fraction: float | None = None  # the profile's measured last-layer share, if any
+    kv_tail_bytes: PiecewiseLinear | None = None  # the last layer's bytes by input length, if measured
     decode_context: PiecewiseLinear | None = None  # the step's factor by mean prompt length, if measured
 
 
@@ -97,8 +97,10 @@ def host_costs(scenario: Scenario) -> HostCosts:
     host = profile.host
     context = None if not profile.decode_context_tokens else PiecewiseLinear(
         tuple(map(float, profile.decode_context_tokens)), tuple(profile.decode_context_factor))
+    tail = None if not profile.kv_tail_mib else PiecewiseLinear(
+        tuple(map(float, profile.lengths_tokens)), tuple(mib * MIB for mib in profile.kv_tail_mib))
     return HostCosts(curve, () if host is None else tuple(host.busy_slowdown), 0 if host is None else host.cores,
-                     profile.kv_tail_fraction, context)
+                     tail, context)
 
 
 def workload_lengths(scenario: Scenario, requests: list[RequestSpec] | None = None) -> tuple[LengthSamples, float]:

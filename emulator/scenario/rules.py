@@ -92,6 +92,7 @@ def profile_problems(s: Scenario, profile: ProfileSpec, where: str) -> Iterator[
                f"(clusters.local.device); add decode_step_ms.{local}")
     yield from _batch_problems(profile, local, where)
     yield from _context_problems(profile, where)
+    yield from _tail_problems(profile, where)
     if profile.host is not None and profile.host.busy_slowdown[0] != 1.0:
         yield (f"{where}.host.busy_slowdown: starts at {profile.host.busy_slowdown[0]:g}; one busy worker "
                "is the reference the tables were measured at, so the first factor is 1.0")
@@ -117,6 +118,19 @@ def _batch_problems(profile: ProfileSpec, local: str, where: str) -> Iterator[st
     if local not in by_batch:
         yield (f"{where}.decode_step_ms_by_batch: no table for device {local!r} (clusters.local.device); "
                f"add decode_step_ms_by_batch.{local} or drop both batch fields")
+
+
+def _tail_problems(profile: ProfileSpec, where: str) -> Iterator[str]:
+    """kv_tail_mib, when given: one per length, none above the cache it is the last layer of."""
+    tails, sizes = profile.kv_tail_mib, profile.kv_mib
+    if not tails:
+        return
+    if len(tails) != len(profile.lengths_tokens):
+        yield (f"{where}.kv_tail_mib: {len(tails)} values for {len(profile.lengths_tokens)} lengths; give one "
+               "value per entry of lengths_tokens")
+    elif any(tail > size for tail, size in zip(tails, sizes, strict=False)):
+        yield (f"{where}.kv_tail_mib: {list(tails)} exceeds kv_mib {list(sizes)} somewhere; a last layer "
+               "holds at most its whole cache")
 
 
 def _context_problems(profile: ProfileSpec, where: str) -> Iterator[str]:

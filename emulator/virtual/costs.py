@@ -45,21 +45,22 @@ class CostModel:
     decode_batch: Curve | None = None
     busy_slowdown: tuple[float, ...] = ()
     host_cores: int = 0
-    kv_tail_share: float = 0.0  # measured last-layer share of the KV bytes; 0: 1 / pipeline_layers
+    kv_tail_bytes: Curve | None = None  # the last layer's bytes by length, measured; None: 1 / pipeline_layers
     decode_context: Curve | None = None
 
     @classmethod
     def from_inputs(cls, inputs: ModelInputs, source: str, *, pipeline_layers: int = PIPELINE_LAYERS,
                     local_rate_bytes_per_s: float = LOCAL_RDMA_BYTES_PER_S,
                     decode_batch: PiecewiseLinear | None = None, busy_slowdown: tuple[float, ...] = (),
-                    host_cores: int = 0, kv_tail_share: float = 0.0,
+                    host_cores: int = 0, kv_tail_bytes: PiecewiseLinear | None = None,
                     decode_context: PiecewiseLinear | None = None) -> CostModel:
         prefill = {Cluster.REMOTE: Curve.from_table(inputs.prefill_remote_s),
                    Cluster.LOCAL: Curve.from_table(inputs.prefill_local_s)}
         batch = None if decode_batch is None else Curve.from_table(decode_batch)
         context = None if decode_context is None else Curve.from_table(decode_context)
+        tail = None if kv_tail_bytes is None else Curve.from_table(kv_tail_bytes)
         return cls(prefill, Curve.from_table(inputs.kv_bytes), inputs.decode_step_s, inputs.max_decode_batch,
-                   source, pipeline_layers, local_rate_bytes_per_s, batch, busy_slowdown, host_cores, kv_tail_share,
+                   source, pipeline_layers, local_rate_bytes_per_s, batch, busy_slowdown, host_cores, tail,
                    context)
 
     def decode_s(self, output_len: int) -> float:
@@ -91,17 +92,23 @@ class CostModel:
         spread = num_busy / max(size, self.host_cores)
         return table[size - 1] * (spread if spread > 1.0 else 1.0)
 
-    @property
-    def tail_fraction(self) -> float:
-        """The share of a KV cache that can only be sent once the prefill has ended: the profile's
-        measured last-layer share, else one of `pipeline_layers` equal layers."""
-        return self.kv_tail_share if self.kv_tail_share > 0 else 1.0 / self.pipeline_layers
+    def tail_fraction(self, input_len: float) -> float:
+        """The share of a KV cache of `input_len` tokens that can only be sent once the prefill has
+        ended: the profile's measured last layer at that length, else one of `pipeline_layers`
+        equal layers."""
+        if self.kv_tail_bytes is None:
+            return 1.0 / self.pipeline_layers
+        return min(1.0, self.kv_tail_bytes(input_len) / self.kv_bytes(input_len))
 
     def as_meta(self) -> dict[str, object]:
         meta: dict[str, object] = {
             "source": self.source, "decode_step_s": self.decode_step_s,
             "max_decode_batch": self.max_decode_batch, "pipeline_layers": self.pipeline_layers,
-            "kv_tail_fraction": self.tail_fraction, "local_rate_gbps": self.local_rate_bytes_per_s * 8e-9}
+            "local_rate_gbps": self.local_rate_bytes_per_s * 8e-9}
+        if self.kv_tail_bytes is None:
+            meta["kv_tail_fraction"] = 1.0 / self.pipeline_layers
+        else:
+            meta["kv_tail_bytes"] = {"tokens": list(self.kv_tail_bytes.xs), "bytes": list(self.kv_tail_bytes.ys)}
         if self.decode_batch is not None:
             meta["decode_step_s_by_batch"] = {"batch_sizes": list(self.decode_batch.xs),
                                               "step_s": list(self.decode_batch.ys)}

@@ -43,7 +43,7 @@ APPROXIMATIONS = (
     "weighted down, the senders' RTT over the standing queue of produced bytes (windows always open: no "
     "congestion-avoidance growth); no per-packet loss recovery (a lost tail's timeout is a mean rate, not a stall)",
     "layer-wise pipelining: KV flows from prefill start at most at the production rate; the last "
-    "layer's share (the profile's kv_tail_fraction, else 1 / pipeline_layers) goes after the prefill ends",
+    "layer (the profile's kv_tail_mib at the request's length, else 1 / pipeline_layers) goes after the prefill ends",
     "decode: the step at the batch size a request joins with (constant up to BS_max without a batch "
     "table), not re-timed as the batch changes",
     "local prefill -> decode KV over RDMA at a fixed rate, no sharing",
@@ -148,7 +148,7 @@ def make_costs(scenario: Scenario, plane: ControlPlane) -> CostModel:
     host = host_costs(scenario)
     return CostModel.from_inputs(plane.inputs, plane.profile_source, decode_batch=host.decode_step_by_batch_s,
                                  busy_slowdown=host.busy_slowdown, host_cores=host.host_cores,
-                                 kv_tail_share=host.kv_tail_fraction or 0.0, decode_context=host.decode_context)
+                                 kv_tail_bytes=host.kv_tail_bytes, decode_context=host.decode_context)
 
 
 @contextmanager

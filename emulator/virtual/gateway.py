@@ -43,7 +43,6 @@ class Gateway:
         self.core = RunCore(plane.router, plane.index, plane.scheduler, self.board,
                             block_tokens=block_tokens, ending=ending, use_index=use_index, by_id=False)
         self.run_action: Callable[[Action], None] = _unexpected
-        self.tail_fraction = costs.tail_fraction  # read per request: kept, not recomputed
         self.local_rate_bytes_per_s = costs.local_rate_bytes_per_s
         board = self.board
         self.remote = [self._prefill(board.ids[slot]) for slot in range(num_remote)]
@@ -164,8 +163,9 @@ class Gateway:
         if acts:
             self.execute(acts)
         if node.cluster is _REMOTE:
-            journey.handle = self.link.start(int(self.costs.kv_bytes(journey.spec.input_len)), self._on_kv_arrived,
-                                             (journey, journey.attempt_id), service_s, self.tail_fraction)
+            tokens = journey.spec.input_len
+            journey.handle = self.link.start(int(self.costs.kv_bytes(tokens)), self._on_kv_arrived,
+                                             (journey, journey.attempt_id), service_s, self.costs.tail_fraction(tokens))
 
     def _on_prefill_end(self, node: PrefillNode, journey: Journey, service_s: float) -> None:
         now, attempt = self.sim.now, journey.attempt_id
@@ -178,7 +178,8 @@ class Gateway:
         else:  # local RDMA at a fixed rate, pipelined the same way
             rate, start = self.local_rate_bytes_per_s, journey.prefill_start_s
             assert start is not None  # set when the prefill started
-            done = max(now + kv_bytes * self.tail_fraction / rate, start + kv_bytes / rate)
+            tail = kv_bytes * self.costs.tail_fraction(journey.spec.input_len)
+            done = max(now + tail / rate, start + kv_bytes / rate)
             self.sim.schedule(done, self._on_kv_arrived, (journey, attempt))
 
     def _on_kv_arrived(self, event: tuple[Journey, int]) -> None:

@@ -20,13 +20,13 @@ from emulator.virtual.core import Simulator
 from emulator.virtual.tcp import (
     CONNECTIONS,
     LOSS_C,
-    LOSS_C_PIPELINED,
     MSS_BYTES,
     PACKET_BYTES,
     QUEUE_PACKETS,
     initial_window_bytes,
     is_lockout,
     mathis_bytes_per_s,
+    tail_lanes,
 )
 
 __all__ = ["CONNECTIONS", "MSS_BYTES", "FluidLink", "LinkState", "Transfer", "mathis_bytes_per_s"]
@@ -44,17 +44,18 @@ class LinkState:
     rtt_s: float = 0.0  # both directions' delays: what the sender's ACK clock sees
     connections: int = CONNECTIONS
     queue_bytes: float = QUEUE_PACKETS * PACKET_BYTES  # the bottleneck's drop-tail buffer
-    loss_c_pipelined: float = LOSS_C_PIPELINED  # the loss response of a cache sent as it is produced
+    loss_c: float = LOSS_C  # one connection's loss response (tcp.py), bench/link_tcp.py's fits vary it
 
     @property
     def per_transfer_cap(self) -> float:
         """The loss-limited ceiling of one transfer (inf on a lossless link, 0 on a cut one)."""
-        return self.connections * mathis_bytes_per_s(MSS_BYTES, self.rtt_s, self.loss, LOSS_C)
+        return self.connections * mathis_bytes_per_s(MSS_BYTES, self.rtt_s, self.loss, self.loss_c)
 
     @property
-    def pipelined_cap(self) -> float:
-        """The same for a cache sent layer by layer as its prefill produces it (tcp.py)."""
-        return self.connections * mathis_bytes_per_s(MSS_BYTES, self.rtt_s, self.loss, self.loss_c_pipelined)
+    def pipelined_lane_cap(self) -> float:
+        """The loss-limited ceiling of one connection of a cache sent layer by layer as its prefill
+        produces it (tcp.py): all of them while it is produced, its last layer's lanes after."""
+        return mathis_bytes_per_s(MSS_BYTES, self.rtt_s, self.loss, self.loss_c)
 
     @property
     def newcomer_weight(self) -> float:
@@ -75,7 +76,7 @@ class Transfer:
     is as of `since_s`: the bytes left now are remaining - rate * (now - since_s)."""
 
     __slots__ = ("num_bytes", "remaining", "since_s", "rate", "produce_cap", "on_done", "arg",
-                 "start_s", "is_active", "version", "weight", "is_pipelined")
+                 "start_s", "is_active", "version", "weight", "is_pipelined", "lanes", "tail_lanes")
 
     def __init__(self, num_bytes: float, produce_cap: float, on_done: Callable[[Any], None],
                  arg: Any, start_s: float) -> None:
@@ -90,7 +91,8 @@ class Transfer:
         self.is_active = True
         self.version = 0  # grows at every rate change: an older finish timer is stale
         self.weight = 1.0  # < 1 while locked out behind incumbents (LinkState.newcomer_weight)
-        self.is_pipelined = produce_cap != _INF  # sent as produced: LinkState.pipelined_cap binds it
+        self.is_pipelined = produce_cap != _INF  # sent as produced: lanes x LinkState.pipelined_lane_cap binds it
+        self.lanes = self.tail_lanes = float(CONNECTIONS)  # connections carrying it; its last layer's
 
     def left_at(self, now_s: float) -> float:
         return self.remaining - self.rate * (now_s - self.since_s) if now_s > self.since_s else self.remaining
@@ -109,14 +111,15 @@ class FluidLink:
     but the last layer (bytes * (1 - tail) / produce_s) until `end_production`, so it ends at
     max(prefill end + tail / share, start + bytes / share) when the share is steady. A transfer
     held back by a small share during the prefill does not catch up faster than production before
-    the prefill ends (an approximation; the live sender can).
+    the prefill ends (an approximation; the live sender can). Under loss it is carried by all the
+    connections while produced and by its last layer's lanes after (tcp.tail_lanes).
     """
 
     def __init__(self, sim: Simulator, state: LinkState) -> None:
         self.sim = sim
         self.state = state
         self._ceiling = state.per_transfer_cap  # the state's, kept: it is read at every share
-        self._piped_ceiling = state.pipelined_cap
+        self._piped_ceiling = state.pipelined_lane_cap
         self._window = initial_window_bytes(state.connections)  # new connections: slow start
         self._window_rate = self._window / state.rtt_s if state.has_ramp else _INF  # inf: open
         self._is_ramp_armed = False
@@ -147,6 +150,9 @@ class FluidLink:
         self._advance()
         cap = num_bytes * (1.0 - tail_fraction) / produce_s if produce_s > 0 else _INF
         transfer = Transfer(float(num_bytes), cap, on_done, arg, self.sim.now)
+        if transfer.is_pipelined:
+            transfer.lanes = float(self.state.connections)
+            transfer.tail_lanes = tail_lanes(num_bytes * tail_fraction, self.state.connections)
         rate = self.state.rate_bytes_per_s
         if rate < _INF and self._total_rate >= rate * (1.0 - 1e-9) and self._has_incumbent(transfer.start_s):
             transfer.weight = self.state.newcomer_weight  # the queue is full of incumbents' bytes
@@ -163,7 +169,7 @@ class FluidLink:
         """The prefill behind `transfer` ended: all its bytes may go now."""
         if transfer.is_active and transfer.produce_cap != _INF:
             self._advance()
-            transfer.produce_cap = _INF
+            transfer.produce_cap, transfer.lanes = _INF, transfer.tail_lanes
             self._reshare()
 
     def cancel(self, transfer: Transfer) -> None:
@@ -199,7 +205,7 @@ class FluidLink:
         self._advance()
         self.state = state
         self._ceiling = state.per_transfer_cap
-        self._piped_ceiling = state.pipelined_cap
+        self._piped_ceiling = state.pipelined_lane_cap
         if self._window_rate < _INF:  # still ramping: the same window over the new round trip
             self._window_rate = self._window / state.rtt_s if state.has_ramp else _INF
         self._reshare()
@@ -280,7 +286,7 @@ class FluidLink:
         caps: list[float] = []
         total = 0.0  # sum(caps), added as sum adds floats, without a call through Python
         for transfer in active:
-            bound = piped if transfer.is_pipelined else ceiling
+            bound = transfer.lanes * piped if transfer.is_pipelined else ceiling
             cap = transfer.produce_cap if transfer.produce_cap < bound else bound
             caps.append(cap)
             total += cap
@@ -321,7 +327,7 @@ class FluidLink:
         part of what is left; the rest split it by weight. Only while newcomers are locked out."""
         left = min(self.state.rate_bytes_per_s, self._window_rate)
         n = len(active)
-        caps = [min(t.produce_cap, self._piped_ceiling if t.is_pipelined else self._ceiling) for t in active]
+        caps = [min(t.produce_cap, t.lanes * self._piped_ceiling if t.is_pipelined else self._ceiling) for t in active]
         rates = [0.0] * n
         is_fixed = [False] * n
         weight_sum = 0.0

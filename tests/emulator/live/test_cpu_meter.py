@@ -1,6 +1,6 @@
 """The foreign-load meter against real processes: a busy loop that is not ours reads as about one
 core, the same loop given as ours reads as none, and the calibration's CPU-sharing rounds run again
-and say so while a foreign loop holds a core."""
+and say so while a foreign loop holds a core, and so does a speed reference."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ import pytest
 
 from emulator.live.cpu_meter import foreign_cores, machine_busy_s, process_cpu_s, read_cpu
 from emulator.live.machine_probes import started_probes
-from emulator.live.machine_profile import FOREIGN_CORES_LIMIT, ROUND_TRIES, MachinePlan, _sharing
+from emulator.live.cpu_meter import FOREIGN_CORES_LIMIT, TRIES
+from emulator.live.machine_profile import MachinePlan, _sharing
+from emulator.live.speed_reference import metered_reference
 
 SPIN = "import time\nend = time.monotonic() + 60\nwhile time.monotonic() < end: pass"
 
@@ -60,4 +62,15 @@ def test_a_sharing_round_under_foreign_load_runs_again_and_says_so() -> None:
         factors, foreign = _sharing(probes, plan, lines.append)
     assert len(factors) == 2 and factors[0] == 1.0
     assert foreign > FOREIGN_CORES_LIMIT, lines  # the loop held its core through every try
-    assert all(f"{ROUND_TRIES} tries" in line and "calibrate again on a quieter machine" in line for line in lines)
+    assert all(f"{TRIES} tries" in line and "calibrate again on a quieter machine" in line for line in lines)
+
+
+@pytest.mark.slow
+def test_a_speed_reference_under_foreign_load_is_timed_again_and_says_so() -> None:
+    with started_probes(1, "kimi-linear-mini", "tiny", 0) as probes:
+        quiet = metered_reference(probes[0], 64)
+        with spinning():
+            disturbed = metered_reference(probes[0], 64)
+    assert quiet.tries == 1 and quiet.note == "" and quiet.value > 0  # nothing else ran
+    assert disturbed.tries == TRIES and disturbed.foreign_cores > FOREIGN_CORES_LIMIT
+    assert "calibrate again on a quieter machine" in disturbed.note

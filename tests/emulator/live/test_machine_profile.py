@@ -56,7 +56,7 @@ def test_a_measurement_becomes_a_profile_file_a_scenario_runs_on(tmp_path: Path)
     plan = plan_machine(scenario, quick=True)
     measured = MachineProfile(plan, prefill_s=(0.1, 0.5, 0.9, 1.6), kv_bytes=(1 << 20, 2 << 20, 3 << 20, 5 << 20),
                               decode_step_s=(0.0175, 0.0305, 0.0575, 0.1534), busy_slowdown=(1.0, 1.05, 1.75),
-                              kv_tail_fraction=0.25, reference_prefill_s=0.15, cores=2, worker_nice=10,
+                              kv_tail_bytes=(1 << 18, 1 << 19, 3 << 18, 5 << 18), reference_prefill_s=0.15, cores=2, worker_nice=10,
                               wall_s=15.4)
     loaded = profile_file_of(measured, scenario, date="2026-01-02 03:04:05 UTC", git_sha="abc123")
     profile = loaded.model.profile
@@ -67,7 +67,7 @@ def test_a_measurement_becomes_a_profile_file_a_scenario_runs_on(tmp_path: Path)
     assert profile.decode_batch_sizes == (1, 2, 4, 8)
     assert profile.decode_step_ms_by_batch == {"cpu": (17.5, 30.5, 57.5, 153.4)}
     assert profile.host is not None and (profile.host.cores, profile.host.busy_slowdown) == (2, (1.0, 1.05, 1.75))
-    assert profile.kv_tail_fraction == 0.25
+    assert profile.kv_tail_mib == (0.25, 0.5, 0.75, 1.25)
     assert loaded.measured is not None
     assert (loaded.measured.preset, loaded.measured.git_sha) == ("kimi-linear-mini", "abc123")
     assert loaded.measured.reference_prefill_s == 0.15
@@ -80,7 +80,7 @@ def test_a_measurement_becomes_a_profile_file_a_scenario_runs_on(tmp_path: Path)
     result = simulate(twin.model_copy(update={"engine": "virtual"}))
     assert result.num_requests > 0 and all(r.status == "completed" for r in result.records)
     assert result.costs.busy_slowdown == (1.0, 1.05, 1.75) and result.costs.decode_batch is not None
-    assert result.costs.tail_fraction == 0.25  # the measured last-layer share, not 1 / PIPELINE_LAYERS
+    assert result.costs.tail_fraction(2000) == pytest.approx(0.25)  # the measured last layer, not 1 / PIPELINE_LAYERS
 
 
 def test_the_decode_step_by_context_is_a_fixed_cost_plus_one_per_token() -> None:

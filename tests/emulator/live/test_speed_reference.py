@@ -16,7 +16,7 @@ def _profile(reference_s: float | None = 0.2):  # type: ignore[no-untyped-def]
     scenario = load_scenario(QUICKSTART)
     measured = MachineProfile(plan_machine(scenario, quick=True), prefill_s=(0.1, 0.5, 0.9, 1.6),
                               kv_bytes=(1 << 20, 2 << 20, 3 << 20, 5 << 20), decode_step_s=(0.02, 0.03, 0.05, 0.15),
-                              busy_slowdown=(1.0, 1.1, 1.7), kv_tail_fraction=0.3, reference_prefill_s=0.2,
+                              busy_slowdown=(1.0, 1.1, 1.7), kv_tail_bytes=(314_573, 629_146, 943_718, 1_572_864), reference_prefill_s=0.2,
                               cores=2, worker_nice=10, wall_s=10.0)
     loaded = profile_file_of(measured, scenario, date="2026-01-01", git_sha="abc")
     if reference_s is None:
@@ -32,7 +32,7 @@ def test_times_scale_by_the_reference_ratio_and_ratios_stay() -> None:
     assert profile.prefill_s == {"cpu": (0.125, 0.625, 1.125, 2.0)}
     assert profile.decode_step_ms == {"cpu": 187.5}
     assert profile.decode_step_ms_by_batch == {"cpu": (25.0, 37.5, 62.5, 187.5)}
-    assert profile.kv_mib == (1.0, 2.0, 3.0, 5.0) and profile.kv_tail_fraction == 0.3
+    assert profile.kv_mib == (1.0, 2.0, 3.0, 5.0) and profile.kv_tail_mib == (0.3, 0.6, 0.9, 1.5)
     assert profile.host is not None and profile.host.busy_slowdown == (1.0, 1.1, 1.7)
     assert slower.measured is not None and slower.measured.speed_scale == 1.25
     assert slower.measured.reference_prefill_s == 0.2  # the profile's own moment, kept

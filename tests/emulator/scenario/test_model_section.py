@@ -96,8 +96,9 @@ def test_a_profile_without_them_has_neither() -> None:
      "model.profile.decode_step_ms_by_batch: no table for device 'cpu' (clusters.local.device)"),
     ({"decode_step_ms_by_batch": {}},
      "model.profile.decode_batch_sizes: given without decode_step_ms_by_batch; give both or neither"),
-    ({"kv_tail_fraction": 1.5}, "model.profile.kv_tail_fraction: 1.5 is invalid"),
-    ({"kv_tail_fraction": 0.0}, "model.profile.kv_tail_fraction: 0.0 is invalid"),
+    ({"kv_tail_mib": [0.5, 0.0]}, "model.profile.kv_tail_mib.1: 0.0 is invalid"),
+    ({"kv_tail_mib": [0.5]}, "model.profile.kv_tail_mib: 1 values for 2 lengths; give one value per entry"),
+    ({"kv_tail_mib": [0.5, 4.5]}, "model.profile.kv_tail_mib: [0.5, 4.5] exceeds kv_mib [1.0, 4.0] somewhere"),
 ])
 def test_bad_batch_or_host_fields_get_one_line_naming_the_field(change: dict[str, Any], line: str) -> None:
     found = problems(scenario_doc(**change))

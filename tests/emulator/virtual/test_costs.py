@@ -29,7 +29,7 @@ def test_cost_model_reads_the_planes_inputs(case_study: Scenario) -> None:
     assert costs.prefill_s[Cluster.LOCAL](32768) == pytest.approx(5.017)
     assert costs.kv_bytes(131072) == pytest.approx(2316.3 * 2**20)
     assert costs.decode_s(1024) == pytest.approx(1023 * 0.025) and costs.decode_s(1) == 0.0
-    assert costs.max_decode_batch == 20 and costs.tail_fraction == pytest.approx(1 / 61)
+    assert costs.max_decode_batch == 20 and costs.tail_fraction(8192) == pytest.approx(1 / 61)
 
 
 def test_catalog_holds_the_case_study_tables_of_the_scenario_file(case_study: Scenario) -> None:

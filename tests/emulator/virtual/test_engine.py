@@ -14,6 +14,7 @@ from emulator.scenario import Scenario, load_scenario
 from emulator.telemetry.recorder import FILES, TIMESERIES_COLUMNS, load_run
 from emulator.telemetry.records import REQUEST_FIELDS, RequestRecord
 from emulator.virtual.engine import run_virtual, simulate
+from tests.emulator.virtual.conftest import SMALL
 
 SCENARIOS = Path(__file__).resolve().parents[3] / "scenarios"
 Small = Callable[..., Scenario]
@@ -169,11 +170,14 @@ def test_repository_scenarios_run_virtually(name: str) -> None:
 
 def test_more_tcp_connections_lift_a_lossy_links_cap(small: Callable[..., Scenario]) -> None:
     """transport.connections sets how many Mathis flows a lossy transfer gets: on a 1 % loss,
-    40 ms RTT link one connection's ~0.35 MB/s binds, and 8 of them move the KV about 8x faster."""
+    40 ms RTT link one connection's ~0.35 MB/s binds, and 8 of them move the KV about 8x faster
+    (a last layer of half the cache, 40-100 MiB, has chunks for all 8: tcp.tail_lanes)."""
     lossy = {"bandwidth_mbit": 10000, "delay_ms": 20, "loss_pct": 1.0}
+    profile = SMALL["model"]["profile"]
+    model = {"profile": {**profile, "kv_tail_mib": [mib / 2 for mib in profile["kv_mib"]]}}
     exposed = {}
     for connections in (1, 8):
-        records = simulate(small(link=lossy, transport={"connections": connections}, duration_s=20,
+        records = simulate(small(link=lossy, transport={"connections": connections}, duration_s=20, model=model,
                                  drain_s=3600)).records  # one connection takes minutes per KV
         remote = [r for r in records if r.route == "prfaas" and r.status == "completed"]
         assert remote

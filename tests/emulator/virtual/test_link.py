@@ -9,7 +9,8 @@ import pytest
 
 from emulator.virtual.core import Simulator
 from emulator.virtual.link import MSS_BYTES, FluidLink, LinkState, mathis_bytes_per_s
-from emulator.virtual.tcp import LOSS_C
+from emulator.transport.frames import CHUNK_BYTES
+from emulator.virtual.tcp import LOSS_C, tail_lanes
 
 GB = 1e9
 
@@ -70,14 +71,13 @@ def test_the_loss_response_caps_each_transfer_on_a_lossy_link() -> None:
     assert LinkState(GB, 0.0).per_transfer_cap == math.inf
 
 
-def test_a_cache_sent_as_it_is_produced_takes_the_pipelined_loss_response() -> None:
-    # 4 connections, 20 ms, 1 % loss: a pipelined cache's ceiling is LOSS_C_PIPELINED's, a cache
-    # written at once keeps LOSS_C's. 30 MB produced over 1 s (tail 1/3): production (20 MB/s)
-    # outruns the pipelined ceiling, so the cache ends at 30 MB / ceiling from its start, later
-    # than the same cache sent whole.
-    state = LinkState(GB, delay_s=0.01, loss=0.01, rtt_s=0.02, connections=4, loss_c_pipelined=2.0)
-    piped = 4 * mathis_bytes_per_s(MSS_BYTES, 0.02, 0.01, 2.0)
-    assert state.pipelined_cap == pytest.approx(piped) and piped < 20e6 < state.per_transfer_cap
+def test_a_cache_sent_as_it_is_produced_has_the_loss_response_of_one_sent_whole() -> None:
+    # 4 connections, 20 ms, 1 % loss, constant 2.0 for both kinds: 30 MB produced over 1 s (tail
+    # 1/3): production (20 MB/s) outruns the loss-limited ceiling, so the cache ends at 30 MB /
+    # ceiling from its start (after the ramp), as the same cache sent whole does.
+    state = LinkState(GB, delay_s=0.01, loss=0.01, rtt_s=0.02, connections=4, loss_c=2.0)
+    piped = 4 * mathis_bytes_per_s(MSS_BYTES, 0.02, 0.01, 2.0)  # a 10 MB tail: ten chunks, all four lanes
+    assert 4 * state.pipelined_lane_cap == pytest.approx(piped) == state.per_transfer_cap and piped < 20e6
     sim = Simulator()
     link = FluidLink(sim, state)
     arrived: dict[str, float] = {}
@@ -88,7 +88,29 @@ def test_a_cache_sent_as_it_is_produced_takes_the_pipelined_loss_response() -> N
     ramp_bytes = w0 * (2**rounds - 1)
     assert arrived["piped"] == pytest.approx(rounds * 0.02 + (30e6 - ramp_bytes) / piped + 0.01)
     whole, _ = _run(state, [(0.0, 30e6, {})])
-    assert whole[0] < arrived["piped"] - 1.0
+    assert whole[0] == pytest.approx(arrived["piped"])
+
+
+@pytest.mark.parametrize(("tail_mb", "lanes"), [(1.0, 1.0), (2.5 * CHUNK_BYTES / 1e6, 2.5), (40.0, 4.0)])
+def test_a_last_layer_after_the_prefill_rides_as_many_connections_as_it_has_chunks(tail_mb: float,
+                                                                                     lanes: float) -> None:
+    # 20 ms, 1 % loss, constant 2.0: one connection carries 1448 / 0.02 * 2 / 0.1 = 1.448 MB/s. The
+    # first 2 MB are produced over 1 s (2 MB/s, under four connections' 5.79 MB/s and the first
+    # window's 2.9 MB/s), so 2 MB are across when the prefill ends; the last layer then goes in
+    # CHUNK_BYTES chunks, one connection each, and ends with its largest: tail / (lanes x 1.448 MB/s).
+    state = LinkState(GB, delay_s=0.01, loss=0.01, rtt_s=0.02, connections=4, loss_c=2.0)
+    lane = 1448 / 0.02 * 2.0 / 0.1
+    assert state.pipelined_lane_cap == pytest.approx(lane)
+    assert tail_lanes(tail_mb * 1e6, 4) == pytest.approx(lanes)
+    tail = tail_mb * 1e6
+    sim = Simulator()
+    link = FluidLink(sim, state)
+    arrived: list[float] = []
+    cache = link.start(2e6 + tail, lambda _: arrived.append(sim.now), None, produce_s=1.0,
+                       tail_fraction=tail / (2e6 + tail))
+    sim.schedule(1.0, lambda _: link.end_production(cache))
+    sim.run()
+    assert arrived[0] == pytest.approx(1.0 + tail / (lanes * lane) + 0.01)
 
 
 def test_pipelined_transfer_ends_a_last_layer_after_the_prefill_when_the_link_keeps_up() -> None:

@@ -26,7 +26,7 @@ STEP_S = (0.02, 0.03, 0.05, 0.15)
 def _measured(prefill_s: tuple[float, ...] = PREFILL_S, step_s: tuple[float, ...] = STEP_S) -> MachineProfile:
     return MachineProfile(plan_machine(load_scenario(QUICKSTART), quick=True), prefill_s=prefill_s,
                           kv_bytes=(1 << 20, 2 << 20, 3 << 20, 5 << 20), decode_step_s=step_s,
-                          busy_slowdown=(1.0, 1.1, 1.7), kv_tail_fraction=0.3, reference_prefill_s=0.2,
+                          busy_slowdown=(1.0, 1.1, 1.7), kv_tail_bytes=(300_000, 600_000, 900_000, 1_500_000), reference_prefill_s=0.2,
                           cores=2, worker_nice=10, wall_s=10.0)
 
 
