@@ -39,7 +39,8 @@ from emulator.workload.coverage import WorkloadCoverage
 log = logging.getLogger(__name__)
 APPROXIMATIONS = (
     "link: TCP as a fluid (emulator/virtual/tcp.py): slow start on new connections, a loss-limited rate "
-    "per connection (lower for a cache sent as it is produced), newcomers behind a deep drop-tail queue "
+    "per connection (a cache's last layer, sent after its prefill, on as many as it has 1 MiB chunks), "
+    "newcomers behind a deep drop-tail queue "
     "weighted down, the senders' RTT over the standing queue of produced bytes (windows always open: no "
     "congestion-avoidance growth); no per-packet loss recovery (a lost tail's timeout is a mean rate, not a stall)",
     "layer-wise pipelining: KV flows from prefill start at most at the production rate; the last "
