@@ -38,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from emulator.live.speed_reference import reference_now, rescaled, write_rescaled  # noqa: E402
-from emulator.scenario.model_section import ProfileFile, read_profile_file  # noqa: E402
+from emulator.scenario.model_section import read_profile_file  # noqa: E402
 from fidelity_matrix import MATRIX, QUICK, Config, base_document, capacity_per_s, metrics  # noqa: E402
 from fidelity_report import GOALS, errors_of, format_table, missed_goals, write_report  # noqa: E402
 
@@ -96,7 +97,8 @@ def fold_stack(work: Path, profile_path: Path, capacity: float, requests: int) -
     before = reference_now(loaded).value
     emulator("run", str(scenario), "--engine", "live", "--out", str(folder / "live"), "--no-broker",
              log=folder / "live.log")
-    write_rescaled(rescaled(loaded, speed_across(loaded, before)[0]), folder / "profile.yaml")
+    write_rescaled(rescaled(loaded, speed_across(before, lambda: reference_now(loaded).value)[0]),
+                   folder / "profile.yaml")
     stacked = work / "profile-stack.yaml"
     emulator("calibrate", str(scenario), str(folder / "live"), "--onto", str(folder / "profile.yaml"),
              "--out", str(stacked), log=folder / "calibrate.log")
@@ -107,14 +109,15 @@ def fold_stack(work: Path, profile_path: Path, capacity: float, requests: int) -
     return stacked
 
 
-def speed_across(loaded: ProfileFile, before_s: float) -> tuple[float, list[float]]:
+def speed_across(before_s: float, again: Callable[[], float]) -> tuple[float, list[float]]:
     """The reference prefill across the live run just ended, and the readings it rests on: the mean
-    of the ones before and after it, or, when those disagree by more than REFERENCES_AGREE, the
-    median of three (one reading was disturbed: a 0.175 s before link 50 among 0.14 s ones)."""
-    references = [before_s, reference_now(loaded).value]
+    of the one before it and one `again` after, or, when those disagree by more than
+    REFERENCES_AGREE, the median of three (one reading was disturbed: a 0.175 s before link 50
+    among 0.14 s ones)."""
+    references = [before_s, again()]
     if abs(references[0] - references[1]) <= REFERENCES_AGREE * min(references):
         return statistics.fmean(references), references
-    references.append(reference_now(loaded).value)
+    references.append(again())
     return statistics.median(references), references
 
 
@@ -133,7 +136,7 @@ def run_pair(config: Config, profile_path: Path, rate: float, requests: int, wor
     runs, references = {}, [reference_now(loaded).value]
     for engine in ("live", "virtual"):
         if engine == "virtual":  # the live run is over: the machine's speed across it, as the profile's scale
-            reference_s, references = speed_across(loaded, references[0])
+            reference_s, references = speed_across(references[0], lambda: reference_now(loaded).value)
             write_rescaled(rescaled(loaded, reference_s), folder / "profile.yaml")
         started = time.monotonic()
         emulator("run", str(scenario), "--engine", engine, "--out", str(folder / engine), "--no-broker",

@@ -57,6 +57,15 @@ def test_errors_and_missed_goals_on_hand_made_figures(report: ModuleType) -> Non
     assert report.missed_goals([{"name": "a", "error": error}]) == ["a: ttft_mean_s error +10.0% (goal within 5%)"]
 
 
+def test_a_reference_that_disagrees_with_the_next_gets_a_third_and_the_median_is_kept() -> None:
+    speed_across = load_bench("sim_vs_live").speed_across
+    readings = iter([0.143, 0.141])
+    assert speed_across(0.175, lambda: next(readings)) == (0.143, [0.175, 0.143, 0.141])  # 0.175 was disturbed
+    readings = iter([0.145])
+    reference_s, taken = speed_across(0.140, lambda: next(readings))  # within 10 %: their mean, two readings
+    assert reference_s == pytest.approx(0.1425) and taken == [0.140, 0.145]
+
+
 def test_metrics_of_a_virtual_run_of_a_matrix_scenario(matrix: ModuleType, tmp_path: Path) -> None:
     doc = {**matrix.MATRIX[1].document(2.0, 40), "engine": "virtual", "model": {"profile": PROFILE}}
     run_virtual(parse_scenario(doc, ROOT), tmp_path / "run")
