@@ -7,11 +7,13 @@ both engines see the same arrivals and lengths: on the live engine (real process
 and on the virtual engine with the calibrated profile. Nothing of those live runs goes back into
 the profile. The machine's speed drifts (tens of percent over the matrix's half hour on a VM), so
 each live run is bracketed by the profile's reference prefill timed again, and the virtual run
-charges the profile scaled by their mean (emulator/live/speed_reference.py; `speed_scale` in the
-results): a thermometer reading of the machine, not a fit to the run. Before the matrix, one short
+charges the profile scaled by the fastest reading (emulator/live/speed_reference.py; `speed_scale`
+in the results): a thermometer reading of the machine, not a fit to the run. Before the matrix, one short
 live run with another seed (60 requests at load 0.3, `stack/`) measures what the live stack adds to
 the probes' times (gateway, broker, transport and relay on the same cores; `calibrate RUN --onto`,
-emulator/virtual/stack_factors.py); the matrix charges the profile with those factors. Per
+emulator/virtual/stack_factors.py); the matrix charges the profile with those factors. `--replay
+RESULTS` runs the virtual side again, with this commit, against an earlier matrix's live runs (its
+stack run, references and scenarios), for a change to the virtual engine or the calibration. Per
 configuration it reports, live vs virtual, TTFT mean/P50/P90/P99, TPOT mean, throughput, the share
 routed remote and mean egress, with each one's error (virtual / live - 1).
 
@@ -23,7 +25,7 @@ Needs root (namespaces, the tun link). Writes bench/results/sim_vs_live.json (da
 bench/results/sim_vs_live.html (the table, and each configuration's TTFT CDFs, offline).
 
     python bench/sim_vs_live.py [--check] [--quick] [--only NAME ...] [--profile FILE] [--requests N]
-                               [--no-stack]
+                               [--no-stack] [--replay RESULTS]
 """
 
 from __future__ import annotations
@@ -33,7 +35,6 @@ import json
 import os
 import platform
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -57,7 +58,7 @@ REQUESTS = 150
 STACK_REQUESTS = 60  # 20 with --quick
 STACK_SEED = 7  # not the matrix's (29): none of the stack run's arrivals or lengths is one the matrix runs
 STACK_LOAD = 0.3
-REFERENCES_AGREE = 0.10  # references before and after a live run further apart get a third (median kept)
+REFERENCES_AGREE = 0.10  # references before and after a live run further apart get a third
 RUN_GUARD_S = 1200  # one engine run, start to record; a hang guard, not a measurement
 
 
@@ -83,7 +84,7 @@ def calibrate(work: Path) -> Path:
     return profile
 
 
-def fold_stack(work: Path, profile_path: Path, capacity: float, requests: int) -> Path:
+def fold_stack(work: Path, profile_path: Path, capacity: float, requests: int) -> tuple[Path, list[float]]:
     """The profile with what the live stack adds on this machine (emulator/virtual/stack_factors.py),
     measured on one short live run at load 0.3 with another seed than the matrix's; the replay that
     measures it charges the profile scaled to the machine's speed across that run."""
@@ -97,28 +98,36 @@ def fold_stack(work: Path, profile_path: Path, capacity: float, requests: int) -
     before = reference_now(loaded).value
     emulator("run", str(scenario), "--engine", "live", "--out", str(folder / "live"), "--no-broker",
              log=folder / "live.log")
-    write_rescaled(rescaled(loaded, speed_across(before, lambda: reference_now(loaded).value)[0]),
-                   folder / "profile.yaml")
-    stacked = work / "profile-stack.yaml"
-    emulator("calibrate", str(scenario), str(folder / "live"), "--onto", str(folder / "profile.yaml"),
-             "--out", str(stacked), log=folder / "calibrate.log")
+    reference_s, references = speed_across(before, lambda: reference_now(loaded).value)
+    write_rescaled(rescaled(loaded, reference_s), folder / "profile.yaml")
+    stacked = measure_stack(work, folder / "profile.yaml")
     measured = read_profile_file(stacked).measured
     assert measured is not None
-    print(f"  stack: prefill x{measured.stack_prefill_factor}, decode x{measured.stack_decode_factor} "
+    print(f"  stack: prefill {measured.stack_prefill_s} s + x{measured.stack_prefill_factor}, "
+          f"decode x{measured.stack_decode_factor} "
           f"(profile x{measured.speed_scale} for the machine's speed then)", flush=True)
+    return stacked, references
+
+
+def measure_stack(work: Path, scaled_profile: Path) -> Path:
+    """work/profile-stack.yaml: `scaled_profile` (the machine's speed across the stack run) with the
+    stack factors of work/stack's live run."""
+    folder, stacked = work / "stack", work / "profile-stack.yaml"
+    emulator("calibrate", str(folder / "scenario.yaml"), str(folder / "live"), "--onto", str(scaled_profile),
+             "--out", str(stacked), log=folder / "calibrate.log")
     return stacked
 
 
 def speed_across(before_s: float, again: Callable[[], float]) -> tuple[float, list[float]]:
-    """The reference prefill across the live run just ended, and the readings it rests on: the mean
-    of the one before it and one `again` after, or, when those disagree by more than
-    REFERENCES_AGREE, the median of three (one reading was disturbed: a 0.175 s before link 50
-    among 0.14 s ones)."""
+    """The reference prefill across the live run just ended, and the readings it rests on: the
+    fastest of the one before it, one `again` after and, when those two disagree by more than
+    REFERENCES_AGREE, a third. Other work only ever slows a reading: right after a live run, readings
+    came 5-26 % slow (0.185 s against 0.147 s ten seconds later) while the live runs' own prefills
+    moved under 3 % from one run to the next."""
     references = [before_s, again()]
-    if abs(references[0] - references[1]) <= REFERENCES_AGREE * min(references):
-        return statistics.fmean(references), references
-    references.append(again())
-    return statistics.median(references), references
+    if abs(references[0] - references[1]) > REFERENCES_AGREE * min(references):
+        references.append(again())
+    return min(references), references
 
 
 def run_pair(config: Config, profile_path: Path, rate: float, requests: int, work: Path) -> dict[str, Any]:
@@ -165,7 +174,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="charge the probes' times alone, without the live stack's factors (a short live run)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--work", type=Path, help="where the runs go (default: a new temporary folder)")
+    parser.add_argument("--replay", type=Path, metavar="RESULTS",
+                        help="the virtual side again, with this commit, against the live runs of that results file")
     args = parser.parse_args(argv)
+    if args.replay is not None:
+        return finish(args, replay(args.replay), time.monotonic())
     if os.geteuid() != 0:
         print("bench/sim_vs_live.py needs root (namespaces and the tun link)", file=sys.stderr)
         return 2
@@ -186,31 +199,71 @@ def main(argv: list[str] | None = None) -> int:
     profile = read_profile_file(profile_path).model.profile.model_dump(mode="json", exclude_none=True)
     capacity = capacity_per_s(profile)
     print(f"capacity (calibrated): {capacity:.3f} requests/s", flush=True)
-    given = read_profile_file(profile_path).measured
+    given, stack_references = read_profile_file(profile_path).measured, None
     if not args.no_stack and (given is None or given.stack_prefill_factor is None):
-        profile_path = fold_stack(work, profile_path, capacity, STACK_REQUESTS // 3 if args.quick else STACK_REQUESTS)
+        profile_path, stack_references = fold_stack(work, profile_path, capacity,
+                                                    STACK_REQUESTS // 3 if args.quick else STACK_REQUESTS)
         profile = read_profile_file(profile_path).model.profile.model_dump(mode="json", exclude_none=True)
         capacity = capacity_per_s(profile)
         print(f"capacity (with the live stack): {capacity:.3f} requests/s", flush=True)
-    measured = read_profile_file(profile_path).measured
     rows = [run_pair(config, profile_path, config.load * capacity, requests, work)
             for config in MATRIX if config.name in names]
-    result = {
-        "bench": "sim_vs_live", "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "git_sha": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip(),
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                    "load_at_start": os.getloadavg()[0]},
-        "requests_per_config": requests, "capacity_per_s": capacity, "profile": profile,
-        "profile_file": str(profile_path),
-        "profile_measured": measured.model_dump(mode="json", exclude_none=True) if measured else None,
-        "goals": GOALS, "configs": rows,
-        "wall_s": round(time.monotonic() - started, 1), "work": str(work),
-    }
+    result = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "load_at_start": os.getloadavg()[0]},
+              "requests_per_config": requests, "capacity_per_s": capacity, "stack_reference_s": stack_references,
+              "configs": rows, "work": str(work), **described(profile_path)}
+    return finish(args, result, started)
+
+
+def described(profile_path: Path) -> dict[str, Any]:
+    """What the results say of the profile the virtual runs charged, and of this checkout."""
+    loaded = read_profile_file(profile_path)
+    return {"bench": "sim_vs_live", "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+            "git_sha": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                                      cwd=ROOT).stdout.strip(),
+            "profile": loaded.model.profile.model_dump(mode="json", exclude_none=True), "profile_file": str(profile_path),
+            "profile_measured": loaded.measured.model_dump(mode="json", exclude_none=True) if loaded.measured else None,
+            "goals": GOALS}
+
+
+def replay(earlier: Path) -> dict[str, Any]:
+    """`earlier`'s matrix with the virtual side run again by this checkout: the stack factors
+    measured again from its stack run, each configuration's profile scaled by its recorded
+    references, the virtual run in <config>/replay/ beside the live one it is judged against."""
+    old = json.loads(earlier.read_text())
+    work = Path(old["work"])
+    base = read_profile_file(work / "profile.yaml")
+    stack_references = old.get("stack_reference_s")
+    scaled = work / "stack" / "profile.yaml"  # as the stack run's bracket scaled it
+    if stack_references:
+        scaled = write_rescaled(rescaled(base, min(stack_references)), work / "stack" / "replay-profile.yaml")
+    stacked = measure_stack(work, scaled)
+    rows = []
+    for row in old["configs"]:
+        folder = work / row["name"] / "replay"
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(work / row["name"] / "scenario.yaml", folder / "scenario.yaml")
+        speed = write_rescaled(rescaled(read_profile_file(stacked), min(row["reference_s"])), folder / "profile.yaml")
+        emulator("run", str(folder / "scenario.yaml"), "--engine", "virtual", "--out", str(folder / "virtual"),
+                 "--no-broker", log=folder / "virtual.log")
+        live, virtual = metrics(work / row["name"] / "live"), metrics(folder / "virtual")
+        print(f"  {row['name']}: TTFT mean live {live['ttft_mean_s']:.3f} s, virtual {virtual['ttft_mean_s']:.3f} s",
+              flush=True)
+        rows.append({**row, "speed_scale": read_profile_file(speed).measured.speed_scale, "live": live,
+                     "virtual": virtual, "error": errors_of(live, virtual), "runs": str(folder)})
+    return {**{k: old[k] for k in ("machine", "requests_per_config", "capacity_per_s", "work") if k in old},
+            "stack_reference_s": stack_references, "configs": rows, **described(stacked),
+            "replay_of": {"date": old["date"], "git_sha": old["git_sha"], "results": str(earlier)}}
+
+
+def finish(args: argparse.Namespace, result: dict[str, Any], started: float) -> int:
+    """Write the results and the report, print the table and what missed its goal."""
+    rows = result["configs"]
+    result["wall_s"] = round(time.monotonic() - started, 1)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))
     report = write_report(result, args.out.with_suffix(".html"))
     print(format_table(rows))
-    print(f"results: {args.out}\nreport: {report}\nruns: {work}")
+    print(f"results: {args.out}\nreport: {report}\nruns: {result['work']}")
     missed = missed_goals(rows)
     for line in missed:
         print(f"MISSED: {line}")

@@ -128,6 +128,7 @@ def _onto(scenario: Scenario, run_dir: Path, profile_path: Path, out: Path) -> i
         run_virtual(replay_scenario(scenario, run_dir, profile_path), replay)
         factors = factors_of(load_run(run_dir)[0], load_run(replay)[0])
     path = write_with_stack(with_stack(loaded, factors), run_dir, out)
-    print(f"live stack over the profile ({factors.requests} requests): prefill x{factors.prefill:.3f}, "
+    print(f"live stack over the profile ({factors.requests} requests): prefill {factors.prefill_s * 1e3:.1f} ms + "
+          f"x{factors.prefill:.3f}, "
           f"decode x{factors.decode:.3f}\nprofile: {path}")
     return 0

@@ -54,6 +54,7 @@ class Provenance(Section):
     # What the live stack adds to the probes' times (emulator/virtual/stack_factors.py), already in
     # the tables, and how many requests of the stack run measured it.
     stack_prefill_factor: Annotated[float, Field(strict=True, gt=0, le=100)] | None = None
+    stack_prefill_s: Annotated[float, Field(strict=True, ge=0, le=60)] | None = None  # per prefill, besides
     stack_decode_factor: Annotated[float, Field(strict=True, gt=0, le=100)] | None = None
     stack_requests: Annotated[int, Field(strict=True, ge=1, le=1_000_000)] | None = None
     note: Annotated[str, Field(max_length=4_096)] | None = None

@@ -6,8 +6,11 @@ the link relay, all on the same cores: on this 2-core VM its prefills took 1.05-
 with no other prefill running (126 of 150 requests of one run), and its decode steps up to 1.6x.
 That is the machine running this stack, not a property of one load or link, so it is measured once:
 a short live run of the scenario, replayed on the virtual engine with the profile, and per request
-(matched by id) the median of live over virtual prefill seconds and of live over virtual TPOT.
-The profile's prefill and decode times are multiplied by them; `measured` keeps the factors.
+(matched by id) live against virtual prefill seconds and TPOT. A prefill costs the live worker a
+fixed part besides the model (one stack run, over the probe's table: x1.14 at 128-400 tokens, x1.02
+at 700-1,024, x0.87 at 1,600-2,048), so the prefill correction is a line, Tukey's resistant line
+through (virtual, live) seconds: overhead + factor x the table; decode keeps the median ratio of
+TPOTs. The profile's times are corrected by them; `measured` keeps the figures.
 """
 
 from __future__ import annotations
@@ -26,15 +29,19 @@ from emulator.telemetry.recorder import load_run
 
 MIN_MATCHED = 10  # prefills seen on both engines; fewer is one slow spell, not the stack
 MIN_FACTOR, MAX_FACTOR = 0.5, 5.0  # outside: another machine or a broken run, not the stack's overhead
+MAX_OVERHEAD_S = 1.0  # a fixed cost per prefill above this is a broken run, not the stack
+MIN_SPREAD = 1.5  # the outer thirds' median prefills this far apart, or the line is a ratio through 0
 
 
 @dataclass(frozen=True, slots=True)
 class StackFactors:
-    """Live over virtual, per request, median: prefill seconds and TPOT."""
+    """Live against virtual, per request: prefill seconds as overhead + factor x virtual, TPOT as
+    the median ratio."""
 
     prefill: float
     decode: float
     requests: int
+    prefill_s: float = 0.0  # the fixed cost per prefill
 
 
 def factors_of(live: pd.DataFrame, virtual: pd.DataFrame) -> StackFactors:
@@ -42,13 +49,17 @@ def factors_of(live: pd.DataFrame, virtual: pd.DataFrame) -> StackFactors:
     and seed); CalibrationError in one line when too few match or a factor is out of range."""
     both = live[live["status"] == "completed"].merge(
         virtual[virtual["status"] == "completed"], on="id", how="inner", suffixes=("_live", "_virtual"))
-    prefill = _ratios(both, "prefill_end_s", "prefill_start_s")
+    virtual_s, live_s = _seconds(both, "prefill_end_s", "prefill_start_s")
     tpot = both["tpot_s_live"] / both["tpot_s_virtual"]
     tpot = tpot[(both["tpot_s_virtual"] > 0) & (both["tpot_s_live"] > 0)].dropna()
-    if len(prefill) < MIN_MATCHED or len(tpot) < MIN_MATCHED:
-        raise CalibrationError(f"stack run: {len(prefill)} prefills and {len(tpot)} decodes completed on both engines "
+    if len(virtual_s) < MIN_MATCHED or len(tpot) < MIN_MATCHED:
+        raise CalibrationError(f"stack run: {len(virtual_s)} prefills and {len(tpot)} decodes completed on both engines "
                                f"(need {MIN_MATCHED}); record a longer live run of the scenario")
-    factors = StackFactors(float(statistics.median(prefill)), float(statistics.median(tpot)), len(prefill))
+    overhead_s, slope = resistant_line(virtual_s, live_s)
+    factors = StackFactors(slope, float(statistics.median(tpot)), len(virtual_s), overhead_s)
+    if not 0 <= overhead_s <= MAX_OVERHEAD_S:
+        raise CalibrationError(f"stack run: live prefills cost {overhead_s:.3f} s each beyond the profile's: not this "
+                               "stack's overhead; calibrate --machine again on this machine, then record the stack run")
     for name, value in (("prefill", factors.prefill), ("decode", factors.decode)):
         if not MIN_FACTOR <= value <= MAX_FACTOR:
             raise CalibrationError(f"stack run: live {name} took x{value:.2f} the profile's: not this stack's "
@@ -56,10 +67,28 @@ def factors_of(live: pd.DataFrame, virtual: pd.DataFrame) -> StackFactors:
     return factors
 
 
-def _ratios(both: pd.DataFrame, end: str, start: str) -> pd.Series:
+def resistant_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """(intercept, slope) of Tukey's resistant line: the slope through the medians of the outer
+    thirds (sorted by x), the intercept the median residual; a ratio through 0 (the median of y / x)
+    when the thirds' x are within MIN_SPREAD of each other or the intercept comes out negative."""
+    pairs = sorted(zip(xs, ys, strict=True))
+    third = max(1, len(pairs) // 3)
+    left, right = pairs[:third], pairs[-third:]
+    x_left, x_right = statistics.median(x for x, _ in left), statistics.median(x for x, _ in right)
+    if x_right >= MIN_SPREAD * x_left:
+        slope = (statistics.median(y for _, y in right) - statistics.median(y for _, y in left)) / (x_right - x_left)
+        intercept = statistics.median(y - slope * x for x, y in pairs)
+        if intercept >= 0:
+            return float(intercept), float(slope)
+    return 0.0, float(statistics.median(y / x for x, y in pairs))
+
+
+def _seconds(both: pd.DataFrame, end: str, start: str) -> tuple[list[float], list[float]]:
+    """(virtual, live) seconds of the stage, where both are positive."""
     live_s = both[f"{end}_live"] - both[f"{start}_live"]
     virtual_s = both[f"{end}_virtual"] - both[f"{start}_virtual"]
-    return (live_s / virtual_s)[(live_s > 0) & (virtual_s > 0)].dropna()
+    kept = ((live_s > 0) & (virtual_s > 0)).to_numpy()
+    return [float(v) for v in virtual_s[kept]], [float(v) for v in live_s[kept]]
 
 
 def replay_scenario(scenario: Scenario, run_dir: Path, profile_path: Path) -> Scenario:
@@ -77,23 +106,24 @@ def replay_scenario(scenario: Scenario, run_dir: Path, profile_path: Path) -> Sc
 
 
 def with_stack(loaded: ProfileFile, factors: StackFactors) -> ProfileFile:
-    """`loaded` with prefill times x factors.prefill and decode times x factors.decode; a profile that
-    already carries stack factors is refused (its replay would have charged them once already)."""
+    """`loaded` with prefill times overhead + x factors.prefill and decode times x factors.decode; a
+    profile that already carries stack factors is refused (its replay would have charged them once)."""
     measured = loaded.measured
     if measured is not None and measured.stack_prefill_factor is not None:
         raise CalibrationError("profile: already carries stack factors (measured.stack_prefill_factor); "
                                "calibrate --machine again for a profile of the probes alone")
     profile = loaded.model.profile.model_dump(mode="json")
 
-    def times(table: dict[str, list[float]], factor: float) -> dict[str, list[float]]:
-        return {device: [significant(t * factor) for t in values] for device, values in table.items()}
+    def times(table: dict[str, list[float]], factor: float, plus: float = 0.0) -> dict[str, list[float]]:
+        return {device: [significant(plus + t * factor) for t in values] for device, values in table.items()}
 
-    profile["prefill_s"] = times(profile["prefill_s"], factors.prefill)
+    profile["prefill_s"] = times(profile["prefill_s"], factors.prefill, factors.prefill_s)
     profile["decode_step_ms"] = {d: significant(t * factors.decode) for d, t in profile["decode_step_ms"].items()}
     profile["decode_step_ms_by_batch"] = times(profile["decode_step_ms_by_batch"], factors.decode)
     doc = loaded.model_dump(mode="json")
     doc["model"]["profile"] = profile
     doc["measured"] = {**(doc.get("measured") or {}), "stack_prefill_factor": round(factors.prefill, 4),
+                       "stack_prefill_s": round(factors.prefill_s, 5),
                        "stack_decode_factor": round(factors.decode, 4), "stack_requests": factors.requests}
     return ProfileFile.model_validate(doc)
 
@@ -101,6 +131,7 @@ def with_stack(loaded: ProfileFile, factors: StackFactors) -> ProfileFile:
 def write_with_stack(loaded: ProfileFile, run_dir: Path, path: Path) -> Path:
     measured = loaded.measured
     assert measured is not None and measured.stack_prefill_factor is not None
-    return write_profile_file(loaded, path, f"prefill x{measured.stack_prefill_factor:g} and decode "
+    return write_profile_file(loaded, path, f"prefill {measured.stack_prefill_s or 0:g} s + x{measured.stack_prefill_factor:g} "
+                              f"and decode "
                               f"x{measured.stack_decode_factor:g} for the live stack, from the live run {run_dir} by "
                               "`python -m emulator calibrate SCENARIO RUN_DIR --onto PROFILE`.")

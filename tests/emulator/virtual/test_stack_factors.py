@@ -13,7 +13,7 @@ import yaml
 from emulator.__main__ import main
 from emulator.errors import CalibrationError
 from emulator.live.machine_profile import MachineProfile, plan_machine, profile_file_of, write_machine_profile
-from emulator.virtual.stack_factors import StackFactors, factors_of, with_stack
+from emulator.virtual.stack_factors import StackFactors, factors_of, resistant_line, with_stack
 from emulator.scenario import load_scenario
 from emulator.scenario.model_section import read_profile_file
 from emulator.virtual.engine import run_virtual
@@ -44,21 +44,36 @@ def test_the_factors_are_per_request_medians_over_both_engines() -> None:
     assert factors.requests == 13
 
 
+def test_a_fixed_cost_per_prefill_comes_back_as_the_lines_intercept() -> None:
+    # live = 35 ms + 0.82 x virtual over 0.04-0.8 s (the shape one stack run showed), one request
+    # stalled at 9 s: the resistant line keeps both, the stall moves neither
+    virtual_s = [0.04 + 0.76 * i / 29 for i in range(30)]
+    live_s = [0.035 + 0.82 * v for v in virtual_s]
+    live_s[7] = 9.0
+    factors = factors_of(_frame(live_s, [0.02] * 30), _frame(virtual_s, [0.01] * 30))
+    assert factors.prefill_s == pytest.approx(0.035, abs=1e-9) and factors.prefill == pytest.approx(0.82)
+    assert resistant_line([0.1, 0.2, 0.4, 0.8], [0.12, 0.25, 0.51, 1.03]) == (0.0, pytest.approx(1.2625))  # < 0: a ratio
+
+
 def test_too_few_matched_requests_or_a_factor_out_of_range_is_refused() -> None:
     with pytest.raises(CalibrationError, match=r"3 prefills and 3 decodes completed on both engines \(need 10\)"):
         factors_of(_frame([0.2] * 3, [0.01] * 3), _frame([0.2] * 3, [0.01] * 3))
     with pytest.raises(CalibrationError, match=r"live prefill took x6.00 the profile's"):
         factors_of(_frame([1.2] * 12, [0.01] * 12), _frame([0.2] * 12, [0.01] * 12))
+    spread = [0.1 * (i + 1) for i in range(12)]
+    with pytest.raises(CalibrationError, match=r"live prefills cost 2.000 s each beyond the profile's"):
+        factors_of(_frame([2.0 + v for v in spread], [0.01] * 12), _frame(spread, [0.01] * 12))
 
 
 def test_the_tables_scale_once() -> None:
     loaded = profile_file_of(_measured(), load_scenario(QUICKSTART), date="2026-01-01", git_sha="abc")
-    stacked = with_stack(loaded, StackFactors(prefill=1.1, decode=2.0, requests=40))
+    stacked = with_stack(loaded, StackFactors(prefill=1.1, decode=2.0, requests=40, prefill_s=0.05))
     profile = stacked.model.profile
-    assert profile.prefill_s == {"cpu": tuple(round(t * 1.1, 6) for t in PREFILL_S)}
+    assert profile.prefill_s == {"cpu": tuple(round(0.05 + t * 1.1, 6) for t in PREFILL_S)}
     assert profile.decode_step_ms_by_batch == {"cpu": (40.0, 60.0, 100.0, 300.0)}
     assert profile.kv_mib == loaded.model.profile.kv_mib and profile.host == loaded.model.profile.host
     assert stacked.measured is not None and stacked.measured.stack_prefill_factor == 1.1
+    assert stacked.measured.stack_prefill_s == 0.05
     with pytest.raises(CalibrationError, match="already carries stack factors"):
         with_stack(stacked, StackFactors(prefill=1.1, decode=2.0, requests=40))
 
