@@ -241,6 +241,9 @@ def check_expectations(summary: Mapping[str, object],
 
 
 def _check_bound(metric: str, value: object, bound: str, limit: float) -> list[str]:
+    """A bound reads as a float whoever passed it (`max: 2` shows `max 2.0`): compiled (mypyc), a
+    `float` parameter turns an int into one, interpreted it does not, and the words must not differ."""
+    limit = float(limit)
     if bound not in BOUNDS:
         return [f"{metric}: bound {bound!r} is unknown; use min or max"]
     if isinstance(value, bool) or not isinstance(value, int | float):

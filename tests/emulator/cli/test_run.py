@@ -44,5 +44,5 @@ def test_expect_lines_judge_each_bound_alone() -> None:
     summary = {"ttft_p90_s": 2.5, "throughput_rps": 3.0}
     lines = expect_lines(summary, {"ttft_p90_s": {"min": 1, "max": 2}, "nope": {"max": 1}})
     assert [line.rsplit("  ", 1)[-1] for line in lines] == [
-        "held", "FAILED: ttft_p90_s = 2.5 > max 2",
+        "held", "FAILED: ttft_p90_s = 2.5 > max 2.0",
         "FAILED: nope: unknown metric; use one of throughput_rps, ttft_p90_s"]
