@@ -51,12 +51,20 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     for row in rows:
         lines.append(f"{row['name']}: {row['what']} ({row['live']['completed']}/{row['live']['requests']} live, "
                      f"{row['virtual']['completed']}/{row['virtual']['requests']} virtual completed; "
-                     f"profile x{row.get('speed_scale') or 1:.3f})")
+                     f"{_drift(row)})")
         for key, title, scale, unit in FIGURES:
             live, virtual, error = _cell(row, key, scale)
             lines.append(f"  {title + ' (' + unit + ')':<18}{live:>10}{virtual:>10}{error:>10}")
     goals = ", ".join(f"{key} {goal:.0%}" for key, goal in GOALS.items())
     return "\n".join([f"{'':20}{'live':>10}{'virtual':>10}{'error':>10}", *lines, f"goals: {goals}"])
+
+
+def _drift(row: dict[str, Any]) -> str:
+    """The machine's speed during the live run against the profile's, from the reference readings
+    (older results carry the scale their virtual run was charged instead)."""
+    if "machine_drift" in row:
+        return f"machine {1 + row['machine_drift']:.3f}x the profile's prefill time"
+    return f"profile x{row.get('speed_scale') or 1:.3f}"
 
 
 def _summary_table(rows: list[dict[str, Any]]) -> str:
@@ -68,8 +76,8 @@ def _summary_table(rows: list[dict[str, Any]]) -> str:
             live, virtual, error = _cell(row, key, scale)
             style = " style='color:#b00020'" if error.endswith("!") else ""
             cells.append(f"<td>{live} / {virtual} / <b{style}>{error.rstrip('!')}</b></td>")
-        body.append(f"<tr><th>{html.escape(row['name'])}<br><small>{html.escape(row['what'])}; profile "
-                    f"x{row.get('speed_scale') or 1:.3f}</small></th>"
+        body.append(f"<tr><th>{html.escape(row['name'])}<br><small>{html.escape(row['what'])}; "
+                    f"{html.escape(_drift(row))}</small></th>"
                     f"{''.join(cells)}</tr>")
     return f"<table border='1' cellpadding='4' style='border-collapse:collapse'><tr><th></th>{head}</tr>{''.join(body)}</table>"
 

@@ -5,13 +5,16 @@ prefill and KV over lengths, the decode step over batch sizes, the slowdown when
 cores), then runs each configuration of MATRIX twice from one scenario document and one seed, so
 both engines see the same arrivals and lengths: on the live engine (real processes, the tun link)
 and on the virtual engine with the calibrated profile. Nothing of those live runs goes back into
-the profile. The machine's speed drifts (tens of percent over the matrix's half hour on a VM), so
-each live run is bracketed by the profile's reference prefill timed again, and the virtual run
-charges the profile scaled by the fastest reading (emulator/live/speed_reference.py; `speed_scale`
-in the results): a thermometer reading of the machine, not a fit to the run. Before the matrix, one short
+the profile. Before the matrix, one short
 live run with another seed (60 requests at load 0.3, `stack/`) measures what the live stack adds to
 the probes' times (gateway, broker, transport and relay on the same cores; `calibrate RUN --onto`,
-emulator/virtual/stack_factors.py); the matrix charges the profile with those factors. `--replay
+emulator/virtual/stack_factors.py); the matrix charges the profile with those factors, scaled to
+the machine's speed across that run, the one moment the stack was measured at. Each live run is
+bracketed by the profile's reference prefill timed again (emulator/live/speed_reference.py), and
+`machine_drift` in the results says how far the machine's speed moved from that moment: scaling
+each virtual run by its readings made it worse (one matrix: live remote prefills within 3 % of each
+other over 7 of 9 runs, readings 0.959-1.161 of the stack run's), so the readings only say when a
+run's machine was not the calibrated one. `--replay
 RESULTS` runs the virtual side again, with this commit, against an earlier matrix's live runs (its
 stack run, references and scenarios), for a change to the virtual engine or the calibration. Per
 configuration it reports, live vs virtual, TTFT mean/P50/P90/P99, TPOT mean, throughput, the share
@@ -35,6 +38,7 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -48,7 +52,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from emulator.live.speed_reference import reference_now, rescaled, write_rescaled  # noqa: E402
-from emulator.scenario.model_section import read_profile_file  # noqa: E402
+from emulator.scenario.model_section import ProfileFile, read_profile_file  # noqa: E402
 from fidelity_matrix import MATRIX, QUICK, Config, base_document, capacity_per_s, metrics  # noqa: E402
 from fidelity_report import GOALS, errors_of, format_table, missed_goals, write_report  # noqa: E402
 
@@ -59,6 +63,8 @@ STACK_REQUESTS = 60  # 20 with --quick
 STACK_SEED = 7  # not the matrix's (29): none of the stack run's arrivals or lengths is one the matrix runs
 STACK_LOAD = 0.3
 REFERENCES_AGREE = 0.10  # references before and after a live run further apart get a third
+SETTLE_S = 15.0  # after a live run, before its reference: the run's teardown is over by then
+DRIFT_NOTE = 0.10  # a run whose readings moved more than this from the profile's speed is marked
 RUN_GUARD_S = 1200  # one engine run, start to record; a hang guard, not a measurement
 
 
@@ -119,15 +125,30 @@ def measure_stack(work: Path, scaled_profile: Path) -> Path:
 
 
 def speed_across(before_s: float, again: Callable[[], float]) -> tuple[float, list[float]]:
-    """The reference prefill across the live run just ended, and the readings it rests on: the
-    fastest of the one before it, one `again` after and, when those two disagree by more than
-    REFERENCES_AGREE, a third. Other work only ever slows a reading: right after a live run, readings
-    came 5-26 % slow (0.185 s against 0.147 s ten seconds later) while the live runs' own prefills
-    moved under 3 % from one run to the next."""
+    """The reference prefill across the live run just ended, and the readings it rests on: one
+    before it and one `again` SETTLE_S after it, and a third when those two disagree by more than
+    REFERENCES_AGREE (`across`). Read at once, six of nine readings after a live run were their
+    configuration's slowest (0.185 s against 0.147 s ten seconds later) while the live runs' own
+    prefills moved under 3 % between runs."""
+    time.sleep(SETTLE_S)
     references = [before_s, again()]
     if abs(references[0] - references[1]) > REFERENCES_AGREE * min(references):
         references.append(again())
-    return min(references), references
+    return across(references), references
+
+
+def machine_drift(loaded: ProfileFile, references: list[float]) -> float:
+    """How much slower (> 0) the machine read across a run than at the moment the profile's times
+    stand for (its reference, times its speed scale)."""
+    measured = loaded.measured
+    assert measured is not None and measured.reference_prefill_s is not None
+    return across(references) / (measured.reference_prefill_s * (measured.speed_scale or 1.0)) - 1.0
+
+
+def across(references: list[float]) -> float:
+    """Two readings: their mean (the machine may drift across a run); three: their median (one was
+    disturbed; a reading is only ever slowed)."""
+    return statistics.fmean(references) if len(references) < 3 else statistics.median(references)
 
 
 def run_pair(config: Config, profile_path: Path, rate: float, requests: int, work: Path) -> dict[str, Any]:
@@ -144,21 +165,20 @@ def run_pair(config: Config, profile_path: Path, rate: float, requests: int, wor
     loaded = read_profile_file(profile_path)
     runs, references = {}, [reference_now(loaded).value]
     for engine in ("live", "virtual"):
-        if engine == "virtual":  # the live run is over: the machine's speed across it, as the profile's scale
-            reference_s, references = speed_across(references[0], lambda: reference_now(loaded).value)
-            write_rescaled(rescaled(loaded, reference_s), folder / "profile.yaml")
+        if engine == "virtual":  # the live run is over: how far the machine moved from the profile's speed
+            references = speed_across(references[0], lambda: reference_now(loaded).value)[1]
         started = time.monotonic()
         emulator("run", str(scenario), "--engine", engine, "--out", str(folder / engine), "--no-broker",
                  log=folder / f"{engine}.log")
         runs[engine] = metrics(folder / engine)
         print(f"  {config.name} {engine}: {runs[engine]['completed']}/{runs[engine]['requests']} completed, "
               f"TTFT mean {runs[engine]['ttft_mean_s']:.3f} s ({time.monotonic() - started:.0f} s)", flush=True)
-    scaled = read_profile_file(folder / "profile.yaml").measured
+    drift = machine_drift(loaded, references)
     print(f"  {config.name}: reference prefill {references[0]:.4f} s before, "
-          f"{', '.join(f'{r:.4f}' for r in references[1:])} s after the live run; virtual profile "
-          f"x{scaled.speed_scale:.3f}", flush=True)
+          f"{', '.join(f'{r:.4f}' for r in references[1:])} s after the live run: the machine at "
+          f"{1 + drift:.3f} of the profile's speed{' (drifted)' if abs(drift) > DRIFT_NOTE else ''}", flush=True)
     return {"name": config.name, "what": config.what, "load": config.load, "rate_per_s": rate,
-            "reference_s": references, "speed_scale": scaled.speed_scale,
+            "reference_s": references, "machine_drift": round(drift, 4),
             "duration_s": doc["duration_s"], "live": runs["live"], "virtual": runs["virtual"],
             "error": errors_of(runs["live"], runs["virtual"]), "runs": str(folder)}
 
@@ -192,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     if not 10 <= requests <= 2000:
         print(f"--requests: {requests} is outside 10-2000; give a count in that range", file=sys.stderr)
         return 2
+    git_sha = head_sha()
     work = args.work or Path(tempfile.mkdtemp(prefix="prf-sim-vs-live-"))
     work.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -210,16 +231,19 @@ def main(argv: list[str] | None = None) -> int:
             for config in MATRIX if config.name in names]
     result = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "load_at_start": os.getloadavg()[0]},
               "requests_per_config": requests, "capacity_per_s": capacity, "stack_reference_s": stack_references,
-              "configs": rows, "work": str(work), **described(profile_path)}
+              "configs": rows, "work": str(work), **described(profile_path, git_sha)}
     return finish(args, result, started)
 
 
-def described(profile_path: Path) -> dict[str, Any]:
-    """What the results say of the profile the virtual runs charged, and of this checkout."""
+def head_sha() -> str:
+    return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+
+
+def described(profile_path: Path, git_sha: str) -> dict[str, Any]:
+    """What the results say of the profile the virtual runs charged, and of the checkout that ran
+    them (as it was when they started: the date is the end's)."""
     loaded = read_profile_file(profile_path)
-    return {"bench": "sim_vs_live", "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-            "git_sha": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                                      cwd=ROOT).stdout.strip(),
+    return {"bench": "sim_vs_live", "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "git_sha": git_sha,
             "profile": loaded.model.profile.model_dump(mode="json", exclude_none=True), "profile_file": str(profile_path),
             "profile_measured": loaded.measured.model_dump(mode="json", exclude_none=True) if loaded.measured else None,
             "goals": GOALS}
@@ -229,29 +253,29 @@ def replay(earlier: Path) -> dict[str, Any]:
     """`earlier`'s matrix with the virtual side run again by this checkout: the stack factors
     measured again from its stack run, each configuration's profile scaled by its recorded
     references, the virtual run in <config>/replay/ beside the live one it is judged against."""
-    old = json.loads(earlier.read_text())
+    old, git_sha = json.loads(earlier.read_text()), head_sha()
     work = Path(old["work"])
     base = read_profile_file(work / "profile.yaml")
     stack_references = old.get("stack_reference_s")
     scaled = work / "stack" / "profile.yaml"  # as the stack run's bracket scaled it
     if stack_references:
-        scaled = write_rescaled(rescaled(base, min(stack_references)), work / "stack" / "replay-profile.yaml")
+        scaled = write_rescaled(rescaled(base, across(stack_references)), work / "stack" / "replay-profile.yaml")
     stacked = measure_stack(work, scaled)
     rows = []
     for row in old["configs"]:
         folder = work / row["name"] / "replay"
         folder.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(work / row["name"] / "scenario.yaml", folder / "scenario.yaml")
-        speed = write_rescaled(rescaled(read_profile_file(stacked), min(row["reference_s"])), folder / "profile.yaml")
+        shutil.copyfile(stacked, folder / "profile.yaml")
         emulator("run", str(folder / "scenario.yaml"), "--engine", "virtual", "--out", str(folder / "virtual"),
                  "--no-broker", log=folder / "virtual.log")
         live, virtual = metrics(work / row["name"] / "live"), metrics(folder / "virtual")
         print(f"  {row['name']}: TTFT mean live {live['ttft_mean_s']:.3f} s, virtual {virtual['ttft_mean_s']:.3f} s",
               flush=True)
-        rows.append({**row, "speed_scale": read_profile_file(speed).measured.speed_scale, "live": live,
-                     "virtual": virtual, "error": errors_of(live, virtual), "runs": str(folder)})
+        rows.append({**row, "machine_drift": round(machine_drift(read_profile_file(stacked), row["reference_s"]), 4),
+                     "live": live, "virtual": virtual, "error": errors_of(live, virtual), "runs": str(folder)})
     return {**{k: old[k] for k in ("machine", "requests_per_config", "capacity_per_s", "work") if k in old},
-            "stack_reference_s": stack_references, "configs": rows, **described(stacked),
+            "stack_reference_s": stack_references, "configs": rows, **described(stacked, git_sha),
             "replay_of": {"date": old["date"], "git_sha": old["git_sha"], "results": str(earlier)}}
 
 
