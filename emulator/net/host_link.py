@@ -1,5 +1,6 @@
 """The cross-datacenter link as the real path between two hosts: the sending host's interface shaped
-toward the peer's address only (htb + u32, netem under it where the kernel has sch_netem).
+toward the peer's address only (htb + u32, netem under it where the kernel has sch_netem; where it
+lacks it, delay, jitter and loss come from the host relay, host_relay.py, and htb keeps the rate).
 
 It realises `host_link_plan` through pyroute2 netlink (the netem and htb qdiscs through
 netem_backend's encoder), reads every piece back, and records its root qdisc in the run's ledger, so
@@ -35,6 +36,7 @@ from emulator.net.host_link_plan import (
     root_major,
     unapplied_note,
 )
+from emulator.net.host_relay_link import HostRelayLink, needs_relay, relay_unavailable_reason
 from emulator.net.kernel_entries import delete_root_qdisc, rtnl
 from emulator.net.ledger import Ledger
 from emulator.net.netem_backend import (
@@ -92,13 +94,17 @@ class HostLink:
         self.netns, self.ifname, self.peer_addr = netns, ifname, peer_addr
         self.spec, self.plan, self.mtu, self.major, self.netem = spec, plan, mtu, major, netem
         self.notes: list[str] = []  # what this host does not apply, one line each (also logged)
+        self.relay: HostRelayLink | None = None  # delay/jitter/loss without sch_netem, once asked for
+        self._ledger: Ledger | None = None
+        self._seed: int | None = None
         self._is_open = False
 
     @classmethod
     def open(cls, netns: str, ifname: str, peer_addr: str, spec: LinkShape, ledger: Ledger, *,
-             netem: NetemSupport | None = None) -> HostLink:
+             netem: NetemSupport | None = None, seed: int | None = None) -> HostLink:
         """Shape `ifname` in `netns` ('' = this namespace). On the remote host pass `spec.to_local`, on
-        the local host `spec.to_remote`. `netem`: a probe already made (default: probe now)."""
+        the local host `spec.to_remote`. `netem`: a probe already made (default: probe now); `seed`:
+        the host relay's loss and jitter draws."""
         peer = check_peer(peer_addr)
         major = root_major(ledger.run_id)
         with rtnl(netns) as ipr:
@@ -111,6 +117,7 @@ class HostLink:
         support = netem or probe_netem_support()
         plan = plan_open(netns, ifname, peer, spec, mtu, major, support.is_available, support.has_rate)
         link = cls(netns, ifname, peer, spec, plan, mtu, major, support)
+        link._ledger, link._seed = ledger, seed
         ledger.record("qdisc", netns=netns, name=ifname, handle=parse_handle(plan.root.handle))
         link._is_open = True
         try:
@@ -122,6 +129,7 @@ class HostLink:
             _run(netns, ifname, [encode_filter(plan.filter, 0)])
             link._read_back(plan.classes)
             link._check_filter()
+            link._start_relay(spec)
         except BaseException:
             try:
                 link.close()
@@ -135,6 +143,8 @@ class HostLink:
     def describe(self) -> str:
         rate = "unshaped" if self.spec.bandwidth_mbit is None else f"{self.spec.bandwidth_mbit:g} Mbit/s"
         extra = "" if self.plan.netem is not None else " (rate only: no sch_netem)"
+        if self.relay is not None:
+            extra = f" (no sch_netem: delay, jitter and loss by the host relay, pid {self.relay.pid})"
         return f"htb {rate} toward {self.peer_addr}, other destinations unshaped{extra}"
 
     def update(self, spec: LinkShape) -> None:
@@ -147,12 +157,26 @@ class HostLink:
             run_ops([netem_op])
             read_back([netem_op])
         self._read_back((cls_op,))
+        if self.relay is not None:
+            self.relay.update(spec)  # in place; a relay once started stays, so no packet changes path
+        else:
+            self._start_relay(spec)
         self.spec = spec
         self._note(spec)
 
     def counters(self) -> DirectionCounters:
-        """Bytes and packets the shaped class sent (what went to the peer), drops included."""
-        return self._class_counters(self.plan.filter.target)
+        """Bytes and packets the shaped class sent (what went to the peer), drops included: the class's,
+        and the host relay's (its loss, and sends the interface refused) where one runs."""
+        sent = self._class_counters(self.plan.filter.target)
+        if self.relay is None:
+            return sent
+        c = self.relay.counters()
+        return DirectionCounters(sent.bytes, sent.packets,
+                                 sent.drops + c["loss_drops"] + c["queue_drops"] + c["write_errors"])
+
+    @property
+    def relay_pid(self) -> int | None:
+        return self.relay.pid if self.relay is not None else None
 
     def unshaped_counters(self) -> DirectionCounters:
         """Bytes and packets the default class sent: every other destination."""
@@ -164,6 +188,12 @@ class HostLink:
         if not self._is_open:
             return False
         self._is_open = False
+        if self.relay is not None:
+            relay, self.relay = self.relay, None
+            try:
+                relay.close()
+            except (PrfaasError, OSError) as err:  # the ledger still holds its pieces
+                log.warning("host link %s: host relay not closed cleanly: %s", self.ifname, err)
         try:
             with rtnl(self.netns) as ipr:
                 found = ipr.link_lookup(ifname=self.ifname)
@@ -215,8 +245,17 @@ class HostLink:
         raise TopologyError(f"readback on {self.ifname}{_where(self.netns)}: no u32 filter sends "
                             f"{want.peer_addr} to {want.target}")
 
+    def _start_relay(self, spec: LinkShape) -> None:
+        """The host relay, where there is no netem, the shape asks for what htb cannot do, and it can run."""
+        if self.plan.netem is not None or not needs_relay(spec) or relay_unavailable_reason() is not None:
+            return
+        assert self._ledger is not None
+        self.relay = HostRelayLink.start(self.netns, self.ifname, self.peer_addr, spec, self._ledger, self.mtu,
+                                         self._seed)
+        log.info("host link %s%s: %s", self.ifname, _where(self.netns), self.describe())
+
     def _note(self, spec: LinkShape) -> None:
-        note = unapplied_note(self.ifname, spec, self.plan.netem is not None)
+        note = unapplied_note(self.ifname, spec, self.plan.netem is not None or self.relay is not None)
         if note is not None and note not in self.notes:
             self.notes.append(note)
             log.warning("%s", note)

@@ -149,8 +149,9 @@ def _netem_op(netns: str, ifname: str, shape: LinkShape, mtu: int, major: int, c
 
 
 def unapplied_note(ifname: str, shape: LinkShape, has_netem: bool) -> str | None:
-    """One line when the shape asks for what this host cannot apply (delay/jitter/loss without netem)."""
+    """One line when the shape asks for what this host cannot apply (delay/jitter/loss with neither netem nor
+    the host relay); `has_netem`: netem or the relay applies them."""
     if has_netem or not (shape.delay_ms or shape.jitter_ms or shape.loss_pct):
         return None
-    return (f"host link {ifname}: delay/jitter/loss not applied on this host (kernel lacks sch_netem), rate only; "
-            "use a kernel with sch_netem, or the userspace relay")
+    return (f"host link {ifname}: delay/jitter/loss not applied on this host (kernel lacks sch_netem, and the "
+            "userspace relay needs root and /dev/net/tun), rate only; use a kernel with sch_netem, or run as root")

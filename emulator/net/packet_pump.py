@@ -18,6 +18,7 @@ import select
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from emulator.net.shaper import DirectionShaper
@@ -60,9 +61,10 @@ class PacketPump:
     """
 
     def __init__(self, name: str, src_fd: int, dst_fd: int, shape: LinkShape,
-                 rng: random.Random) -> None:
+                 rng: random.Random, frame: Callable[[bytes], bytes] | None = None) -> None:
+        """`frame`: what each read becomes on `dst_fd` (the host relay adds a link header); default as read."""
         self.name = name
-        self._src, self._dst = src_fd, dst_fd
+        self._src, self._dst, self._frame = src_fd, dst_fd, frame
         self._read_size = READ_BYTES  # a burst, even just after segmentation was turned off
         self._shaper = DirectionShaper(shape, rng)
         self._bursts = carries_bursts(shape)
@@ -172,6 +174,8 @@ class PacketPump:
                 _, packet, size, packets = queue.popleft()
                 self._queued_bytes -= len(packet)
             try:
+                if self._frame is not None:
+                    packet = self._frame(packet)
                 write(self._dst, packet)  # its header too: the far stack takes a burst whole
                 self._packets += packets
                 self._bytes += size
