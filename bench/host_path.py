@@ -1,6 +1,7 @@
 """The inter-host path of issue 30 as link_fidelity.py measures it: the one-machine rehearsal (driver,
 remote and local hosts, each a namespace on a bridge) with a HostLink on each sending host toward the
-other's address, exposed with the part of Topology the bench and iperf3() use.
+other's address, exposed with the part of Topology the bench and iperf3() use. Without sch_netem each
+HostLink adds the host relay once a point asks for delay (host_relay.py); its CPU is the relay's.
 
 No Ray here: the link is the same HostLink the LinkHost actors open on real hosts, so its fidelity
 does not depend on who opens it. Bench scripts import it by its plain name.
@@ -14,7 +15,8 @@ from emulator.errors import LinkBackendUnavailable
 from emulator.net.backend import TO_LOCAL, TO_REMOTE, LinkCounters
 from emulator.net.host_link import HostLink
 from emulator.net.host_rehearsal import DEFAULT_HOSTS, HostRehearsal, RehearsalHost
-from emulator.net.kernel_entries import rtnl
+from emulator.net.host_relay_link import relay_unavailable_reason
+from emulator.net.kernel_entries import links_named, rtnl
 from emulator.net.names import new_run_id
 from emulator.net.netem_backend import NetemSupport, probe_netem_support
 from emulator.net.spec import LinkSpec
@@ -36,6 +38,7 @@ class HostPath:
         self.rehearsal: HostRehearsal | None = None
         self.links: dict[str, HostLink] = {}
         self.leftover_qdiscs: list[str] = []
+        self.leftover_devices: list[str] = []  # a host relay's TUN or /32 route still there after close
 
     @property
     def description(self) -> str:
@@ -43,7 +46,14 @@ class HostPath:
 
     @property
     def applies_delay(self) -> bool:
-        return self.netem.is_available
+        """netem under htb, or else the host relay (root and /dev/net/tun)."""
+        return self.netem.is_available or relay_unavailable_reason() is None
+
+    @property
+    def pid(self) -> int | None:
+        """The remote host's relay (it carries the measured stream), for the bench's CPU per GB."""
+        link = self.links.get(REMOTE)
+        return link.relay_pid if link is not None else None
 
     @property
     def backend(self) -> HostPath:  # the bench reads `topo.backend.description` (and a relay pid: none)
@@ -82,7 +92,8 @@ class HostPath:
         return LinkCounters({TO_LOCAL: self.links[REMOTE].counters(), TO_REMOTE: self.links[LOCAL].counters()})
 
     def close(self) -> None:
-        """Links first (then each host's interface is read: any root qdisc left is named), hosts last."""
+        """Links first (then each host is read: any root qdisc, relay device or /32 route left is named),
+        hosts last."""
         for link in self.links.values():
             link.close()
         if self.rehearsal is not None:
@@ -92,6 +103,10 @@ class HostPath:
                     index = ipr.link_lookup(ifname=host.ifname)[0]
                     if any(m["parent"] == 0xFFFFFFFF and m["handle"] != 0 for m in ipr.get_qdiscs(index)):
                         self.leftover_qdiscs.append(f"{dc}:{host.ifname}")
+                    routes = [r.get_attr("RTA_DST") for r in ipr.get_routes(family=2, table=254) if r["dst_len"] == 32]
+                self.leftover_devices += [f"{dc}:{n}" for n in links_named(f"prf-{self.run_id}-", host.netns)
+                                          if n != host.ifname]
+                self.leftover_devices += [f"{dc}:route {dst}/32" for dst in routes]
             self.rehearsal.down()
             self.rehearsal = None
         self.links = {}

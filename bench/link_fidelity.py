@@ -10,8 +10,9 @@ enforces the [Links] targets and issue 28's (>= 0.95 of 2.5 Gbit/s, RTT error <=
 
 `--backends host` measures issue 30's inter-host path instead: the rehearsed hosts (namespaces on a
 bridge, bench/host_path.py) with a HostLink on each sending host, against its target (rate within 5 %
-of set, RTT within 1 ms). Without sch_netem a HostLink shapes rate only: its RTT rows then read
-"needs sch_netem" and are not judged.
+of set, RTT within 1 ms). Without sch_netem a HostLink adds the host relay for delay, jitter and loss
+(htb keeps the rate); only where that cannot run either (no root or no /dev/net/tun) do its RTT rows
+read "needs sch_netem", unjudged.
 
     python bench/link_fidelity.py [--quick] [--backends tun,proxy,host] [--check]
 """
@@ -97,7 +98,8 @@ def open_path(name: str) -> tuple[Topology | HostPath, str]:
     spec = parse_link_spec({"bandwidth_mbit": 100})
     if name == "host":
         path = HostPath(spec)
-        return path, f"host link (HostLink on each rehearsed host; netem: {path.netem.reason or 'available'})"
+        how = "netem" if path.netem.is_available else "host relay" if path.applies_delay else "none (rate only)"
+        return path, f"host link (HostLink on each rehearsed host; delay by {how}: {path.netem.reason})"
     choice = choose_backend(name)
     return Topology(spec, backend=name), choice.reason
 
@@ -116,6 +118,7 @@ def bench_backend(name: str, grid: dict, seconds: float) -> dict:
     run = {"backend": name, "reason": reason, "description": description, "points": points}
     if isinstance(path, HostPath):
         run["leftover_qdiscs"] = path.leftover_qdiscs  # read after the links closed: [] when clean
+        run["leftover_devices"] = path.leftover_devices
         run["run_id"] = path.run_id
     return run
 
@@ -189,6 +192,8 @@ def host_failures(run: dict) -> list[str]:
             failures.append(f"host: RTT error {p['rtt_error_ms']:.2f} ms > 1 ms at {p['rate_mbit']:g} Mbit/s")
     if run.get("leftover_qdiscs"):
         failures.append(f"host: root qdisc left after close on {', '.join(run['leftover_qdiscs'])}")
+    if run.get("leftover_devices"):
+        failures.append(f"host: relay device or route left after close: {', '.join(run['leftover_devices'])}")
     return failures
 
 
