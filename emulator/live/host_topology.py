@@ -6,13 +6,16 @@ changed, counted and closed by a small `LinkHost` actor pinned to that node.
 It offers the part of `Topology` the session, launcher and loops use; run_live takes it (make_topology)
 when each cluster's workers are on one node and the nodes' addresses differ. It does not place
 workers (ray_placement.py does); the driver's ledger holds the run id, each host's link is in a
-ledger of that host's, removed by its actor at `down`.
+ledger of that host's, removed by its actor at `down`. A host on the driver's machine (the rehearsal)
+has its link in the driver's ledger too, so a host whose node died (its actor with it) loses its
+shaping at `down` or `net down` all the same; a lost host's counters stay at their last reading.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import shutil
 import socket
 import tempfile
@@ -25,7 +28,10 @@ from emulator.errors import TopologyError
 from emulator.live.launcher import WorkerPlan
 from emulator.live.ray_placement import RayNode
 from emulator.net.backend import TO_LOCAL, TO_REMOTE, DirectionCounters, LinkCounters
+from emulator.net.host_link_plan import root_major
 from emulator.net.ledger import Ledger
+from emulator.net.netns import list_netns, netns_path
+from emulator.net.run_lock import RunIdInUse
 from emulator.net.spec import LinkShape, LinkSpec
 from emulator.net.topology import Topology
 
@@ -36,19 +42,33 @@ log = logging.getLogger(__name__)
 REMOTE, LOCAL = "remote", "local"  # as emulator.net.topology names the datacenters
 BACKEND = "host"
 CALL_TIMEOUT_S = 30.0  # opening a link probes sch_netem and reads every piece back: well under a second
+READ_TIMEOUT_S = 0.5  # counters answer in ms; a host silent this long reads as it last did (teardown gives 1 s)
+CLOSE_TIMEOUT_S = 2.0  # within the teardown's 3 s for the link, the driver's ledger and ray.kill after it
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")  # one machine's processes share it
 HOST_MTU = 1500  # what loops.link_slack counts a packet as when the hosts' MTU is not read yet
 
 
 class LinkHost:
-    """A Ray actor (made remote by HostTopology) owning one host's HostLink toward its peer. Its
-    ledger is this host's own, in a private temp dir: the run's id is held by the driver's."""
+    """A Ray actor (made remote by HostTopology) owning one host's HostLink toward its peer. On a host
+    of its own it claims the run id there, so its ledger is where `net down` on that host looks after
+    a crash; on the driver's machine (the driver holds the id) its ledger is in a private temp dir and
+    the driver's ledger holds its qdisc as well."""
 
     def __init__(self, run_id: str, peer_addr: str) -> None:
         self.run_id, self.peer_addr = run_id, peer_addr
-        self.base = Path(tempfile.mkdtemp(prefix=f"prf-{run_id}-link-"))  # 0700, so the ledger's parent is private
-        (self.base / "ledger").mkdir(mode=0o700)
-        self.ledger = Ledger(run_id, [], self.base / "ledger")
+        self.base: Path | None = None
+        try:
+            self.ledger = Ledger.claim(run_id)
+        except RunIdInUse:
+            self.base = Path(tempfile.mkdtemp(prefix=f"prf-{run_id}-link-"))  # 0700, so the ledger's parent is private
+            (self.base / "ledger").mkdir(mode=0o700)
+            self.ledger = Ledger(run_id, [], self.base / "ledger")
         self.link: Any = None
+
+    def locate(self) -> tuple[str, int, int, str, str]:
+        """Where this host's link will be: its machine's boot id, its network namespace (nsfs
+        device and inode), the interface it routes `peer_addr` through, and its ledger's dir."""
+        return (*namespace_id(), route_ifname(self.peer_addr), str(self.base or ""))
 
     def open(self, shape_json: str) -> tuple[str, str, int]:
         """Shape the interface this host routes `peer_addr` through; (its name, a description, its MTU)."""
@@ -58,8 +78,9 @@ class LinkHost:
         self.link = HostLink.open("", ifname, self.peer_addr, LinkShape.model_validate_json(shape_json), self.ledger)
         return ifname, self.link.describe(), self.link.mtu
 
-    def update(self, shape_json: str) -> None:
+    def update(self, shape_json: str) -> bool:
         self.link.update(LinkShape.model_validate_json(shape_json))
+        return True
 
     def counters(self) -> tuple[int, int, int]:
         c = self.link.counters()
@@ -71,7 +92,9 @@ class LinkHost:
             self.link.close()
             self.link = None
         removed = self.ledger.teardown()
-        shutil.rmtree(self.base, ignore_errors=True)
+        self.ledger.release()
+        if self.base is not None:
+            shutil.rmtree(self.base, ignore_errors=True)
         return removed
 
 
@@ -86,6 +109,28 @@ def route_ifname(peer_addr: str) -> str:
             raise TopologyError(f"host link: no route to {peer_addr} on this host ({err}); join the hosts "
                                 "on one network") from None
         return ipr.get_links(oif)[0].get_attr("IFLA_IFNAME")
+
+
+def namespace_id() -> tuple[str, int, int]:
+    """This process's machine (boot id) and network namespace (the nsfs device and inode)."""
+    ns = os.stat("/proc/self/ns/net")
+    return BOOT_ID.read_text().strip(), ns.st_dev, ns.st_ino
+
+
+def netns_here(boot_id: str, dev: int, ino: int) -> str | None:
+    """How this process names the namespace a host reported: '' for its own, a named namespace of
+    this machine by its name; None for another machine's, or an unnamed one (out of reach)."""
+    own_boot, own_dev, own_ino = namespace_id()
+    if boot_id != own_boot:
+        return None
+    if (dev, ino) == (own_dev, own_ino):
+        return ""
+    for name in list_netns():
+        with contextlib.suppress(OSError):
+            st = os.stat(netns_path(name))
+            if (st.st_dev, st.st_ino) == (dev, ino):
+                return name
+    return None
 
 
 def nodes_of_datacenters(plans: Sequence[WorkerPlan], node_of: Mapping[str, RayNode]) -> dict[str, RayNode]:
@@ -135,6 +180,10 @@ class HostTopology:
         self.warnings: list[str] = []
         self.actors: dict[str, Any] = {}
         self.described: dict[str, str] = {}
+        self.netns_of_dc: dict[str, str] = {}  # hosts on this machine: their namespace, as named here
+        self.dir_of_dc: dict[str, str] = {}  # ... and their LinkHost's private dir
+        self.lost: set[str] = set()  # hosts whose actor died (their node with it)
+        self._last: dict[str, DirectionCounters] = {}  # each host's last counters reading
 
     @property
     def uses_netns(self) -> bool:
@@ -174,6 +223,7 @@ class HostTopology:
             scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False)).remote(self.run_id, peer.ip)
         self.actors[dc] = actor
         try:
+            self._record_reachable(dc, *ray.get(actor.locate.remote(), timeout=CALL_TIMEOUT_S))
             ifname, description, mtu = ray.get(actor.open.remote(shape.model_dump_json()), timeout=CALL_TIMEOUT_S)
         except ray.exceptions.RayTaskError as err:
             cause = err.cause if isinstance(err.cause, TopologyError) else None
@@ -181,6 +231,55 @@ class HostTopology:
         self.mtu = mtu if dc == REMOTE else self.mtu
         self.described[dc] = f"{node.ip} {ifname}: {description}"
         log.info("host link on %s: %s", node.label, self.described[dc])
+
+    def _record_reachable(self, dc: str, boot_id: str, dev: int, ino: int, ifname: str, base: str) -> None:
+        """A host on this machine gets its link's root qdisc in the driver's ledger before it is
+        added: if its node dies with the actor, `down` (or `net down` after a crash) removes it."""
+        space = netns_here(boot_id, dev, ino)
+        if space is not None and self.ledger is not None:
+            self.ledger.record("qdisc", netns=space, name=ifname, handle=root_major(self.run_id) << 16)
+            self.netns_of_dc[dc], self.dir_of_dc[dc] = space, base
+
+    def _gather(self, calls: Mapping[str, Any], timeout_s: float, strict: bool = True) -> dict[str, Any]:
+        """Each host's answer, the calls made at once and waited for together (a lost host costs one
+        timeout, not one per host); None for a host that did not answer in time. A host whose actor
+        died is marked lost and not asked again; an actor's own error is raised (`strict`) or logged."""
+        import ray
+
+        answers: dict[str, Any] = dict.fromkeys(calls)
+        if not calls:
+            return answers
+        ready, _ = ray.wait(list(calls.values()), num_returns=len(calls), timeout=timeout_s)
+        for dc, ref in calls.items():
+            if ref not in ready:
+                continue
+            try:
+                answers[dc] = ray.get(ref)
+            except ray.exceptions.ActorUnavailableError:  # for a moment; a lost node ends as ActorDiedError
+                continue
+            except ray.exceptions.RayActorError as err:
+                self._mark_lost(dc, err)
+            except ray.exceptions.RayTaskError as err:
+                if strict:
+                    raise
+                log.warning("host link on %s: %s", self.node_of_dc[dc].label, str(err).splitlines()[0])
+        return answers
+
+    def _mark_lost(self, dc: str, err: Exception) -> None:
+        if dc in self.lost:
+            return
+        self.lost.add(dc)
+        node = self.node_of_dc[dc]
+        where = "the driver removes its shaping at teardown" if dc in self.netns_of_dc else \
+            "its shaping stays on that host until `python -m emulator net down` runs there"
+        line = f"host link on {node.label}: its node is lost ({type(err).__name__}); counters stay at the " \
+               f"last reading, {where}"
+        self.warnings.append(line)
+        log.warning("%s", line)
+
+    def _asking(self, method: str, *args: Any) -> dict[str, Any]:
+        """`method` called on every host not lost: dc -> its ObjectRef."""
+        return {dc: getattr(actor, method).remote(*args) for dc, actor in self.actors.items() if dc not in self.lost}
 
     def _require_up(self) -> None:
         if not self.is_up:
@@ -206,22 +305,25 @@ class HostTopology:
         return socket.socket(family, kind)
 
     def update(self, spec: LinkSpec) -> None:
-        """Reshape both hosts' links in place (HostLink.update); the spec is kept once both took it."""
-        import ray
-
+        """Reshape both hosts' links in place (HostLink.update); the spec is kept once every host
+        not lost took it (a lost host has no link to reshape). TopologyError for a silent host."""
         self._require_up()
-        ray.get([self.actors[REMOTE].update.remote(spec.to_local.model_dump_json()),
-                 self.actors[LOCAL].update.remote(spec.to_remote.model_dump_json())], timeout=CALL_TIMEOUT_S)
+        shapes = {REMOTE: spec.to_local.model_dump_json(), LOCAL: spec.to_remote.model_dump_json()}
+        calls = {dc: self.actors[dc].update.remote(shape) for dc, shape in shapes.items() if dc not in self.lost}
+        silent = [dc for dc, done in self._gather(calls, CALL_TIMEOUT_S).items() if not done and dc not in self.lost]
+        if silent:
+            raise TopologyError(f"host link on {self.node_of_dc[silent[0]].label}: no answer within "
+                                f"{CALL_TIMEOUT_S:g} s; the link is not reshaped there")
         self.spec = spec
 
     def counters(self) -> LinkCounters:
-        """What each host's shaped class sent toward its peer."""
-        import ray
-
+        """What each host's shaped class sent toward its peer (a lost or silent host: its last reading)."""
         self._require_up()
-        to_local, to_remote = ray.get([self.actors[REMOTE].counters.remote(), self.actors[LOCAL].counters.remote()],
-                                      timeout=CALL_TIMEOUT_S)
-        return LinkCounters({TO_LOCAL: DirectionCounters(*to_local), TO_REMOTE: DirectionCounters(*to_remote)})
+        for dc, read in self._gather(self._asking("counters"), READ_TIMEOUT_S).items():
+            if read is not None:
+                self._last[dc] = DirectionCounters(*read)
+        zero = DirectionCounters(0, 0, 0)
+        return LinkCounters({TO_LOCAL: self._last.get(REMOTE, zero), TO_REMOTE: self._last.get(LOCAL, zero)})
 
     def status(self) -> dict:
         hosts = ", ".join(f"{dc} {node.label}" for dc, node in self.node_of_dc.items())
@@ -236,17 +338,24 @@ class HostTopology:
         }
 
     def down(self) -> list[str]:
-        """Each host's link closed by its actor (a lost node's link goes with its host), then the
-        driver's ledger torn down and the run id given back; idempotent."""
+        """Each host's link closed by its actor, all asked at once and waited for CLOSE_TIMEOUT_S at
+        most; a host whose actor is gone or silent keeps its link until the driver's ledger, torn
+        down next, removes it (a host on this machine), else until `net down` runs on that host.
+        Then the run id is given back; idempotent."""
         import ray
 
         removed: list[str] = []
-        for dc, actor in list(self.actors.items()):
-            try:
-                removed += [f"{self.node_of_dc[dc].ip}: {r}" for r in ray.get(actor.close.remote(),
-                                                                            timeout=CALL_TIMEOUT_S)]
-            except ray.exceptions.RayError as err:
-                log.warning("host link on %s: not closed (%s)", self.node_of_dc[dc].label, str(err).splitlines()[0])
+        answers = self._gather(self._asking("close"), CLOSE_TIMEOUT_S, strict=False)
+        for dc, actor in self.actors.items():
+            node = self.node_of_dc[dc]
+            if answers.get(dc) is not None:
+                removed += [f"{node.ip}: {r}" for r in answers[dc]]
+            elif dc in self.netns_of_dc:  # on this machine: its private dir goes here, its qdisc with the ledger
+                log.warning("host link on %s: not closed by its actor; removed by the driver", node.label)
+                _remove_private_dir(self.dir_of_dc.get(dc), self.run_id)
+            else:
+                log.warning("host link on %s: not closed (its node is lost or silent); run `python -m emulator "
+                            "net down` on that host", node.label)
             with contextlib.suppress(ray.exceptions.RayError):
                 ray.kill(actor)
         self.actors = {}
@@ -257,3 +366,9 @@ class HostTopology:
             finally:
                 ledger.release()
         return removed
+
+
+def _remove_private_dir(path: str | None, run_id: str) -> None:
+    """A lost LinkHost's ledger dir on this machine: only one named as LinkHost names it for this run."""
+    if path and Path(path).name.startswith(f"prf-{run_id}-link-"):
+        shutil.rmtree(path, ignore_errors=True)
