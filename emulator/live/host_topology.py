@@ -70,17 +70,19 @@ class LinkHost:
         device and inode), the interface it routes `peer_addr` through, and its ledger's dir."""
         return (*namespace_id(), route_ifname(self.peer_addr), str(self.base or ""))
 
-    def open(self, shape_json: str) -> tuple[str, str, int]:
-        """Shape the interface this host routes `peer_addr` through; (its name, a description, its MTU)."""
+    def open(self, shape_json: str) -> tuple[str, str, int, list[str]]:
+        """Shape the interface this host routes `peer_addr` through; (its name, a description, its MTU,
+        what the link cannot apply as set)."""
         from emulator.net.host_link import HostLink
 
         ifname = route_ifname(self.peer_addr)
         self.link = HostLink.open("", ifname, self.peer_addr, LinkShape.model_validate_json(shape_json), self.ledger)
-        return ifname, self.link.describe(), self.link.mtu
+        return ifname, self.link.describe(), self.link.mtu, list(self.link.notes)
 
-    def update(self, shape_json: str) -> bool:
+    def update(self, shape_json: str) -> list[str]:
+        """Reshape in place; what the link cannot apply as set, so far."""
         self.link.update(LinkShape.model_validate_json(shape_json))
-        return True
+        return list(self.link.notes)
 
     def counters(self) -> tuple[int, int, int]:
         c = self.link.counters()
@@ -224,11 +226,13 @@ class HostTopology:
         self.actors[dc] = actor
         try:
             self._record_reachable(dc, *ray.get(actor.locate.remote(), timeout=CALL_TIMEOUT_S))
-            ifname, description, mtu = ray.get(actor.open.remote(shape.model_dump_json()), timeout=CALL_TIMEOUT_S)
+            ifname, description, mtu, notes = ray.get(actor.open.remote(shape.model_dump_json()),
+                                                      timeout=CALL_TIMEOUT_S)
         except ray.exceptions.RayTaskError as err:
             cause = err.cause if isinstance(err.cause, TopologyError) else None
             raise (cause or TopologyError(f"host link on {node.label}: {str(err).splitlines()[0]}")) from None
         self.mtu = mtu if dc == REMOTE else self.mtu
+        self._warn(node, notes)
         self.described[dc] = f"{node.ip} {ifname}: {description}"
         log.info("host link on %s: %s", node.label, self.described[dc])
 
@@ -264,6 +268,13 @@ class HostTopology:
                     raise
                 log.warning("host link on %s: %s", self.node_of_dc[dc].label, str(err).splitlines()[0])
         return answers
+
+    def _warn(self, node: RayNode, notes: Sequence[str]) -> None:
+        """A host link's notes (what it does not apply as set) among the run's warnings, each once."""
+        for note in notes:
+            line = f"host link on {node.label}: {note}"
+            if line not in self.warnings:
+                self.warnings.append(line)
 
     def _mark_lost(self, dc: str, err: Exception) -> None:
         if dc in self.lost:
@@ -310,10 +321,13 @@ class HostTopology:
         self._require_up()
         shapes = {REMOTE: spec.to_local.model_dump_json(), LOCAL: spec.to_remote.model_dump_json()}
         calls = {dc: self.actors[dc].update.remote(shape) for dc, shape in shapes.items() if dc not in self.lost}
-        silent = [dc for dc, done in self._gather(calls, CALL_TIMEOUT_S).items() if not done and dc not in self.lost]
+        answers = self._gather(calls, CALL_TIMEOUT_S)
+        silent = [dc for dc, notes in answers.items() if notes is None and dc not in self.lost]
         if silent:
             raise TopologyError(f"host link on {self.node_of_dc[silent[0]].label}: no answer within "
                                 f"{CALL_TIMEOUT_S:g} s; the link is not reshaped there")
+        for dc, notes in answers.items():
+            self._warn(self.node_of_dc[dc], notes or [])
         self.spec = spec
 
     def counters(self) -> LinkCounters:

@@ -22,6 +22,7 @@ from pyroute2.netlink.rtnl.tcmsg import cls_u32, sched_htb, tcmsg
 
 from emulator.errors import PrfaasError, TopologyError
 from emulator.net.backend import DirectionCounters
+from emulator.net.ceiling import CEILINGS, HOST_RELAY, shape_warning
 from emulator.net.host_link_plan import (
     DEFAULT_MINOR,
     ETH_P_IP,
@@ -255,10 +256,14 @@ class HostLink:
         log.info("host link %s%s: %s", self.ifname, _where(self.netns), self.describe())
 
     def _note(self, spec: LinkShape) -> None:
-        note = unapplied_note(self.ifname, spec, self.plan.netem is not None or self.relay is not None)
-        if note is not None and note not in self.notes:
-            self.notes.append(note)
-            log.warning("%s", note)
+        """What this host does not apply, and a rate the host relay cannot carry, one line each."""
+        notes = [unapplied_note(self.ifname, spec, self.plan.netem is not None or self.relay is not None)]
+        if self.relay is not None:
+            notes.append(shape_warning(CEILINGS[HOST_RELAY], spec, f"host link {self.ifname}: bandwidth_mbit"))
+        for note in notes:
+            if note is not None and note not in self.notes:
+                self.notes.append(note)
+                log.warning("%s", note)
 
 
 def _run(netns: str, ifname: str, messages: list[tcmsg]) -> None:
