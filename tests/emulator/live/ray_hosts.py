@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import json
+import logging
 import os
 import secrets
 import shutil
@@ -28,7 +29,7 @@ from pathlib import Path
 from emulator.net.host_rehearsal import PREFIXLEN, HostRehearsal
 from emulator.net.kernel_entries import rtnl
 from emulator.net.names import new_run_id
-from emulator.ray_cluster import check_cluster
+from emulator.ray_cluster import check_cluster, signal_handlers_kept
 
 REPO = Path(__file__).resolve().parents[3]
 RAY = str(REPO / ".venv" / "bin" / "ray")
@@ -162,3 +163,16 @@ def _wait_for_nodes(hosts: RayHosts, num_nodes: int) -> None:
             last = str(err)
         time.sleep(0.5)
     raise RuntimeError(f"rehearsed Ray cluster: {num_nodes} nodes not alive within {START_TIMEOUT_S:g} s ({last})")
+
+
+@contextlib.contextmanager
+def joined_driver() -> Iterator[RayHosts]:
+    """A rehearsed cluster with this process joined as its driver (the token in its environment)."""
+    import ray
+
+    with signal_handlers_kept(), ray_hosts() as hosts, token_env(hosts.env()):
+        ray.init(address=hosts.address, logging_level=logging.WARNING, log_to_driver=False)
+        try:
+            yield hosts
+        finally:
+            ray.shutdown()

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
-import logging
 import os
 import shutil
 import signal
@@ -43,10 +42,9 @@ from emulator.net.names import new_run_id
 from emulator.net.netns import pids_in
 from emulator.net.run_lock import holder_pid
 from emulator.net.state_files import StateFileError
-from emulator.ray_cluster import signal_handlers_kept
 from emulator.scenario import Scenario, parse_scenario
 
-from .ray_hosts import RayHosts, ray_hosts, token_env
+from .ray_hosts import RayHosts, joined_driver
 
 REPO = Path(__file__).resolve().parents[3]
 QUICKSTART = yaml.safe_load((REPO / "scenarios" / "live-quickstart.yaml").read_text())
@@ -140,14 +138,8 @@ def alive_in(netns: str) -> list[int]:
 @pytest.fixture
 def driver() -> Iterator[RayHosts]:
     """A rehearsed cluster of its own (its remote node dies), this process joined as its driver."""
-    import ray
-
-    with signal_handlers_kept(), ray_hosts() as hosts, token_env(hosts.env()):
-        ray.init(address=hosts.address, logging_level=logging.WARNING, log_to_driver=False)
-        try:
-            yield hosts
-        finally:
-            ray.shutdown()
+    with joined_driver() as hosts:
+        yield hosts
 
 
 def has_htb(hosts: RayHosts, host: str) -> str:

@@ -5,7 +5,6 @@ holds is judged by iproute2's `tc`, run in the host's namespace; the rates by a 
 
 from __future__ import annotations
 
-import logging
 import os
 import shutil
 import subprocess
@@ -23,9 +22,8 @@ from emulator.net.backend import TO_LOCAL, TO_REMOTE
 from emulator.net.names import new_run_id
 from emulator.net.probe import measure_throughput
 from emulator.net.spec import LinkSpec
-from emulator.ray_cluster import signal_handlers_kept
 
-from .ray_hosts import RayHosts, ray_hosts, token_env
+from .ray_hosts import RayHosts, joined_driver
 
 PLANS = [WorkerPlan(Cluster.REMOTE, 0, Role.PREFILL), WorkerPlan(Cluster.LOCAL, 0, Role.PREFILL),
          WorkerPlan(Cluster.LOCAL, 1, Role.DECODE)]
@@ -50,14 +48,8 @@ def test_each_datacenter_is_the_one_host_of_its_clusters_workers() -> None:
 @pytest.fixture(scope="module")
 def driver() -> Iterator[RayHosts]:
     """The rehearsed cluster with this process joined as its driver (the token in its environment)."""
-    import ray
-
-    with signal_handlers_kept(), ray_hosts() as hosts, token_env(hosts.env()):
-        ray.init(address=hosts.address, logging_level=logging.WARNING, log_to_driver=False)
-        try:
-            yield hosts
-        finally:
-            ray.shutdown()
+    with joined_driver() as hosts:
+        yield hosts
 
 
 def tc(hosts: RayHosts, host: str, *args: str) -> str:
