@@ -63,6 +63,8 @@ def _drift(row: dict[str, Any]) -> str:
     """The machine's speed during the live run against the profile's, from the reference readings
     (older results carry the scale their virtual run was charged instead)."""
     if "machine_drift" in row:
+        if row["machine_drift"] is None:
+            return "machine not timed around the run (--quick)"
         return f"machine {1 + row['machine_drift']:.3f}x the profile's prefill time"
     return f"profile x{row.get('speed_scale') or 1:.3f}"
 

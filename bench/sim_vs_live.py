@@ -151,10 +151,12 @@ def across(references: list[float]) -> float:
     return statistics.fmean(references) if len(references) < 3 else statistics.median(references)
 
 
-def run_pair(config: Config, profile_path: Path, rate: float, requests: int, work: Path) -> dict[str, Any]:
+def run_pair(config: Config, profile_path: Path, rate: float, requests: int, work: Path,
+             bracket: bool = True) -> dict[str, Any]:
     """One configuration on both engines from one scenario file: it names the machine profile
     (`model.profile_file`, a copy beside it), which the live engine ignores and the virtual engine
-    charges."""
+    charges. `bracket`: time the reference prefill around the live run (machine_drift; ~35 s of
+    probes and settling that only report, left out of --quick)."""
     folder = work / config.name
     folder.mkdir(parents=True, exist_ok=True)
     doc = config.document(rate, requests)
@@ -163,9 +165,9 @@ def run_pair(config: Config, profile_path: Path, rate: float, requests: int, wor
     scenario = folder / "scenario.yaml"
     scenario.write_text(yaml.safe_dump(doc, sort_keys=False))
     loaded = read_profile_file(profile_path)
-    runs, references = {}, [reference_now(loaded).value]
+    runs, references = {}, [reference_now(loaded).value] if bracket else []
     for engine in ("live", "virtual"):
-        if engine == "virtual":  # the live run is over: how far the machine moved from the profile's speed
+        if engine == "virtual" and bracket:  # the live run is over: how far the machine moved from the profile's speed
             references = speed_across(references[0], lambda: reference_now(loaded).value)[1]
         started = time.monotonic()
         emulator("run", str(scenario), "--engine", engine, "--out", str(folder / engine), "--no-broker",
@@ -173,12 +175,13 @@ def run_pair(config: Config, profile_path: Path, rate: float, requests: int, wor
         runs[engine] = metrics(folder / engine)
         print(f"  {config.name} {engine}: {runs[engine]['completed']}/{runs[engine]['requests']} completed, "
               f"TTFT mean {runs[engine]['ttft_mean_s']:.3f} s ({time.monotonic() - started:.0f} s)", flush=True)
-    drift = machine_drift(loaded, references)
-    print(f"  {config.name}: reference prefill {references[0]:.4f} s before, "
-          f"{', '.join(f'{r:.4f}' for r in references[1:])} s after the live run: the machine at "
-          f"{1 + drift:.3f} of the profile's speed{' (drifted)' if abs(drift) > DRIFT_NOTE else ''}", flush=True)
+    drift = machine_drift(loaded, references) if references else None
+    if drift is not None:
+        print(f"  {config.name}: reference prefill {references[0]:.4f} s before, "
+              f"{', '.join(f'{r:.4f}' for r in references[1:])} s after the live run: the machine at "
+              f"{1 + drift:.3f} of the profile's speed{' (drifted)' if abs(drift) > DRIFT_NOTE else ''}", flush=True)
     return {"name": config.name, "what": config.what, "load": config.load, "rate_per_s": rate,
-            "reference_s": references, "machine_drift": round(drift, 4),
+            "reference_s": references, "machine_drift": None if drift is None else round(drift, 4),
             "duration_s": doc["duration_s"], "live": runs["live"], "virtual": runs["virtual"],
             "error": errors_of(runs["live"], runs["virtual"]), "runs": str(folder)}
 
@@ -227,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         profile = read_profile_file(profile_path).model.profile.model_dump(mode="json", exclude_none=True)
         capacity = capacity_per_s(profile)
         print(f"capacity (with the live stack): {capacity:.3f} requests/s", flush=True)
-    rows = [run_pair(config, profile_path, config.load * capacity, requests, work)
+    rows = [run_pair(config, profile_path, config.load * capacity, requests, work, bracket=not args.quick)
             for config in MATRIX if config.name in names]
     result = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "load_at_start": os.getloadavg()[0]},
               "requests_per_config": requests, "capacity_per_s": capacity, "stack_reference_s": stack_references,
@@ -272,7 +275,8 @@ def replay(earlier: Path) -> dict[str, Any]:
         live, virtual = metrics(work / row["name"] / "live"), metrics(folder / "virtual")
         print(f"  {row['name']}: TTFT mean live {live['ttft_mean_s']:.3f} s, virtual {virtual['ttft_mean_s']:.3f} s",
               flush=True)
-        rows.append({**row, "machine_drift": round(machine_drift(read_profile_file(stacked), row["reference_s"]), 4),
+        drift = machine_drift(read_profile_file(stacked), row["reference_s"]) if row.get("reference_s") else None
+        rows.append({**row, "machine_drift": None if drift is None else round(drift, 4),
                      "live": live, "virtual": virtual, "error": errors_of(live, virtual), "runs": str(folder)})
     return {**{k: old[k] for k in ("machine", "requests_per_config", "capacity_per_s", "work") if k in old},
             "stack_reference_s": stack_references, "configs": rows, **described(stacked, git_sha),

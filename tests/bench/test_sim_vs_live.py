@@ -84,15 +84,15 @@ def test_metrics_of_a_virtual_run_of_a_matrix_scenario(matrix: ModuleType, tmp_p
 
 @pytest.mark.root
 @pytest.mark.slow
-@pytest.mark.timeout(900)  # calibration, a 20-request stack run and 2 x 2 runs: about 4 minutes quiet
+@pytest.mark.timeout(900)  # calibration, a 20-request stack run and 2 x 2 runs: about 5 minutes quiet
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root: the live runs use namespaces and the tun link")
 def test_the_reduced_matrix_runs_both_engines_and_stays_near_live(tmp_path: Path) -> None:
     """CI's form: calibrate this machine, fold in the live stack's factors from a 20-request live
     run, then 2 configurations x 40 requests on both engines. Both engines route the same prompts
     the same way (the same seed and threshold), throughput agrees within 3 %, and the virtual TTFT
     mean is within 50 % of live. That bound is loose on purpose: 40 requests on a shared CI machine,
-    and the lossy configuration, whose loss recovery the fluid lacks, measured -21 % in the full
-    matrix and -41 % once before the stack factors (bench/results/sim_vs_live.json; the goals are
+    and the lossy configuration, whose loss recovery the fluid lacks (its P99 +18 % in the full
+    matrix, -21 % on the mean in an earlier one; bench/results/sim_vs_live.json; the goals are
     sim_vs_live.py --check's). Before issue 29 it was off by +63 %, which this fails."""
     out = tmp_path / "result.json"
     proc = subprocess.run([sys.executable, str(BENCH / "sim_vs_live.py"), "--quick", "--out", str(out),
