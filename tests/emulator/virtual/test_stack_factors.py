@@ -4,6 +4,8 @@ profile's times x1.25 and x1.5 standing in for the live one) read back as those 
 
 from __future__ import annotations
 
+import random
+import statistics
 from pathlib import Path
 
 import pandas as pd
@@ -53,6 +55,22 @@ def test_a_fixed_cost_per_prefill_comes_back_as_the_lines_intercept() -> None:
     factors = factors_of(_frame(live_s, [0.02] * 30), _frame(virtual_s, [0.01] * 30))
     assert factors.prefill_s == pytest.approx(0.035, abs=1e-9) and factors.prefill == pytest.approx(0.82)
     assert resistant_line([0.1, 0.2, 0.4, 0.8], [0.12, 0.25, 0.51, 1.03]) == (0.0, pytest.approx(1.2625))  # < 0: a ratio
+
+
+def test_the_lines_slope_is_polished_until_the_outer_thirds_residuals_agree() -> None:
+    # live = 20 ms + 1.07 x virtual with +-8 % noise by request: the outer thirds' median x and
+    # median y come from different requests, so the first slope (through those medians) is off;
+    # polished, the line is the one the requests lie on, within the noise
+    rng = random.Random(3)
+    virtual_s = sorted(rng.uniform(0.1, 0.9) for _ in range(60))
+    live_s = [(0.02 + 1.07 * v) * rng.uniform(0.92, 1.08) for v in virtual_s]
+    intercept, slope = resistant_line(virtual_s, live_s)
+    assert slope == pytest.approx(1.07, abs=0.04) and intercept == pytest.approx(0.02, abs=0.02)
+    third = sorted(zip(virtual_s, live_s, strict=True))
+    left, right = third[:20], third[-20:]
+    one_shot = ((statistics.median(y for _, y in right) - statistics.median(y for _, y in left)) /
+                (statistics.median(x for x, _ in right) - statistics.median(x for x, _ in left)))
+    assert abs(one_shot - 1.07) > abs(slope - 1.07)  # what the polish is for
 
 
 def test_too_few_matched_requests_or_a_factor_out_of_range_is_refused() -> None:
