@@ -33,6 +33,7 @@ def spinning() -> Iterator[subprocess.Popen[bytes]]:
         proc.wait()
 
 
+@pytest.mark.live  # it starts the busy loop's process
 def test_a_busy_loop_not_ours_is_one_foreign_core_and_ours_is_none() -> None:
     with spinning() as spin:
         before = read_cpu([])
