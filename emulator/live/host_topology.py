@@ -27,6 +27,7 @@ from emulator.control.types import Cluster
 from emulator.errors import TopologyError
 from emulator.live.launcher import WorkerPlan
 from emulator.live.ray_placement import RayNode
+from emulator.live.ray_workers import answers_within
 from emulator.net.backend import TO_LOCAL, TO_REMOTE, DirectionCounters, LinkCounters
 from emulator.net.host_link_plan import root_major
 from emulator.net.ledger import Ledger
@@ -251,22 +252,17 @@ class HostTopology:
         import ray
 
         answers: dict[str, Any] = dict.fromkeys(calls)
-        if not calls:
-            return answers
-        ready, _ = ray.wait(list(calls.values()), num_returns=len(calls), timeout=timeout_s)
-        for dc, ref in calls.items():
-            if ref not in ready:
+        for dc, got in zip(calls, answers_within(list(calls.values()), timeout_s), strict=True):
+            if isinstance(got, ray.exceptions.ActorUnavailableError):  # for a moment; a lost node ends as ActorDiedError
                 continue
-            try:
-                answers[dc] = ray.get(ref)
-            except ray.exceptions.ActorUnavailableError:  # for a moment; a lost node ends as ActorDiedError
-                continue
-            except ray.exceptions.RayActorError as err:
-                self._mark_lost(dc, err)
-            except ray.exceptions.RayTaskError as err:
-                if strict:
-                    raise
-                log.warning("host link on %s: %s", self.node_of_dc[dc].label, str(err).splitlines()[0])
+            if isinstance(got, ray.exceptions.RayActorError):
+                self._mark_lost(dc, got)
+            elif isinstance(got, ray.exceptions.RayTaskError) and not strict:
+                log.warning("host link on %s: %s", self.node_of_dc[dc].label, str(got).splitlines()[0])
+            elif isinstance(got, ray.exceptions.RayError):
+                raise got
+            else:
+                answers[dc] = got
         return answers
 
     def _warn(self, node: RayNode, notes: Sequence[str]) -> None:

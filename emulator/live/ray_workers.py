@@ -207,23 +207,26 @@ class RayWorkerProcesses(WorkerProcesses):
         import ray
 
         names = list(self.actors)
-        tails = _answers(ray, [self.actors[name].log_tail.remote() for name in names])
+        tails = answers_within([self.actors[name].log_tail.remote() for name in names], CALL_TIMEOUT_S)
         for name, tail in zip(names, tails, strict=True):
             lost = f"(log not retrieved: the actor on {self.node_of[name].label} did not answer)\n".encode()
             (self.log_dir / f"{name}.log").write_bytes(tail if isinstance(tail, bytes) else lost)
-        _answers(ray, [self.actors[name].close.remote() for name in names])
+        answers_within([self.actors[name].close.remote() for name in names], CALL_TIMEOUT_S)
         for actor in self.actors.values():
             ray.kill(actor)
 
 
-def _answers(ray: Any, refs: list[Any]) -> list[Any]:
-    """Each ref's value, or None where it failed or did not come within CALL_TIMEOUT_S in all."""
-    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=CALL_TIMEOUT_S)
+def answers_within(refs: list[Any], timeout_s: float) -> list[Any]:
+    """Each ref's value, the RayError it raised, or None where it did not come within `timeout_s`:
+    the refs are waited for together, so a lost node costs one timeout, not one per ref."""
+    import ray
+
+    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s) if refs else ([], [])
     done = set(ready)
-    values = []
+    values: list[Any] = []
     for ref in refs:
         try:
             values.append(ray.get(ref) if ref in done else None)
-        except ray.exceptions.RayError:
-            values.append(None)
+        except ray.exceptions.RayError as err:
+            values.append(err)
     return values

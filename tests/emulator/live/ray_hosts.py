@@ -22,9 +22,12 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
+
+import pytest
 
 from emulator.net.host_rehearsal import PREFIXLEN, HostRehearsal
 from emulator.net.kernel_entries import rtnl
@@ -37,6 +40,20 @@ DRIVER_HOST_INDEX = 254  # the driver's address on the bridge: 10.<k>.0.254, cle
 START_TIMEOUT_S = 60.0  # three Ray nodes starting at once on a busy 2-core machine
 STOP_TIMEOUT_S = 20.0  # a node's `ray start --block` ends its processes on SIGTERM, gracefully first
 NODE_RESOURCES = {"remote": {"prfaas_remote": 1}, "local": {"prfaas_local": 2}}
+# What a test on the rehearsed hosts needs: root (namespaces, a bridge, tc qdiscs), and iproute2's
+# ip and tc (`ray start` runs in a host's namespace; tc reads each host's qdiscs independently).
+HOST_TEST_MARKS = (pytest.mark.root, pytest.mark.slow, pytest.mark.live,
+                   pytest.mark.skipif(os.geteuid() != 0, reason="needs root: namespaces, a bridge and tc qdiscs"),
+                   pytest.mark.skipif(not (shutil.which("ip") and shutil.which("tc")),
+                                      reason="needs iproute2's ip to run `ray start` in a host and tc to check the hosts"))
+Test = TypeVar("Test", bound=Callable[..., None])
+
+
+def on_rehearsed_hosts(test: Test) -> Test:
+    """`test` with HOST_TEST_MARKS."""
+    for mark in HOST_TEST_MARKS:
+        test = mark(test)
+    return test
 
 
 @dataclass(slots=True)
@@ -60,6 +77,12 @@ class RayHosts:
     def env(self) -> dict[str, str]:
         """What a user exports on each host (and where the driver runs) to join this cluster."""
         return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": self.token, "RAY_USAGE_STATS_ENABLED": "0"}
+
+    def tc(self, host: str, *args: str) -> str:
+        """`tc ARGS dev IFACE` in `host`'s namespace, on its bridge interface: what its kernel holds."""
+        h = self.rehearsal.host(host)
+        return subprocess.run(["ip", "netns", "exec", h.netns, "tc", *args, "dev", h.ifname], check=True,
+                              capture_output=True, text=True, timeout=30).stdout
 
 
 @contextlib.contextmanager

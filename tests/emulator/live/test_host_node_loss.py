@@ -24,7 +24,6 @@ import copy
 import os
 import shutil
 import signal
-import subprocess
 import tempfile
 import threading
 import time
@@ -44,7 +43,7 @@ from emulator.net.run_lock import holder_pid
 from emulator.net.state_files import StateFileError
 from emulator.scenario import Scenario, parse_scenario
 
-from .ray_hosts import RayHosts, joined_driver
+from .ray_hosts import RayHosts, joined_driver, on_rehearsed_hosts
 
 REPO = Path(__file__).resolve().parents[3]
 QUICKSTART = yaml.safe_load((REPO / "scenarios" / "live-quickstart.yaml").read_text())
@@ -144,9 +143,7 @@ def driver() -> Iterator[RayHosts]:
 
 
 def has_htb(hosts: RayHosts, host: str) -> str:
-    h = hosts.rehearsal.host(host)
-    shown = subprocess.run(["ip", "netns", "exec", h.netns, "tc", "qdisc", "show", "dev", h.ifname],
-                           check=True, capture_output=True, text=True, timeout=30).stdout
+    shown = hosts.tc(host, "qdisc", "show")
     return shown if "htb" in shown else ""
 
 
@@ -191,12 +188,7 @@ def describe(doc: dict, seen: dict, requests: pd.DataFrame, open_at_kill: pd.Dat
             f"{open_at_kill[['id', 'status', 'prefill_node', 'fail_reason']].values.tolist()}; teardown {steps}")
 
 
-@pytest.mark.root
-@pytest.mark.slow
-@pytest.mark.live
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: namespaces, a bridge and tc qdiscs")
-@pytest.mark.skipif(not (shutil.which("ip") and shutil.which("tc")),
-                    reason="needs iproute2's ip to run `ray start` in a host and tc to check the hosts")
+@on_rehearsed_hosts
 def test_killing_the_remote_hosts_node_mid_run_fails_or_retries_its_requests_and_the_record_is_complete(
         driver: RayHosts, tmp_path: Path) -> None:
     doc, seen = run_and_kill(driver, tmp_path / "run")

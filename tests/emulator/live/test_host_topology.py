@@ -5,8 +5,6 @@ holds is judged by iproute2's `tc`, run in the host's namespace; the rates by a 
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 from collections.abc import Iterator
 
@@ -23,7 +21,7 @@ from emulator.net.names import new_run_id
 from emulator.net.probe import measure_throughput
 from emulator.net.spec import LinkSpec
 
-from .ray_hosts import RayHosts, joined_driver
+from .ray_hosts import RayHosts, joined_driver, on_rehearsed_hosts
 
 PLANS = [WorkerPlan(Cluster.REMOTE, 0, Role.PREFILL), WorkerPlan(Cluster.LOCAL, 0, Role.PREFILL),
          WorkerPlan(Cluster.LOCAL, 1, Role.DECODE)]
@@ -52,18 +50,7 @@ def driver() -> Iterator[RayHosts]:
         yield hosts
 
 
-def tc(hosts: RayHosts, host: str, *args: str) -> str:
-    h = hosts.rehearsal.host(host)
-    return subprocess.run(["ip", "netns", "exec", h.netns, "tc", *args, "dev", h.ifname], check=True,
-                          capture_output=True, text=True, timeout=30).stdout
-
-
-@pytest.mark.root
-@pytest.mark.slow
-@pytest.mark.live
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: namespaces, a bridge and tc qdiscs")
-@pytest.mark.skipif(not (shutil.which("ip") and shutil.which("tc")),
-                    reason="needs iproute2's ip and tc to check the hosts independently")
+@on_rehearsed_hosts
 def test_the_link_is_shaped_on_each_sending_host_counted_reshaped_and_removed(driver: RayHosts) -> None:
     remote, local = driver.rehearsal.host("remote"), driver.rehearsal.host("local")
     by_ip = {n.ip: n for n in cluster_nodes() if n.alive}
@@ -72,8 +59,8 @@ def test_the_link_is_shaped_on_each_sending_host_counted_reshaped_and_removed(dr
     with topology:
         assert topology.address(REMOTE) == remote.addr and topology.address(LOCAL) == local.addr
         assert topology.netns(REMOTE) is None and topology.target(LOCAL, 7000) == (local.addr, 7000)
-        assert "rate 50Mbit" in tc(driver, "remote", "class", "show")
-        assert "rate 50Mbit" in tc(driver, "local", "class", "show")  # local -> remote: the same shape
+        assert "rate 50Mbit" in driver.tc("remote", "class", "show")
+        assert "rate 50Mbit" in driver.tc("local", "class", "show")  # local -> remote: the same shape
         assert topology.status()["backend"] == "host" and topology.mtu == 9000
 
         before = topology.counters()
@@ -86,19 +73,14 @@ def test_the_link_is_shaped_on_each_sending_host_counted_reshaped_and_removed(dr
         assert after.directions[TO_REMOTE].bytes > before.directions[TO_REMOTE].bytes  # the acks, shaped too
 
         topology.update(LinkSpec(bandwidth_mbit=20, reverse={"bandwidth_mbit": 30}))
-        assert "rate 20Mbit" in tc(driver, "remote", "class", "show")
-        assert "rate 30Mbit" in tc(driver, "local", "class", "show")
+        assert "rate 20Mbit" in driver.tc("remote", "class", "show")
+        assert "rate 30Mbit" in driver.tc("local", "class", "show")
         assert topology.spec.bandwidth_mbit == 20
-    assert "htb" not in tc(driver, "remote", "qdisc", "show") and "htb" not in tc(driver, "local", "qdisc", "show")
+    assert "htb" not in driver.tc("remote", "qdisc", "show") and "htb" not in driver.tc("local", "qdisc", "show")
     assert topology.down() == []  # idempotent
 
 
-@pytest.mark.root
-@pytest.mark.slow
-@pytest.mark.live
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: namespaces, a bridge and tc qdiscs")
-@pytest.mark.skipif(not (shutil.which("ip") and shutil.which("tc")),
-                    reason="needs iproute2's ip and tc to check the hosts independently")
+@on_rehearsed_hosts
 def test_a_host_whose_interface_has_a_foreign_qdisc_is_refused_and_the_other_host_is_restored(
         driver: RayHosts) -> None:
     remote, local = driver.rehearsal.host("remote"), driver.rehearsal.host("local")
@@ -113,8 +95,8 @@ def test_a_host_whose_interface_has_a_foreign_qdisc_is_refused_and_the_other_hos
             topology.up()
         line = str(err.value)
         assert line.startswith(f"host link: interface {local.ifname}") and "\n" not in line, line
-        assert "htb" not in tc(driver, "remote", "qdisc", "show")  # the remote host's link, opened first, is gone
-        assert "tbf 7: root" in tc(driver, "local", "qdisc", "show")  # the foreign qdisc is left as it was
+        assert "htb" not in driver.tc("remote", "qdisc", "show")  # the remote host's link, opened first, is gone
+        assert "tbf 7: root" in driver.tc("local", "qdisc", "show")  # the foreign qdisc is left as it was
         assert not topology.is_up and topology.actors == {}
     finally:
         subprocess.run(["ip", "netns", "exec", local.netns, "tc", "qdisc", "del", "dev", local.ifname, "root"],
