@@ -29,6 +29,7 @@ from emulator.wire.auth import KvHelloProof
 from model_stub import HybridModel, get_preset
 from model_stub.serialize import encode_layer
 
+from kv_peer import synthetic_frames
 from transport import ROOT, SECRET, KVPair, start_receiver  # bench/, first on a script's path
 
 PRESET = "kimi-linear-mini"  # the live scenarios' model: 8 layers, the 2 MLA ones hold most bytes
@@ -44,7 +45,8 @@ def synthetic_row(pair: KVPair, state: LinkState, point: dict, first_id: int, re
         pair.sender.write({"request_id": first_id + k, "produce_s": PRODUCE_S})
         ready, start = pair.receiver.read()["ready_s"], pair.sender.read()["start_s"]
         times.append(ready - start)
-    return _row("synthetic", state, point, pair.bytes, pair.tail_bytes, [PRODUCE_S] * repeats, times)
+    _, frames = synthetic_frames(SYNTHETIC_MB, PRESET)
+    return _row("synthetic", state, point, [len(f) for f in frames], [PRODUCE_S] * repeats, times)
 
 
 def prefill_row(topo: Topology, state: LinkState, point: dict, repeats: int) -> dict:
@@ -85,20 +87,25 @@ def prefill_row(topo: Topology, state: LinkState, point: dict, repeats: int) -> 
         produce, total, sizes = asyncio.run(body())
     finally:
         receiver.close()
-    return _row("prefill", state, point, sum(sizes), sizes[-1], produce, total)
+    return _row("prefill", state, point, sizes, produce, total)
 
 
-def _row(kind: str, state: LinkState, point: dict, num_bytes: int, tail_bytes: int, produce: list[float],
+def _row(kind: str, state: LinkState, point: dict, layer_bytes: list[int], produce: list[float],
          times: list[float]) -> dict:
-    produce_s = statistics.median(produce)
-    return {**point, "kind": kind, "bytes": num_bytes, "tail_bytes": tail_bytes, "produce_s": produce_s,
-            "s": times, "median_s": statistics.median(times), "mean_s": statistics.fmean(times),
-            "model_s": pipelined_seconds(state, num_bytes, produce_s, tail_bytes / num_bytes)}
+    produce_s, num_bytes = statistics.median(produce), sum(layer_bytes)
+    return {**point, "kind": kind, "bytes": num_bytes, "tail_bytes": layer_bytes[-1], "layer_bytes": layer_bytes,
+            "produce_s": produce_s, "s": times, "median_s": statistics.median(times), "mean_s": statistics.fmean(times),
+            "model_s": pipelined_seconds(state, num_bytes, produce_s, shares(layer_bytes))}
+
+
+def shares(layer_bytes: list[int]) -> tuple[float, ...]:
+    total = sum(layer_bytes)
+    return tuple(size / total for size in layer_bytes)
 
 
 def fit_loss_c(rows: list[dict], state_of: Any) -> float | None:
     """The constant that best fits the lossy rows: least squares of log(model / measured mean)
-    over a grid of 0.5 steps; `state_of(point)` gives each row's link. Means, not medians: loss
+    over a grid of 0.05 steps from 0.25 to 6; `state_of(point)` gives each row's link. Means, not medians: loss
     skews a row's times right (a tail loss waits a probe timeout) and TTFT's mean is the goal."""
     lossy = [row for row in rows if row.get("loss_pct")]
     if not lossy:
@@ -106,10 +113,10 @@ def fit_loss_c(rows: list[dict], state_of: Any) -> float | None:
 
     def misfit(c: float) -> float:
         return sum(math.log(pipelined_seconds(replace(state_of(_point(row)), loss_c=c), row["bytes"],
-                                              row["produce_s"], row["tail_bytes"] / row["bytes"]) / row["mean_s"]) ** 2
+                                              row["produce_s"], shares(row["layer_bytes"])) / row["mean_s"]) ** 2
                    for row in lossy)
 
-    return min((0.5 * k for k in range(2, 33)), key=misfit)
+    return min((0.05 * k for k in range(5, 121)), key=misfit)
 
 
 def _point(row: dict) -> dict:

@@ -106,6 +106,11 @@ class ModelConfig:
         """Channels of the short causal conv over q, k and v of a linear layer."""
         return 3 * self.linear_heads * self.linear_head_dim
 
+    def layer_sizes(self, tokens: int) -> tuple[int, ...]:
+        """Each layer's cache bytes after `tokens` tokens, in layer order: what a sender shipping
+        the cache layer by layer hands over as each layer's prefill ends."""
+        return tuple(self.layer_bytes(kind, tokens) for kind in self.layer_kinds)
+
     def kv_bytes_per_token(self) -> int:
         return sum(self.growing_bytes_per_token(k) for k in self.layer_kinds)
 

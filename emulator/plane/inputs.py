@@ -10,6 +10,7 @@ here (emulator.analytic does that).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -83,13 +84,17 @@ class HostCosts:
     host_cores: int
     kv_tail_bytes: PiecewiseLinear | None = None  # the last layer's bytes by input length, if measured
     decode_context: PiecewiseLinear | None = None  # the step's factor by mean prompt length, if measured
+    layer_bytes: Callable[[int], tuple[int, ...]] | None = None  # each layer's bytes by length: a preset's own
 
 
 def host_costs(scenario: Scenario) -> HostCosts:
-    """The scenario's profile's batch table and host, or neither (a preset estimate has none)."""
+    """The scenario's profile's batch table and host, or neither (a preset estimate has none), and
+    the preset's own layer sizes (how a pipelined cache reaches the link), when it names one."""
     profile = scenario.model.measured_profile
+    preset = scenario.model.preset
+    layers = None if preset is None else get_preset(preset, scenario.model.preset_size).layer_sizes
     if profile is None:
-        return HostCosts(None, (), 0)
+        return HostCosts(None, (), 0, layer_bytes=layers)
     local = scenario.clusters.local
     by_batch = profile.decode_step_ms_by_batch.get(local.device)
     curve = None if by_batch is None else PiecewiseLinear(
@@ -100,7 +105,7 @@ def host_costs(scenario: Scenario) -> HostCosts:
     tail = None if not profile.kv_tail_mib else PiecewiseLinear(
         tuple(map(float, profile.lengths_tokens)), tuple(mib * MIB for mib in profile.kv_tail_mib))
     return HostCosts(curve, () if host is None else tuple(host.busy_slowdown), 0 if host is None else host.cores,
-                     tail, context)
+                     tail, context, layers)
 
 
 def workload_lengths(scenario: Scenario, requests: list[RequestSpec] | None = None) -> tuple[LengthSamples, float]:

@@ -5,6 +5,7 @@ PiecewiseLinear; `Curve` (emulator/control/curve.py) evaluates one on a single f
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from emulator.control.curve import Curve
@@ -19,6 +20,27 @@ LOCAL_RDMA_BYTES_PER_S = 800e9 / 8
 # after the prefill ends. ASSUMPTION: the case-study model has about this many layers of equal
 # size (the paper gives no layer count for its 1T model; Kimi K2-class models have 61).
 PIPELINE_LAYERS = 61
+MAX_SENDS = 8  # a pipelined cache's layers before its last go in at most this many sends (events stay few)
+LayerBytes = Callable[[int], tuple[int, ...]]  # each layer's bytes after so many tokens (model_stub's config)
+
+
+def layer_sends(shares: tuple[float, ...], produce_s: float, num_bytes: float) -> list[tuple[float, float]]:
+    """(seconds after the prefill starts, bytes) at which a cache shipped layer by layer hands its
+    layers to the link, the last left out (it goes when the prefill ends). Layer i of n is done at
+    (i + 1) / n of the prefill: the layers take about equal time (kimi-linear-mini's eight ended
+    at 0.15, 0.27, 0.38, 0.49, 0.60, 0.71, 0.83 and 1.0 of a 2,048-token prefill, its two MLA
+    layers no slower than its linear ones). Runs of layers merge into at most MAX_SENDS sends,
+    each at its last layer's end."""
+    n = len(shares)
+    group = max(1, -(-(n - 1) // MAX_SENDS))
+    sends: list[tuple[float, float]] = []
+    share = 0.0
+    for i in range(n - 1):
+        share += shares[i]
+        if (i + 1) % group == 0 or i == n - 2:
+            sends.append(((i + 1) / n * produce_s, share * num_bytes))
+            share = 0.0
+    return sends
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,13 +69,14 @@ class CostModel:
     host_cores: int = 0
     kv_tail_bytes: Curve | None = None  # the last layer's bytes by length, measured; None: 1 / pipeline_layers
     decode_context: Curve | None = None
+    layer_bytes: LayerBytes | None = None  # the model's own layers (a model_stub preset); None: equal layers
 
     @classmethod
     def from_inputs(cls, inputs: ModelInputs, source: str, *, pipeline_layers: int = PIPELINE_LAYERS,
                     local_rate_bytes_per_s: float = LOCAL_RDMA_BYTES_PER_S,
                     decode_batch: PiecewiseLinear | None = None, busy_slowdown: tuple[float, ...] = (),
                     host_cores: int = 0, kv_tail_bytes: PiecewiseLinear | None = None,
-                    decode_context: PiecewiseLinear | None = None) -> CostModel:
+                    decode_context: PiecewiseLinear | None = None, layer_bytes: LayerBytes | None = None) -> CostModel:
         prefill = {Cluster.REMOTE: Curve.from_table(inputs.prefill_remote_s),
                    Cluster.LOCAL: Curve.from_table(inputs.prefill_local_s)}
         batch = None if decode_batch is None else Curve.from_table(decode_batch)
@@ -61,7 +84,7 @@ class CostModel:
         tail = None if kv_tail_bytes is None else Curve.from_table(kv_tail_bytes)
         return cls(prefill, Curve.from_table(inputs.kv_bytes), inputs.decode_step_s, inputs.max_decode_batch,
                    source, pipeline_layers, local_rate_bytes_per_s, batch, busy_slowdown, host_cores, tail,
-                   context)
+                   context, layer_bytes)
 
     def decode_s(self, output_len: int) -> float:
         """Time a request holds a decode slot: its first token comes from the prefill and is
@@ -92,20 +115,39 @@ class CostModel:
         spread = num_busy / max(size, self.host_cores)
         return table[size - 1] * (spread if spread > 1.0 else 1.0)
 
+    def layer_shares(self, input_len: float) -> tuple[float, ...]:
+        """Each layer's share of a cache of `input_len` tokens, in the order a prefill produces them:
+        the last the profile's measured last layer (else its share of the model's own layers, else
+        1 / pipeline_layers); the others split the rest as the model's own layers do when it is a
+        model_stub preset (a few attention layers hold most bytes), else equally."""
+        sizes = self.layer_bytes(max(1, int(input_len))) if self.layer_bytes is not None else ()
+        total = float(sum(sizes))
+        n = len(sizes) if total > 0 else self.pipeline_layers
+        if self.kv_tail_bytes is not None:
+            tail = min(1.0, self.kv_tail_bytes(input_len) / self.kv_bytes(input_len))
+        else:
+            tail = sizes[-1] / total if total > 0 else 1.0 / n
+        head = total - sizes[-1] if total > 0 else 0.0
+        if head > 0:
+            return tuple(size / head * (1.0 - tail) for size in sizes[:-1]) + (tail,)
+        return ((1.0 - tail) / (n - 1),) * (n - 1) + (tail,) if n > 1 else (1.0,)
+
     def tail_fraction(self, input_len: float) -> float:
-        """The share of a KV cache of `input_len` tokens that can only be sent once the prefill has
-        ended: the profile's measured last layer at that length, else one of `pipeline_layers`
-        equal layers."""
-        if self.kv_tail_bytes is None:
-            return 1.0 / self.pipeline_layers
-        return min(1.0, self.kv_tail_bytes(input_len) / self.kv_bytes(input_len))
+        """The share of a KV cache of `input_len` tokens that can only be sent once the prefill has ended."""
+        return self.layer_shares(input_len)[-1]
+
+    def layer_sends(self, input_len: float, produce_s: float, num_bytes: float) -> list[tuple[float, float]]:
+        """When a prefill of `produce_s` hands the link each layer of its cache but the last (layer_sends)."""
+        return layer_sends(self.layer_shares(input_len), produce_s, num_bytes)
 
     def as_meta(self) -> dict[str, object]:
         meta: dict[str, object] = {
             "source": self.source, "decode_step_s": self.decode_step_s,
             "max_decode_batch": self.max_decode_batch, "pipeline_layers": self.pipeline_layers,
             "local_rate_gbps": self.local_rate_bytes_per_s * 8e-9}
-        if self.kv_tail_bytes is None:
+        if self.layer_bytes is not None:
+            meta["kv_layers"] = "the model's own"
+        elif self.kv_tail_bytes is None:
             meta["kv_tail_fraction"] = 1.0 / self.pipeline_layers
         else:
             meta["kv_tail_bytes"] = {"tokens": list(self.kv_tail_bytes.xs), "bytes": list(self.kv_tail_bytes.ys)}

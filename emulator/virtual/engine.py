@@ -43,8 +43,8 @@ APPROXIMATIONS = (
     "newcomers behind a deep drop-tail queue "
     "weighted down, the senders' RTT over the standing queue of produced bytes (windows always open: no "
     "congestion-avoidance growth); no per-packet loss recovery (a lost tail's timeout is a mean rate, not a stall)",
-    "layer-wise pipelining: KV flows from prefill start at most at the production rate; the last "
-    "layer (the profile's kv_tail_mib at the request's length, else 1 / pipeline_layers) goes after the prefill ends",
+    "layer-wise pipelining: each layer's KV goes when that layer ends (layers of equal time; their sizes the "
+    "preset's own, else 1 / pipeline_layers each but the profile's measured last), the last after the prefill",
     "decode: the step at the batch size a request joins with (constant up to BS_max without a batch "
     "table), not re-timed as the batch changes",
     "local prefill -> decode KV over RDMA at a fixed rate, no sharing",
@@ -149,7 +149,8 @@ def make_costs(scenario: Scenario, plane: ControlPlane) -> CostModel:
     host = host_costs(scenario)
     return CostModel.from_inputs(plane.inputs, plane.profile_source, decode_batch=host.decode_step_by_batch_s,
                                  busy_slowdown=host.busy_slowdown, host_cores=host.host_cores,
-                                 kv_tail_bytes=host.kv_tail_bytes, decode_context=host.decode_context)
+                                 kv_tail_bytes=host.kv_tail_bytes, decode_context=host.decode_context,
+                                 layer_bytes=host.layer_bytes)
 
 
 @contextmanager

@@ -164,8 +164,9 @@ class Gateway:
             self.execute(acts)
         if node.cluster is _REMOTE:
             tokens = journey.spec.input_len
-            journey.handle = self.link.start(int(self.costs.kv_bytes(tokens)), self._on_kv_arrived,
-                                             (journey, journey.attempt_id), service_s, self.costs.tail_fraction(tokens))
+            kv_bytes = int(self.costs.kv_bytes(tokens))
+            journey.handle = self.link.start(kv_bytes, self._on_kv_arrived, (journey, journey.attempt_id),
+                                             self.costs.layer_sends(tokens, service_s, kv_bytes))
 
     def _on_prefill_end(self, node: PrefillNode, journey: Journey, service_s: float) -> None:
         now, attempt = self.sim.now, journey.attempt_id

@@ -1,5 +1,5 @@
 """The cross-datacenter link as a fluid of TCP transfers: they share the bandwidth by weighted
-max-min (recomputed at every start, finish, production end, window step and link change), delivery
+max-min (recomputed at every start, finish, produced layer, window step and link change), delivery
 adds the propagation delay, a lossy link caps each transfer at the loss-limited goodput of its
 connections, new connections ramp up in slow start, and a buffer deeper than the BDP locks
 newcomers out behind the incumbents (the numbers and their calibration: tcp.py). No packets: the
@@ -11,7 +11,7 @@ rate 0 until the link changes (or the run's end fails them).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,17 +45,18 @@ class LinkState:
     connections: int = CONNECTIONS
     queue_bytes: float = QUEUE_PACKETS * PACKET_BYTES  # the bottleneck's drop-tail buffer
     loss_c: float = LOSS_C  # one connection's loss response (tcp.py), bench/link_tcp.py's fits vary it
+    wire_per_byte: float = 1.0  # what the shaper counts per KV byte: tcp.WIRE_PER_BYTE on the live link
 
     @property
     def per_transfer_cap(self) -> float:
-        """The loss-limited ceiling of one transfer (inf on a lossless link, 0 on a cut one)."""
-        return self.connections * mathis_bytes_per_s(MSS_BYTES, self.rtt_s, self.loss, self.loss_c)
+        """The loss-limited ceiling of one transfer in wire bytes/s (inf on a lossless link, 0 on a cut one)."""
+        return self.connections * self.pipelined_lane_cap
 
     @property
     def pipelined_lane_cap(self) -> float:
-        """The loss-limited ceiling of one connection of a cache sent layer by layer as its prefill
-        produces it (tcp.py): all of them while it is produced, its last layer's lanes after."""
-        return mathis_bytes_per_s(MSS_BYTES, self.rtt_s, self.loss, self.loss_c)
+        """The loss-limited ceiling of one connection in wire bytes/s; a cache sent layer by layer as
+        its prefill produces it rides all of them while it is produced, its last layer's lanes after."""
+        return mathis_bytes_per_s(MSS_BYTES, self.rtt_s, self.loss, self.loss_c) * self.wire_per_byte
 
     @property
     def newcomer_weight(self) -> float:
@@ -72,26 +73,30 @@ class LinkState:
 
 
 class Transfer:
-    """One KV cache (or cached prefix) on its way; mutable state of the fluid model. `remaining`
-    is as of `since_s`: the bytes left now are remaining - rate * (now - since_s)."""
+    """One KV cache (or cached prefix) on its way; mutable state of the fluid model. `num_bytes` is
+    the cache's size; the fluid moves its wire bytes (LinkState.wire_per_byte): `remaining` those
+    produced and not yet sent as of `since_s` (less rate * (now - since_s) now), `unproduced` those
+    its prefill has yet to hand over (0 for a cache sent whole). A transfer that has sent all it
+    was handed waits (`is_stalled`, no share) for its next layer."""
 
-    __slots__ = ("num_bytes", "remaining", "since_s", "rate", "produce_cap", "on_done", "arg",
-                 "start_s", "is_active", "version", "weight", "is_pipelined", "lanes", "tail_lanes")
+    __slots__ = ("num_bytes", "remaining", "unproduced", "since_s", "rate", "on_done", "arg", "start_s",
+                 "is_active", "is_stalled", "is_pipelined", "version", "weight", "lanes", "tail_lanes")
 
-    def __init__(self, num_bytes: float, produce_cap: float, on_done: Callable[[Any], None],
+    def __init__(self, num_bytes: float, wire_bytes: float, unproduced: float, on_done: Callable[[Any], None],
                  arg: Any, start_s: float) -> None:
         self.num_bytes = num_bytes
-        self.remaining = num_bytes
+        self.remaining = wire_bytes - unproduced
+        self.unproduced = unproduced
         self.since_s = start_s
         self.rate = 0.0
-        self.produce_cap = produce_cap
         self.on_done = on_done
         self.arg = arg
         self.start_s = start_s
         self.is_active = True
+        self.is_stalled = unproduced > 0 and self.remaining <= 0
+        self.is_pipelined = False  # sent as produced: lanes x LinkState.pipelined_lane_cap binds it
         self.version = 0  # grows at every rate change: an older finish timer is stale
         self.weight = 1.0  # < 1 while locked out behind incumbents (LinkState.newcomer_weight)
-        self.is_pipelined = produce_cap != _INF  # sent as produced: lanes x LinkState.pipelined_lane_cap binds it
         self.lanes = self.tail_lanes = float(CONNECTIONS)  # connections carrying it; its last layer's
 
     def left_at(self, now_s: float) -> float:
@@ -107,12 +112,12 @@ class FluidLink:
     that keeps its rate keeps its timer: on a wide link most pipelined transfers sit at their
     production cap, and a neighbour's start or end leaves them alone.
 
-    Pipelining: a transfer started with `produce_s` is capped at the rate its prefill produces all
-    but the last layer (bytes * (1 - tail) / produce_s) until `end_production`, so it ends at
-    max(prefill end + tail / share, start + bytes / share) when the share is steady. A transfer
-    held back by a small share during the prefill does not catch up faster than production before
-    the prefill ends (an approximation; the live sender can). Under loss it is carried by all the
-    connections while produced and by its last layer's lanes after (tcp.tail_lanes).
+    Pipelining: a transfer started with `layers` gets each layer's bytes when its prefill hands
+    them over (seconds after the start) and the rest, its last layer, at `end_production`; it
+    sends what it holds at its share and waits, taking none, when it has sent it all, as the live
+    sender does. So a link slower than the prefill idles while the first, small layers are computed
+    (the live workers ship nothing before the first layer ends). Under loss it is carried by all
+    the connections while produced and by its last layer's lanes after (tcp.tail_lanes).
     """
 
     def __init__(self, sim: Simulator, state: LinkState) -> None:
@@ -120,12 +125,13 @@ class FluidLink:
         self.state = state
         self._ceiling = state.per_transfer_cap  # the state's, kept: it is read at every share
         self._piped_ceiling = state.pipelined_lane_cap
-        self._window = initial_window_bytes(state.connections)  # new connections: slow start
+        self._window = initial_window_bytes(state.connections) * state.wire_per_byte  # new connections: slow start
         self._window_rate = self._window / state.rtt_s if state.has_ramp else _INF  # inf: open
         self._is_ramp_armed = False
+        self._ramp_at = _INF  # when the armed slow-start round runs
         self._num_newcomers = 0  # active transfers with weight < 1
         self.active: list[Transfer] = []
-        self.bytes_sent = 0.0  # fluid integral of every rate, cancelled transfers included
+        self.bytes_sent = 0.0  # fluid integral of every rate (wire bytes), cancelled transfers included
         self.bytes_delivered = 0  # whole caches delivered (sum of their sizes)
         self.busy_s = 0.0  # integral of (sum of rates / capacity): seconds of full use
         self.num_delivered = 0
@@ -145,32 +151,53 @@ class FluidLink:
     # ---- what entities call ----
 
     def start(self, num_bytes: float, on_done: Callable[[Any], None], arg: Any,
-              produce_s: float = 0.0, tail_fraction: float = 0.0) -> Transfer:
-        """Begin sending; `on_done(arg)` runs when the last byte has arrived (after the delay)."""
+              layers: Sequence[tuple[float, float]] | None = None) -> Transfer:
+        """Begin sending; `on_done(arg)` runs when the last byte has arrived (after the delay).
+        `layers`: the cache is produced as it goes, each (seconds from now, bytes) handed over then
+        and what they leave at `end_production`; None: all of it is there now."""
         self._advance()
-        cap = num_bytes * (1.0 - tail_fraction) / produce_s if produce_s > 0 else _INF
-        transfer = Transfer(float(num_bytes), cap, on_done, arg, self.sim.now)
-        if transfer.is_pipelined:
+        now, wire = self.sim.now, self.state.wire_per_byte
+        transfer = Transfer(float(num_bytes), num_bytes * wire, num_bytes * wire if layers is not None else 0.0,
+                            on_done, arg, now)
+        if layers is not None:
+            tail = float(num_bytes)
+            for after_s, size in layers:
+                tail -= size
+                self.sim.schedule(now + after_s, self._on_layer, (transfer, size * wire))
+            transfer.is_pipelined = True
             transfer.lanes = float(self.state.connections)
-            transfer.tail_lanes = tail_lanes(num_bytes * tail_fraction, self.state.connections)
+            transfer.tail_lanes = tail_lanes(tail, self.state.connections)
         rate = self.state.rate_bytes_per_s
-        if rate < _INF and self._total_rate >= rate * (1.0 - 1e-9) and self._has_incumbent(transfer.start_s):
+        if rate < _INF and self._total_rate >= rate * (1.0 - 1e-9) and self._has_incumbent(now):
             transfer.weight = self.state.newcomer_weight  # the queue is full of incumbents' bytes
             if transfer.weight < 1.0:
                 self._num_newcomers += 1
         self.active.append(transfer)
         self._reshare()
-        if self._window_rate < _INF and not self._is_ramp_armed:
-            self._is_ramp_armed = True
-            self.sim.schedule(self.sim.now + self.state.rtt_s, self._on_ramp, None)
         return transfer
 
     def end_production(self, transfer: Transfer) -> None:
-        """The prefill behind `transfer` ended: all its bytes may go now."""
-        if transfer.is_active and transfer.produce_cap != _INF:
-            self._advance()
-            transfer.produce_cap, transfer.lanes = _INF, transfer.tail_lanes
-            self._reshare()
+        """The prefill behind `transfer` ended: its last layer (and any layer not yet handed over)
+        may go now, on its last layer's lanes."""
+        if transfer.is_active and transfer.is_pipelined:
+            transfer.lanes = transfer.tail_lanes
+            self._hand_over(transfer, transfer.unproduced)
+
+    def _on_layer(self, event: tuple[Transfer, float]) -> None:
+        transfer, size = event
+        if transfer.is_active and transfer.unproduced > 0:
+            self._hand_over(transfer, size if size < transfer.unproduced else transfer.unproduced)
+
+    def _hand_over(self, transfer: Transfer, size: float) -> None:
+        """`size` more bytes of `transfer` may go: it is re-timed (its rate set to 0 so the reshare
+        re-arms its timer) and shares are recomputed, since a waiting transfer takes a share again."""
+        self._advance()
+        now = self.sim.now
+        transfer.remaining = transfer.left_at(now) + size
+        transfer.unproduced -= size
+        transfer.since_s, transfer.rate, transfer.is_stalled = now, 0.0, False
+        transfer.version += 1
+        self._reshare()
 
     def cancel(self, transfer: Transfer) -> None:
         """Drop a transfer whose sender or receiver is gone; its bytes so far stay counted as sent.
@@ -185,9 +212,10 @@ class FluidLink:
 
     def _on_ramp(self, _: Any) -> None:
         """One round trip of slow start: the window doubles while it carries data (and pauses
-        while the link is idle); it is open for good once it covers the rate."""
+        while nothing is sent, the senders idle or waiting for a layer: the next reshare that
+        sends something re-arms it); it is open for good once it covers the rate."""
         self._is_ramp_armed = False
-        if not self.active or self._window_rate == _INF:
+        if self._total_rate <= 0 or self._window_rate == _INF:
             return
         self._advance()
         state = self.state
@@ -195,10 +223,7 @@ class FluidLink:
         self._window_rate = self._window / state.rtt_s if state.has_ramp else _INF
         if self._window_rate >= state.rate_bytes_per_s:
             self._window_rate = _INF
-        self._reshare()
-        if self._window_rate < _INF:
-            self._is_ramp_armed = True
-            self.sim.schedule(self.sim.now + state.rtt_s, self._on_ramp, None)
+        self._reshare(retime_all=True)  # which arms the next round while the window is short of the rate
 
     def set_state(self, state: LinkState) -> None:
         """A link change (timeline or knob): shares are recomputed from now on."""
@@ -232,25 +257,36 @@ class FluidLink:
                 self.busy_s += sent / rate
         self._last_s = now
 
-    def _reshare(self) -> None:
-        """Share the capacity among the active transfers; re-time those whose rate moved."""
+    def _reshare(self, retime_all: bool = False) -> None:
+        """Share the capacity among the active transfers; re-time those whose rate moved (all of
+        them at a slow-start round). While the window ramps, a finish past the next round is not
+        armed: that round re-times every transfer, and a heap of timers computed at a first
+        window's rate would outlive the run by minutes (stale, but the loop would run to them)."""
         active = self.active
         if self._num_newcomers:
             self._promote(active)
         rates = self._shares(active) if not self._num_newcomers else self._weighted_shares(active)
         sim, now, total = self.sim, self.sim.now, 0.0
+        is_ramping = self._window_rate < _INF
+        horizon = (self._ramp_at if self._is_ramp_armed else now + self.state.rtt_s) if is_ramping else _INF
         for i in range(len(active)):  # not zip(strict=True): compiled, that is a call through Python
             transfer, rate = active[i], rates[i]
             total += rate
-            if rate != transfer.rate:
+            if rate != transfer.rate or retime_all:
                 transfer.remaining = transfer.left_at(now)
                 transfer.since_s, transfer.rate = now, rate
                 transfer.version = version = transfer.version + 1
                 if rate > 0:
                     left_s = transfer.remaining / rate
-                    sim.schedule(now + left_s if left_s > 0 else now, self._on_finish, (transfer, version))
+                    end_s = now + left_s if left_s > 0 else now
+                    if end_s <= horizon:
+                        sim.schedule(end_s, self._on_finish, (transfer, version))
         self._total_rate = total
         self._note_queue()
+        if is_ramping and not self._is_ramp_armed and total > 0:
+            self._is_ramp_armed = True  # slow start goes on while something is sent
+            self._ramp_at = now + self.state.rtt_s
+            sim.schedule(self._ramp_at, self._on_ramp, None)
 
     def _note_queue(self) -> float:
         """The bytes queued beyond the path's BDP now, kept as the peak when higher: every byte
@@ -265,10 +301,7 @@ class FluidLink:
             return 0.0
         now, backlog = self.sim.now, 0.0
         for transfer in active:
-            produced = transfer.num_bytes
-            if transfer.produce_cap != _INF:
-                produced = min(produced, transfer.produce_cap * (now - transfer.start_s))
-            backlog += produced - (transfer.num_bytes - transfer.left_at(now))
+            backlog += transfer.left_at(now)
         if self._window_rate < rate and self._window < backlog:
             backlog = self._window
         queued = backlog - rate * self.state.rtt_s
@@ -286,8 +319,7 @@ class FluidLink:
         caps: list[float] = []
         total = 0.0  # sum(caps), added as sum adds floats, without a call through Python
         for transfer in active:
-            bound = transfer.lanes * piped if transfer.is_pipelined else ceiling
-            cap = transfer.produce_cap if transfer.produce_cap < bound else bound
+            cap = 0.0 if transfer.is_stalled else transfer.lanes * piped if transfer.is_pipelined else ceiling
             caps.append(cap)
             total += cap
         if left == _INF or total <= left:  # (inf - inf would be NaN below)
@@ -327,7 +359,8 @@ class FluidLink:
         part of what is left; the rest split it by weight. Only while newcomers are locked out."""
         left = min(self.state.rate_bytes_per_s, self._window_rate)
         n = len(active)
-        caps = [min(t.produce_cap, t.lanes * self._piped_ceiling if t.is_pipelined else self._ceiling) for t in active]
+        caps = [0.0 if t.is_stalled else t.lanes * self._piped_ceiling if t.is_pipelined else self._ceiling
+                for t in active]
         rates = [0.0] * n
         is_fixed = [False] * n
         weight_sum = 0.0
@@ -353,11 +386,16 @@ class FluidLink:
             return  # its rate changed since this timer was armed, or it was cancelled
         self._advance()
         sim = self.sim
+        self.bytes_sent += transfer.left_at(sim.now)  # the float crumbs of the integral
+        if transfer.unproduced > 0:  # it sent all it holds: it waits for its prefill's next layer
+            transfer.remaining, transfer.since_s, transfer.rate, transfer.is_stalled = 0.0, sim.now, 0.0, True
+            transfer.version += 1
+            self._reshare()
+            return
         transfer.is_active = False
         self.active.remove(transfer)
         if transfer.weight < 1.0:
             self._num_newcomers -= 1
-        self.bytes_sent += transfer.left_at(sim.now)  # the float crumbs of the integral
         transfer.remaining, transfer.rate = 0.0, 0.0
         self.bytes_delivered += int(transfer.num_bytes)
         self.num_delivered += 1

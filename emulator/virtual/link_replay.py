@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from emulator.virtual.core import Simulator
+from emulator.virtual.costs import layer_sends
 from emulator.virtual.link import FluidLink, LinkState
 
 
@@ -25,13 +26,12 @@ def arrival_times(state: LinkState, transfers: Sequence[tuple[float, float]]) ->
     return [done[i] for i in range(len(transfers))]
 
 
-def pipelined_seconds(state: LinkState, num_bytes: float, produce_s: float, tail_fraction: float) -> float:
-    """Seconds from the first layer until the last byte of one cache arrives on a new link of
-    `state`, its layers produced over `produce_s` (the last, `tail_fraction` of the bytes, at the end)."""
+def pipelined_seconds(state: LinkState, num_bytes: float, produce_s: float, shares: tuple[float, ...]) -> float:
+    """Seconds from the prefill's start until the last byte of one cache arrives on a new link of
+    `state`, its layers (`shares` of the bytes, in order) produced over `produce_s`, the last at its end."""
     sim, done = Simulator(), []
     link = FluidLink(sim, state)
-    transfer = link.start(num_bytes, lambda _: done.append(sim.now), None, produce_s=produce_s,
-                          tail_fraction=tail_fraction)
+    transfer = link.start(num_bytes, lambda _: done.append(sim.now), None, layer_sends(shares, produce_s, num_bytes))
     sim.schedule(produce_s, lambda _: link.end_production(transfer))
     sim.run()
     return done[0]

@@ -23,7 +23,7 @@ from emulator.telemetry.metrics import check_row, sorted_percentile
 from emulator.virtual.core import Simulator
 from emulator.virtual.gateway import Gateway
 from emulator.virtual.link import LinkState
-from emulator.virtual.tcp import PACKET_BYTES, smoothed_rtt_s
+from emulator.virtual.tcp import PACKET_BYTES, WIRE_PER_BYTE, smoothed_rtt_s
 from emulator.workload.build import num_due
 
 log = logging.getLogger(__name__)
@@ -44,13 +44,13 @@ class RunStopped(Exception):
 def link_states(spec: Any, connections: int) -> tuple[LinkState, LinkState]:
     """(remote -> local, local -> remote) of a scenario LinkSpec with `connections` TCP connections
     per transfer (transport.connections); the RTT spans both delays, the buffer is each direction's
-    queue_packets of full segments."""
+    queue_packets of full segments, each KV byte what the shaper counts of it with its headers."""
     to_local, to_remote = spec.to_local, spec.to_remote
     rtt_s = to_local.delay_s + to_remote.delay_s
-    return (LinkState(to_local.rate_bytes_per_s, to_local.delay_s, to_local.loss_pct / 100, rtt_s, connections,
-                      to_local.queue_packets * PACKET_BYTES),
-            LinkState(to_remote.rate_bytes_per_s, to_remote.delay_s, to_remote.loss_pct / 100, rtt_s, connections,
-                      to_remote.queue_packets * PACKET_BYTES))
+    return (LinkState(to_local.rate_bytes_per_s, to_local.delay_s, to_local.loss_pct / 100, rtt_s,
+                      connections, to_local.queue_packets * PACKET_BYTES, wire_per_byte=WIRE_PER_BYTE),
+            LinkState(to_remote.rate_bytes_per_s, to_remote.delay_s, to_remote.loss_pct / 100, rtt_s,
+                      connections, to_remote.queue_packets * PACKET_BYTES, wire_per_byte=WIRE_PER_BYTE))
 
 
 class Arrivals:

@@ -14,6 +14,7 @@ from emulator.scenario import Scenario, load_scenario
 from emulator.telemetry.recorder import FILES, TIMESERIES_COLUMNS, load_run
 from emulator.telemetry.records import REQUEST_FIELDS, RequestRecord
 from emulator.virtual.engine import run_virtual, simulate
+from emulator.virtual.tcp import WIRE_PER_BYTE
 from tests.emulator.virtual.conftest import SMALL
 
 SCENARIOS = Path(__file__).resolve().parents[3] / "scenarios"
@@ -34,7 +35,7 @@ def test_every_request_ends_once_and_link_bytes_equal_remote_kv(small: Small) ->
     assert 0 < len(remote) < len(result.records)
     link = result.gateway.link
     assert link.bytes_delivered == sum(r.kv_bytes for r in remote)
-    assert link.bytes_sent == pytest.approx(link.bytes_delivered, rel=1e-9)
+    assert link.bytes_sent == pytest.approx(link.bytes_delivered * WIRE_PER_BYTE, rel=1e-9)  # with the headers
     for r in result.records:  # the lifecycle is in order
         assert r.arrival_s <= r.prefill_start_s < r.prefill_end_s <= r.transfer_end_s <= r.first_token_s
         assert r.first_token_s < r.finish_s and r.ttft_s == pytest.approx(r.first_token_s - r.arrival_s)

@@ -10,6 +10,7 @@ import pytest
 from emulator.virtual.core import Simulator
 from emulator.virtual.link import MSS_BYTES, FluidLink, LinkState, mathis_bytes_per_s
 from emulator.transport.frames import CHUNK_BYTES
+from emulator.virtual.costs import MAX_SENDS, layer_sends
 from emulator.virtual.tcp import LOSS_C, tail_lanes
 
 GB = 1e9
@@ -49,18 +50,25 @@ def test_a_late_starter_takes_its_share_from_then_on() -> None:
     assert arrived[1] == pytest.approx(4.0)  # 1 GB by t=3, then alone at 1 GB/s
 
 
-def test_water_filling_gives_a_capped_transfers_leftover_to_the_others() -> None:
-    # A is production-capped at 0.2 GB/s (1 GB over 5 s, no tail): B and C split the other 0.8.
-    arrived, _ = _run(LinkState(GB, delay_s=0.0), [
-        (0.0, GB, {"produce_s": 5.0}), (0.0, 0.8 * GB, {}), (0.0, 0.8 * GB, {})])
-    assert arrived[1] == pytest.approx(2.0) and arrived[2] == pytest.approx(2.0)
-    assert arrived[0] == pytest.approx(5.0)
+def test_a_pipelined_cache_waiting_for_its_next_layer_leaves_its_share_to_the_others() -> None:
+    # A: 1.2 GB, 0.1 GB handed over at 0 and at 3 s, the 1 GB rest when its prefill ends at 4 s;
+    # B: 1.9 GB whole. Halves until A has sent its first 0.1 GB (0.2 s), then B alone: its last
+    # 1.8 GB by 2.0 s. A sends 0.1 GB at 3 s and its last layer from 4 s: 1 GB alone, 5.0 s.
+    sim = Simulator()
+    link = FluidLink(sim, LinkState(GB, delay_s=0.0))
+    arrived: dict[str, float] = {}
+    a = link.start(1.2 * GB, lambda k: arrived.__setitem__(k, sim.now), "A", [(0.0, 0.1 * GB), (3.0, 0.1 * GB)])
+    link.start(1.9 * GB, lambda k: arrived.__setitem__(k, sim.now), "B")
+    sim.schedule(4.0, lambda _: link.end_production(a))
+    sim.run()
+    assert arrived == {"B": pytest.approx(2.0), "A": pytest.approx(5.0)}
+    assert link.bytes_sent == pytest.approx(3.1 * GB)
 
 
 def test_the_loss_response_caps_each_transfer_on_a_lossy_link() -> None:
-    assert mathis_bytes_per_s(MSS_BYTES, 0.02, 0.01) == pytest.approx(1448 / 0.02 * 1.2247 / 0.1, rel=1e-4)
-    one = mathis_bytes_per_s(MSS_BYTES, 0.02, 0.01, LOSS_C)  # the tun-fitted constant, 8.0
-    assert one == pytest.approx(1448 / 0.02 * 8.0 / 0.1)  # ~5.8 MB/s per connection
+    assert mathis_bytes_per_s(MSS_BYTES, 0.02, 0.01) == pytest.approx(8948 / 0.02 * 1.2247 / 0.1, rel=1e-4)
+    one = mathis_bytes_per_s(MSS_BYTES, 0.02, 0.01, LOSS_C)  # the tun-fitted constant, 1.3
+    assert one == pytest.approx(8948 / 0.02 * 1.3 / 0.1)  # ~5.8 MB/s per connection
     state = LinkState(GB, delay_s=0.01, loss=0.01, rtt_s=0.02, connections=4)
     assert state.per_transfer_cap == pytest.approx(4 * one)
     arrived, _ = _run(state, [(0.0, 100e6, {})])
@@ -72,21 +80,21 @@ def test_the_loss_response_caps_each_transfer_on_a_lossy_link() -> None:
 
 
 def test_a_cache_sent_as_it_is_produced_has_the_loss_response_of_one_sent_whole() -> None:
-    # 4 connections, 20 ms, 1 % loss, constant 2.0 for both kinds: 30 MB produced over 1 s (tail
-    # 1/3): production (20 MB/s) outruns the loss-limited ceiling, so the cache ends at 30 MB /
-    # ceiling from its start (after the ramp), as the same cache sent whole does.
-    state = LinkState(GB, delay_s=0.01, loss=0.01, rtt_s=0.02, connections=4, loss_c=2.0)
-    piped = 4 * mathis_bytes_per_s(MSS_BYTES, 0.02, 0.01, 2.0)  # a 10 MB tail: ten chunks, all four lanes
-    assert 4 * state.pipelined_lane_cap == pytest.approx(piped) == state.per_transfer_cap and piped < 20e6
+    # 4 connections, 20 ms, 1 % loss, constant 0.5 for both kinds: 8948 / 0.02 * 0.5 / 0.1 = 2.24 MB/s
+    # each. 30 MB handed over in thirds at 0, 0.5 and 1 s (the last a 10 MB layer: ten chunks, all
+    # four lanes) outruns the 8.9 MB/s ceiling, and the first window (358 KB per 20 ms) covers it:
+    # the cache ends at 30 MB / ceiling, as the same cache sent whole does.
+    state = LinkState(GB, delay_s=0.01, loss=0.01, rtt_s=0.02, connections=4, loss_c=0.5)
+    piped = 4 * mathis_bytes_per_s(MSS_BYTES, 0.02, 0.01, 0.5)
+    assert 4 * state.pipelined_lane_cap == pytest.approx(piped) == state.per_transfer_cap
+    assert piped < 4 * 10 * MSS_BYTES / 0.02
     sim = Simulator()
     link = FluidLink(sim, state)
     arrived: dict[str, float] = {}
-    cache = link.start(30e6, lambda k: arrived.__setitem__(k, sim.now), "piped", produce_s=1.0, tail_fraction=1 / 3)
+    cache = link.start(30e6, lambda k: arrived.__setitem__(k, sim.now), "piped", [(0.0, 10e6), (0.5, 10e6)])
     sim.schedule(1.0, lambda _: link.end_production(cache))
     sim.run()
-    w0, rounds = 4 * 10 * MSS_BYTES, math.ceil(math.log2(piped * 0.02 / (4 * 10 * MSS_BYTES)))
-    ramp_bytes = w0 * (2**rounds - 1)
-    assert arrived["piped"] == pytest.approx(rounds * 0.02 + (30e6 - ramp_bytes) / piped + 0.01)
+    assert arrived["piped"] == pytest.approx(30e6 / piped + 0.01)
     whole, _ = _run(state, [(0.0, 30e6, {})])
     assert whole[0] == pytest.approx(arrived["piped"])
 
@@ -94,46 +102,56 @@ def test_a_cache_sent_as_it_is_produced_has_the_loss_response_of_one_sent_whole(
 @pytest.mark.parametrize(("tail_mb", "lanes"), [(1.0, 1.0), (2.5 * CHUNK_BYTES / 1e6, 2.5), (40.0, 4.0)])
 def test_a_last_layer_after_the_prefill_rides_as_many_connections_as_it_has_chunks(tail_mb: float,
                                                                                      lanes: float) -> None:
-    # 20 ms, 1 % loss, constant 2.0: one connection carries 1448 / 0.02 * 2 / 0.1 = 1.448 MB/s. The
-    # first 2 MB are produced over 1 s (2 MB/s, under four connections' 5.79 MB/s and the first
-    # window's 2.9 MB/s), so 2 MB are across when the prefill ends; the last layer then goes in
-    # CHUNK_BYTES chunks, one connection each, and ends with its largest: tail / (lanes x 1.448 MB/s).
+    # 20 ms, 1 % loss, constant 2.0: one connection carries 8948 / 0.02 * 2 / 0.1 = 8.95 MB/s. The
+    # first 2 MB, handed over at 0, are across long before the prefill ends at 1 s; the last layer
+    # then goes in CHUNK_BYTES chunks, one connection each, and ends with its largest:
+    # tail / (lanes x 8.95 MB/s).
     state = LinkState(GB, delay_s=0.01, loss=0.01, rtt_s=0.02, connections=4, loss_c=2.0)
-    lane = 1448 / 0.02 * 2.0 / 0.1
+    lane = 8948 / 0.02 * 2.0 / 0.1
     assert state.pipelined_lane_cap == pytest.approx(lane)
     assert tail_lanes(tail_mb * 1e6, 4) == pytest.approx(lanes)
     tail = tail_mb * 1e6
     sim = Simulator()
     link = FluidLink(sim, state)
     arrived: list[float] = []
-    cache = link.start(2e6 + tail, lambda _: arrived.append(sim.now), None, produce_s=1.0,
-                       tail_fraction=tail / (2e6 + tail))
+    cache = link.start(2e6 + tail, lambda _: arrived.append(sim.now), None, [(0.0, 2e6)])
     sim.schedule(1.0, lambda _: link.end_production(cache))
     sim.run()
     assert arrived[0] == pytest.approx(1.0 + tail / (lanes * lane) + 0.01)
 
 
 def test_pipelined_transfer_ends_a_last_layer_after_the_prefill_when_the_link_keeps_up() -> None:
-    # 1 GB produced over 4 s on a 1 GB/s link: all but the tail (1/10) flows during the prefill;
-    # the tail goes when the prefill ends (end_production at 4 s) and takes 0.1 s.
+    # 1 GB in ten layers over 4 s on a 1 GB/s link: each of the first nine (0.1 GB at 0.4, 0.8,
+    # ... 3.6 s) is across in 0.1 s; the last goes when the prefill ends at 4 s and takes 0.1 s.
     sim = Simulator()
     link = FluidLink(sim, LinkState(GB, delay_s=0.0))
     arrived: list[float] = []
-    transfer = link.start(GB, lambda _: arrived.append(sim.now), None, produce_s=4.0, tail_fraction=0.1)
+    layers = [(0.4 * (i + 1), 0.1 * GB) for i in range(9)]
+    transfer = link.start(GB, lambda _: arrived.append(sim.now), None, layers)
     sim.schedule(4.0, lambda _: link.end_production(transfer))
     sim.run()
     assert arrived == [pytest.approx(4.1)]
 
 
-def test_pipelined_transfer_is_bandwidth_bound_when_the_link_is_slower_than_production() -> None:
-    # 1 GB produced in 0.5 s on a 0.1 GB/s link: exposed transfer = start + bytes / share = 10 s.
+def test_pipelined_transfer_is_bandwidth_bound_from_its_first_layer_when_the_link_is_slower() -> None:
+    # 1 GB in five layers over 0.5 s on a 0.1 GB/s link: nothing goes before the first layer ends
+    # (0.1 s); from then on the link never waits for the prefill: 0.1 + 1 GB / 0.1 GB/s.
     sim = Simulator()
     link = FluidLink(sim, LinkState(0.1 * GB, delay_s=0.0))
     arrived: list[float] = []
-    transfer = link.start(GB, lambda _: arrived.append(sim.now), None, produce_s=0.5, tail_fraction=0.1)
+    transfer = link.start(GB, lambda _: arrived.append(sim.now), None, layer_sends((0.2,) * 5, 0.5, GB))
     sim.schedule(0.5, lambda _: link.end_production(transfer))
     sim.run()
-    assert arrived == [pytest.approx(10.0)]
+    assert arrived == [pytest.approx(10.1)]
+
+
+def test_layers_merge_into_a_few_sends_each_at_its_last_layers_end() -> None:
+    assert layer_sends((0.2,) * 5, 0.5, GB) == [(pytest.approx(0.1 * (i + 1)), pytest.approx(0.2 * GB))
+                                                for i in range(4)]
+    sends = layer_sends((1 / 61,) * 61, 6.1, 61.0)  # 60 layers before the last, in sends of 8 layers
+    assert len(sends) == MAX_SENDS
+    assert [round(t, 6) for t, _ in sends] == [0.8, 1.6, 2.4, 3.2, 4.0, 4.8, 5.6, 6.0]
+    assert [round(b, 6) for _, b in sends] == [8.0] * 7 + [4.0]
 
 
 def test_a_link_change_resets_the_shares_mid_transfer_and_cancel_stops_one() -> None:

@@ -21,47 +21,44 @@ RTT = 0.02
 BDP = RATE * RTT
 
 
-def _peaks(state: LinkState, size: float, at: list[float], **start: float) -> tuple[list[tuple[float, bool]], float]:
-    """Start one transfer of `size` at 0 (ending its production at `produce_s` when given) and
-    take the queue's peak at each of `at`; also the bytes sent when the production ended."""
+def _peaks(state: LinkState, size: float, at: list[float], layers: list[tuple[float, float]] | None = None,
+           end_s: float = 0.0) -> list[tuple[float, bool]]:
+    """Start one transfer of `size` at 0 (handed over in `layers`, the rest at `end_s`, when given)
+    and take the queue's peak at each of `at`."""
     sim = Simulator()
     link = FluidLink(sim, state)
     taken: list[tuple[float, bool]] = []
-    sent_at_end: list[float] = []
-    transfer = link.start(size, lambda _: None, None, **start)
-
-    def end_production(_: object) -> None:
-        link.sync()
-        sent_at_end.append(link.bytes_sent)
-        link.end_production(transfer)
-
-    if start.get("produce_s"):
-        sim.schedule(start["produce_s"], end_production)
+    transfer = link.start(size, lambda _: None, None, layers)
+    if layers is not None:
+        sim.schedule(end_s, lambda _: link.end_production(transfer))
     for t in at:
         sim.schedule(t, lambda _: taken.append(link.take_queue_peak()))
     sim.run()
-    return taken, (sent_at_end or [0.0])[0]
+    return taken
 
 
 def test_a_whole_cache_waits_beyond_the_bdp_and_drains_at_the_link_rate() -> None:
     # 3 MB at once on 10 Mbit/s, 20 ms: all of it in flight at 0 (the first window already covers
     # the BDP), then 1.25 MB delivered per second; the cache ends at 2.4 s.
-    taken, _ = _peaks(LinkState(RATE, delay_s=0.01, rtt_s=RTT), 3 * MB, [1.0, 2.0, 3.0, 4.0])
+    taken = _peaks(LinkState(RATE, delay_s=0.01, rtt_s=RTT), 3 * MB, [1.0, 2.0, 3.0, 4.0])
     assert taken[0] == (pytest.approx(3 * MB - BDP), True)  # the peak: as it started
     assert taken[1] == (pytest.approx(3 * MB - RATE - BDP), True)  # the interval's start
     assert taken[2] == (pytest.approx(3 * MB - 2 * RATE - BDP), True)  # sent until 2.4 s
     assert taken[3] == (0.0, False)  # nothing sent in (3, 4]
 
 
-def test_a_pipelined_cache_queues_only_its_last_layer() -> None:
-    # 100 MB produced over 4 s (90 MB at 22.5 MB/s) on a 100 MB/s link: production-bound (less
-    # what slow start held back), no queue beyond the BDP; when the prefill ends the 10 MB tail
-    # and the held-back bytes are all in flight at once, less the 2 MB BDP.
+def test_a_pipelined_cache_queues_each_layer_as_it_is_handed_over() -> None:
+    # 100 MB in ten 10 MB layers, nine at 0.4, 0.8, ... 3.6 s and the last when the prefill ends
+    # at 4 s, on a 100 MB/s link, 20 ms: each layer is in flight at once and across in 0.1 s, so
+    # the queue beyond the 2 MB BDP peaks at 8 MB per layer, once the window has opened (the
+    # first layer's first round trips carry only the window: 4 x 10 segments, doubling).
     state = LinkState(100 * MB, delay_s=0.01, rtt_s=RTT)
-    taken, sent = _peaks(state, 100 * MB, [2.0, 3.9, 4.5], produce_s=4.0, tail_fraction=0.1)
-    assert taken[0][0] <= 0 and taken[1][0] <= 0
-    assert 89 * MB < sent < 90 * MB
-    assert taken[2] == (pytest.approx(100 * MB - sent - 100 * MB * RTT, rel=1e-9), True)
+    layers = [(0.4 * (i + 1), 10 * MB) for i in range(9)]
+    taken = _peaks(state, 100 * MB, [0.45, 1.0, 3.9, 4.5], layers, end_s=4.0)
+    assert taken[0][0] < 8 * MB - 1  # the first layer: the window, not the layer, was in flight
+    assert taken[1] == (pytest.approx(8 * MB), True)
+    assert taken[2] == (pytest.approx(8 * MB), True)
+    assert taken[3] == (pytest.approx(8 * MB), True)  # the last layer, after the prefill
 
 
 def test_the_smoothed_rtt_keeps_a_share_of_the_wait_up_to_the_deepest_measured() -> None:

@@ -13,18 +13,18 @@ from emulator.virtual.link_replay import arrival_times
 from emulator.virtual.tcp import MSS_BYTES, initial_window_bytes, is_lockout, slow_start_s
 
 MB = 1e6
-W0 = 4 * 10 * MSS_BYTES  # 4 new connections, 10 segments each: 57,920 bytes in the first round trip
+W0 = 4 * 10 * MSS_BYTES  # 4 new connections, 10 segments of 8,948 bytes each: 357,920 in the first round trip
 
 
 def test_slow_start_closed_form_by_hand() -> None:
-    # 25 MB/s, 40 ms: windows of 57,920 * 2^k per round trip until 2^k * 57,920 / 0.04 >= 25e6
-    # (k = 5: 1.85 MB per round trip = 46 MB/s). 1 MB: rounds 0-3 carry 15 * W0 = 868,800 bytes
-    # in 0.16 s; the last 131,200 go at 16 * W0 / 0.04 = 23.2 MB/s (still below the rate).
+    # 25 MB/s, 40 ms: windows of 357,920 * 2^k per round trip until 2^k * 357,920 / 0.04 >= 25e6
+    # (k = 2: 1.43 MB per round trip = 35.8 MB/s). 1 MB: round 0 carries W0 in 0.04 s; the last
+    # 642,080 bytes go at 2 * W0 / 0.04 = 17.9 MB/s (still below the rate).
     assert initial_window_bytes(4) == W0
-    expected = 0.16 + (1e6 - 15 * W0) / (16 * W0 / 0.04)
+    expected = 0.04 + (1e6 - W0) / (2 * W0 / 0.04)
     assert slow_start_s(1e6, 25e6, 0.04, W0) == pytest.approx(expected)
-    # 16 MB: rounds 0-4 (31 * W0) in 0.2 s, the rest at the rate
-    assert slow_start_s(16e6, 25e6, 0.04, W0) == pytest.approx(0.2 + (16e6 - 31 * W0) / 25e6)
+    # 16 MB: rounds 0-1 (3 * W0) in 0.08 s, the rest at the rate
+    assert slow_start_s(16e6, 25e6, 0.04, W0) == pytest.approx(0.08 + (16e6 - 3 * W0) / 25e6)
 
 
 @pytest.mark.parametrize("size", [0.5 * MB, 1 * MB, 4 * MB, 16 * MB])
@@ -43,25 +43,25 @@ def test_an_open_window_survives_idle_and_the_next_transfer_goes_at_the_rate() -
 
 
 def test_lossless_long_transfers_tend_to_the_plain_fluid() -> None:
-    # The ramp costs less than its rounds (5 round trips, 0.2 s, here) over bytes / rate: 0.128 s,
+    # The ramp costs less than its rounds (2 round trips, 0.08 s, here) over bytes / rate: 0.037 s,
     # under 1 % of 400 MB at 25 MB/s, and a fixed cost, so the limit is the plain fluid.
     state = LinkState(25e6, delay_s=0.02, rtt_s=0.04)
     (arrived,) = arrival_times(state, [(0.0, 400 * MB)])
     fluid = 400 * MB / 25e6 + 0.02
-    assert arrived - fluid == pytest.approx(5 * 0.04 - 31 * W0 / 25e6)
+    assert arrived - fluid == pytest.approx(2 * 0.04 - 3 * W0 / 25e6)
     assert arrived == pytest.approx(fluid, rel=1e-2)
     unshaped = LinkState(math.inf, delay_s=0.005, rtt_s=0.01)  # no rate: nothing to ramp to
     assert arrival_times(unshaped, [(1.0, 400 * MB)]) == [pytest.approx(1.005)]
 
 
 def test_a_newcomer_behind_a_deep_buffer_gets_bdp_over_buffer_of_an_incumbents_share() -> None:
-    # 6.25 MB/s (50 Mbit/s), 20 ms RTT: BDP 125 kB, buffer 1,000 x 1,500 B: weight 0.0833.
+    # 6.25 MB/s (50 Mbit/s), 20 ms RTT: BDP 125 kB, buffer 1,000 x 9,000 B: weight 0.0139.
     state = LinkState(6.25e6, delay_s=0.01, rtt_s=0.02)
-    assert is_lockout(6.25e6, 0.02, 1.5e6) and state.newcomer_weight == pytest.approx(0.125e6 / 1.5e6)
+    assert is_lockout(6.25e6, 0.02, 9e6) and state.newcomer_weight == pytest.approx(0.125e6 / 9e6)
     big, small = 16 * MB, 1 * MB
     big_alone = slow_start_s(big, 6.25e6, 0.02, W0)  # ramps first, then holds the link
     big_done, small_done = arrival_times(state, [(0.0, big), (1.0, small)])
-    w = 0.125 / 1.5
+    w = 0.125 / 9
     small_rate, big_rate = 6.25e6 * w / (1 + w), 6.25e6 / (1 + w)
     big_left = big - 6.25e6 * (1.0 - (slow_start_s(0, 6.25e6, 0.02, W0) + big_alone - big / 6.25e6))
     # from 1 s the big one runs at big_rate; the small one at small_rate, then alone at the rate
