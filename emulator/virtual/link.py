@@ -107,10 +107,11 @@ class FluidLink:
     """Max-min fair sharing among the active transfers (water-filling over their caps).
 
     Invariants between events: each active transfer's `rate` is its current share, and the finish
-    timer of its latest `version` is armed for since_s + remaining / rate. A start, finish or
-    change recomputes every share but touches only the transfers whose share moved, so a transfer
-    that keeps its rate keeps its timer: on a wide link most pipelined transfers sit at their
-    production cap, and a neighbour's start or end leaves them alone.
+    timer of its latest `version` is armed for since_s + remaining / rate (during slow start, only
+    when that falls before the next round). A start, finish, layer or change recomputes every
+    share but touches only the transfers whose share moved, so a transfer that keeps its rate
+    keeps its timer: on a wide link most pipelined transfers wait for their next layer or sit at
+    their loss cap, and a neighbour's start or end leaves them alone.
 
     Pipelining: a transfer started with `layers` gets each layer's bytes when its prefill hands
     them over (seconds after the start) and the rest, its last layer, at `end_production`; it
