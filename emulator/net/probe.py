@@ -1,4 +1,4 @@
-"""Probes across a shaped link: TCP goodput, TCP echo round trips and paced UDP loss.
+"""Probes across a shaped link: TCP goodput, connect and echo round trips, paced UDP loss.
 
 Receivers live in `dst_netns`, senders in `src_netns` (sockets from `netns_socket`; None is this
 namespace). Through the proxy backend both are None and `route` maps the receiver's port to the
@@ -65,6 +65,33 @@ def measure_rate_series(src_netns: str | None, dst_netns: str | None, dst_addr: 
         raise TopologyError(f"probe: no TCP stream reached {dst_addr} ({result.get('error', '')})")
     return [(round((i + 1) * interval_s, 9), n * 8 / interval_s)
             for i, n in enumerate(result["series"])]
+
+
+def measure_connect_times(src_netns: str | None, dst_netns: str | None, dst_addr: str,
+                          samples: int, *, timeout_s: float = CONNECT_TIMEOUT_S) -> list[float]:
+    """`samples` TCP connect times (seconds): one SYN / SYN-ACK round trip each, answered by the
+    kernel, so no user process's scheduling is in them."""
+    listener = netns_socket(dst_netns)
+    times: list[float] = []
+    try:
+        listener.bind((dst_addr, 0))
+        listener.listen(samples)
+        for _ in range(samples):
+            client = netns_socket(src_netns)
+            try:
+                client.settimeout(timeout_s)
+                start = time.monotonic()
+                client.connect((dst_addr, listener.getsockname()[1]))
+                times.append(time.monotonic() - start)
+            finally:
+                client.close()
+            listener.accept()[0].close()
+    except OSError as err:
+        raise TopologyError(f"probe: connect to {dst_addr} failed after {len(times)} samples ({err})") \
+            from None
+    finally:
+        listener.close()
+    return times
 
 
 def measure_rtt(src_netns: str | None, dst_netns: str | None, dst_addr: str, samples: int,

@@ -25,7 +25,7 @@ from emulator.net.host_link import HostLink
 from emulator.net.host_rehearsal import HostRehearsal, RehearsalHost
 from emulator.net.netem_backend import NetemSupport, probe_netem_support
 from emulator.net.netns import list_netns, netns_socket
-from emulator.net.probe import measure_throughput
+from emulator.net.probe import measure_connect_times, measure_throughput
 from emulator.net.spec import LinkShape
 
 pytestmark = [
@@ -166,25 +166,6 @@ def test_net_down_removes_a_crashed_runs_shaping_hosts_and_bridge(run_id: str):
     assert leftovers(run_id) == []
 
 
-def connect_times(src: RehearsalHost, dst: RehearsalHost, samples: int) -> list[float]:
-    """TCP connect time from `src` to a listener on `dst`: one SYN / SYN-ACK round trip each."""
-    listener = netns_socket(dst.netns)
-    listener.bind((dst.addr, 0))
-    listener.listen(samples)
-    times = []
-    try:
-        for _ in range(samples):
-            client = netns_socket(src.netns)
-            start = time.monotonic()
-            client.connect((dst.addr, listener.getsockname()[1]))
-            times.append(time.monotonic() - start)
-            client.close()
-            listener.accept()[0].close()
-    finally:
-        listener.close()
-    return times
-
-
 @pytest.mark.slow
 @pytest.mark.netem
 def test_rtt_across_two_shaped_hosts_is_twice_the_delay(hosts: HostRehearsal):
@@ -195,7 +176,7 @@ def test_rtt_across_two_shaped_hosts_is_twice_the_delay(hosts: HostRehearsal):
     shape = LinkShape(bandwidth_mbit=RATE_MBIT, delay_ms=10)
     with HostLink.open(remote.netns, remote.ifname, local.addr, shape, hosts.ledger, netem=support), \
             HostLink.open(local.netns, local.ifname, remote.addr, shape, hosts.ledger, netem=support):
-        rtt_s = sorted(connect_times(remote, local, 20))[10]
+        rtt_s = sorted(measure_connect_times(remote.netns, local.netns, local.addr, 20))[10]
     print(f"median connect time {rtt_s * 1e3:.2f} ms for 2 x 10 ms")
     assert abs(rtt_s - 0.020) <= 0.001
 

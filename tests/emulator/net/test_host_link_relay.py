@@ -27,7 +27,7 @@ from emulator.net.host_rehearsal import HostRehearsal, RehearsalHost
 from emulator.net.ledger import process_start_time
 from emulator.net.netem_backend import NetemSupport
 from emulator.net.netns import list_netns, netns_socket
-from emulator.net.probe import measure_rtt, measure_throughput
+from emulator.net.probe import measure_connect_times, measure_rtt, measure_throughput
 from emulator.net.spec import LinkShape
 
 pytestmark = [
@@ -79,28 +79,9 @@ def hosts(run_id: str) -> Iterator[HostRehearsal]:
     assert leftovers(run_id) == []
 
 
-def connect_times(src: RehearsalHost, dst: RehearsalHost, samples: int) -> list[float]:
-    """TCP connect time from `src` to a listener on `dst`: one SYN / SYN-ACK round trip each."""
-    listener = netns_socket(dst.netns)
-    listener.bind((dst.addr, 0))
-    listener.listen(samples)
-    times = []
-    try:
-        for _ in range(samples):
-            client = netns_socket(src.netns)
-            start = time.monotonic()
-            client.connect((dst.addr, listener.getsockname()[1]))
-            times.append(time.monotonic() - start)
-            client.close()
-            listener.accept()[0].close()
-    finally:
-        listener.close()
-    return times
-
-
 def rtt_ms(remote: RehearsalHost, local: RehearsalHost) -> tuple[float, float]:
     """Median SYN/SYN-ACK time and median TCP echo time, in ms."""
-    syn = statistics.median(connect_times(remote, local, 15)) * 1e3
+    syn = statistics.median(measure_connect_times(remote.netns, local.netns, local.addr, 15)) * 1e3
     echo = statistics.median(measure_rtt(remote.netns, local.netns, local.addr, samples=15)) * 1e3
     return syn, echo
 
@@ -111,6 +92,7 @@ def test_delay_each_way_sums_to_the_rtt_rate_holds_and_close_restores_both_hosts
     for host in (remote, local):  # strict reverse-path filtering, as many distributions set it
         in_host(host, "sysctl", "-qw", "net.ipv4.conf.all.rp_filter=1")
     before = {h.name: relay_state(h) for h in (remote, local)}
+    base_syn, base_echo = rtt_ms(remote, local)  # the hosts' own time, CPU load included
     shape = LinkShape(bandwidth_mbit=50, delay_ms=10)
     links = [HostLink.open(remote.netns, remote.ifname, local.addr, shape, hosts.ledger, netem=NO_NETEM),
              HostLink.open(local.netns, local.ifname, remote.addr, shape, hosts.ledger, netem=NO_NETEM)]
@@ -122,8 +104,9 @@ def test_delay_each_way_sums_to_the_rtt_rate_holds_and_close_restores_both_hosts
         assert any(r.startswith(f"{local.addr} dev {during['devices'][0]}") and f"src {remote.addr}" in r
                    for r in during["routes"]), during
         syn, echo = rtt_ms(remote, local)
-        print(f"2 x 10 ms: SYN/SYN-ACK {syn:.2f} ms, echo {echo:.2f} ms")
-        assert abs(syn - 20) <= 1 and abs(echo - 20) <= 1
+        print(f"2 x 10 ms: SYN/SYN-ACK {syn:.2f} ms, echo {echo:.2f} ms "
+              f"(unshaped {base_syn:.2f} / {base_echo:.2f} ms)")
+        assert abs(syn - base_syn - 20) <= 1 and abs(echo - base_echo - 20) <= 1
 
         counted = links[0].counters().bytes
         shaped = measure_throughput(remote.netns, local.netns, local.addr, seconds=3.0, warmup_s=1.0)
@@ -136,7 +119,7 @@ def test_delay_each_way_sums_to_the_rtt_rate_holds_and_close_restores_both_hosts
         assert [link.relay_pid for link in links] == pids  # reshaped in place, not restarted
         syn, echo = rtt_ms(remote, local)
         print(f"2 x 2.5 ms after update: SYN/SYN-ACK {syn:.2f} ms, echo {echo:.2f} ms")
-        assert abs(syn - 5) <= 1 and abs(echo - 5) <= 1
+        assert abs(syn - base_syn - 5) <= 1 and abs(echo - base_echo - 5) <= 1
     finally:
         for link in links:
             link.close()
