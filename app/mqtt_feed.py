@@ -92,9 +92,6 @@ class MqttFeed:
             self._loop.run_until_complete(self._task)
         except asyncio.CancelledError:
             pass
-        except RuntimeError:  # a reconnect while the interpreter exits finds its executor shut down
-            if threading.main_thread().is_alive():
-                raise
         self._loop.close()
 
     async def _run(self) -> None:
@@ -118,6 +115,9 @@ class MqttFeed:
                             self._on_message(str(message.topic), message.payload)
             except (aiomqtt.MqttError, OSError) as err:
                 self._lost(str(err) or type(err).__name__)
+            except RuntimeError as err:  # the connect's thread pool is shut: the interpreter exits
+                self._lost(f"stopped ({err})")
+                return
             else:
                 self._lost("the broker ended the session")
             await asyncio.sleep(delay_s)

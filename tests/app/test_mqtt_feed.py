@@ -4,7 +4,10 @@ ones, publishes, and refuses to publish while it has no connection."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import aiomqtt
 import pytest
@@ -14,6 +17,8 @@ from emulator.errors import TelemetryError
 from emulator.net.names import new_run_id
 from emulator.telemetry.broker import free_port, parse_broker_url
 from emulator.telemetry.schemas import MetricsSnapshot, StatusMessage
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _wait(predicate, timeout_s: float = 10.0) -> None:
@@ -102,3 +107,26 @@ def test_retained_messages_from_before_the_feed_are_not_filed(live_env: str, fak
     finally:
         feed.close()
         asyncio.run(publish([(name, b"") for name, _ in retained]))  # the broker is the session's
+
+
+EXITING_WHILE_RECONNECTING = """
+import threading, time
+# Exit work registered before the thread pools' own runs after it, as a server's or a test
+# runner's does: the interpreter sits in its shutdown, pools stopped and the main thread still
+# alive, while the feed's next reconnect comes due.
+threading._register_atexit(lambda: time.sleep(3.0))
+from app.mqtt_feed import MqttFeed
+feed = MqttFeed("mqtt://127.0.0.1:{port}").start(wait_s=5.0)
+assert not feed.connected
+"""
+
+
+@pytest.mark.live
+@pytest.mark.slow
+def test_a_server_exiting_while_the_feed_reconnects_ends_it_quietly() -> None:
+    """At exit the thread pools stop before the last threads are joined: a reconnect due then finds
+    its connect pool shut, and ends the feed with a reason, not a thread traceback."""
+    script = EXITING_WHILE_RECONNECTING.format(port=free_port())
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True,
+                          timeout=30)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
