@@ -125,19 +125,19 @@ def link_busy(record: RunRecord, words: str) -> Verdict:
     return Verdict(words, f"median egress {_pct(busy)} of the link while requests arrived", busy >= BUSY_LINK)
 
 
-def _queue_peak(record: RunRecord) -> int:
+def queue_peak(record: RunRecord) -> int:
     cols = [c for c in ("queue_remote_prefill", "queue_local_prefill") if c in record.timeseries]
     return int(record.timeseries[cols].max().max()) if cols and len(record.timeseries) else 0
 
 
 def queues_short(record: RunRecord) -> Verdict:
-    peak = _queue_peak(record)
+    peak = queue_peak(record)
     return Verdict(f"no prefill queue builds (at most {SHORT_QUEUE} waiting)", f"at most {peak} waiting",
                    peak <= SHORT_QUEUE)
 
 
 def queues_build_then_drain(record: RunRecord) -> Verdict:
-    peak, ts = _queue_peak(record), record.timeseries
+    peak, ts = queue_peak(record), record.timeseries
     last = int(ts[["queue_remote_prefill", "queue_local_prefill"]].iloc[-1].max()) if len(ts) else 0
     return Verdict(f"prefill queues build (at least {BUILT_QUEUE} waiting), then drain",
                    f"at most {peak} waiting, {last} at the end", peak >= BUILT_QUEUE and last == 0)

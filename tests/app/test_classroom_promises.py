@@ -11,10 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.classroom_promises import SHARE_MARGIN, RunRecord, expected_share, first_run, link_then_threshold
+from app.classroom_promises import (SHARE_MARGIN, SHORT_QUEUE, RunRecord, queue_peak, expected_share, first_run,
+                                    link_then_threshold)
 from app.classroom_times import Measured, load_measured, stated_s, words
 from app.classroom_view import STEPS, stated_time_s, variant_scenario
-from emulator.auto_rate import with_rate
+from emulator.auto_rate import capacity_per_s, with_rate
+from emulator.plane.control_plane import make_control_plane
 from emulator.scenario import load_scenario
 from emulator.virtual.engine import run_virtual
 from emulator.workload.build import build_requests
@@ -53,6 +55,22 @@ def test_classroom_basic_keeps_both_windows_at_any_rate() -> None:
         before, after = lengths[arrive < at_s], lengths[(arrive >= at_s) & (arrive < sc.duration_s)]
         assert abs((before > before_t).mean() - expected_share(sc, before_t)) <= SHARE_MARGIN, rate
         assert abs((after > after_t).mean() - expected_share(sc, after_t)) <= SHARE_MARGIN, rate
+
+
+@pytest.mark.parametrize("load", [0.6, 0.8])
+def test_the_quickstarts_prefill_queues_stay_short_at_any_rate_auto_may_choose(tmp_path: Path, load: float) -> None:
+    """At the rate `auto` chooses (0.6 of capacity) and at a machine a third slower than its start-up
+    timing said (0.8), the first 160 requests (a fast machine's 45 s) never queue more than
+    SHORT_QUEUE - 1: a live run keeps one of margin for its own jitter. A rate scales time alone, so
+    the virtual engine at `load` of its own capacity stands for every machine."""
+    sc = load_scenario(SCENARIOS / "live-quickstart.yaml")
+    capacity = capacity_per_s(sc, make_control_plane(sc))
+    rate = load * capacity
+    sc = with_rate(sc, rate).model_copy(update={"duration_s": 160 / rate})
+    run_virtual(sc, tmp_path)
+    record = RunRecord.read(tmp_path, sc)
+    assert len(record.requests) >= 140
+    assert queue_peak(record) <= SHORT_QUEUE - 1, (load, queue_peak(record))
 
 
 def test_the_checks_read_a_run_and_fail_a_broken_promise(tmp_path: Path) -> None:
