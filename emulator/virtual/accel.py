@@ -35,6 +35,7 @@ MANIFEST = "manifest.json"
 COMPILED = (
     "emulator/virtual/core.py", "emulator/virtual/link.py", "emulator/virtual/nodes.py",
     "emulator/virtual/gateway.py", "emulator/virtual/loops.py", "emulator/virtual/costs.py",
+    "emulator/virtual/water_fill.py",
     "emulator/control/router.py", "emulator/control/prefix_cache.py", "emulator/control/prefix_entries.py",
     "emulator/control/curve.py", "emulator/control/estimators.py", "emulator/control/scheduler.py",
     "emulator/control/placement.py", "emulator/telemetry/records.py",

@@ -20,26 +20,60 @@ LOCAL_RDMA_BYTES_PER_S = 800e9 / 8
 # after the prefill ends. ASSUMPTION: the case-study model has about this many layers of equal
 # size (the paper gives no layer count for its 1T model; Kimi K2-class models have 61).
 PIPELINE_LAYERS = 61
-MAX_SENDS = 8  # a pipelined cache's layers before its last go in at most this many sends (events stay few)
+MAX_SENDS = 8  # a pipelined cache the link cannot keep up with goes in at most this many sends
 LayerBytes = Callable[[int], tuple[int, ...]]  # each layer's bytes after so many tokens (model_stub's config)
 
 
-def layer_sends(shares: tuple[float, ...], produce_s: float, num_bytes: float) -> list[tuple[float, float]]:
-    """(seconds after the prefill starts, bytes) at which a cache shipped layer by layer hands its
-    layers to the link, the last left out (it goes when the prefill ends). Layer i of n is done at
-    (i + 1) / n of the prefill: the layers take about equal time (kimi-linear-mini's eight ended
-    at 0.15, 0.27, 0.38, 0.49, 0.60, 0.71, 0.83 and 1.0 of a 2,048-token prefill, its two MLA
-    layers no slower than its linear ones). Runs of layers merge into at most MAX_SENDS sends,
-    each at its last layer's end."""
+Send = tuple[float, float, float]  # (seconds after the prefill starts, bytes, of them the late bytes)
+
+
+def layer_sends(shares: tuple[float, ...], produce_s: float, num_bytes: float,
+                send_bytes_per_s: float = 0.0) -> list[Send]:
+    """When a cache shipped layer by layer hands its layers to the link, the last left out (it goes
+    when the prefill ends). Layer i of n is done at (i + 1) / n of the prefill: the layers take
+    about equal time (kimi-linear-mini's eight ended at 0.15, 0.27, 0.38, 0.49, 0.60, 0.71, 0.83
+    and 1.0 of a 2,048-token prefill, its two MLA layers no slower than its linear ones).
+
+    Each send goes at its last layer's end. Layers merge into one send while the link, at
+    `send_bytes_per_s` (the transfer's share when it starts), clears the send before the next one
+    is due: the cache then arrives as it would layer by layer, with a few events instead of one
+    per layer (a fast link's case-study cache: 2 sends, not 60). Such a send's late bytes, its
+    layers before its last, would have left already layer by layer, so they stand in no queue
+    (FluidLink counts them out). Where the link cannot keep up (or no rate is given) runs of
+    layers merge into at most MAX_SENDS sends, late bytes 0."""
     n = len(shares)
+    times = [(i + 1) / n * produce_s for i in range(n - 1)]
+    if send_bytes_per_s > 0:
+        sends = _keeping_up(shares, times, produce_s, num_bytes, send_bytes_per_s)
+        if len(sends) <= MAX_SENDS:
+            return sends
     group = max(1, -(-(n - 1) // MAX_SENDS))
-    sends: list[tuple[float, float]] = []
+    sends = []
     share = 0.0
     for i in range(n - 1):
         share += shares[i]
         if (i + 1) % group == 0 or i == n - 2:
-            sends.append(((i + 1) / n * produce_s, share * num_bytes))
+            sends.append((times[i], share * num_bytes, 0.0))
             share = 0.0
+    return sends
+
+
+def _keeping_up(shares: tuple[float, ...], times: list[float], produce_s: float, num_bytes: float,
+                rate: float) -> list[Send]:
+    """Sends from the last layer back: each takes the earlier layers the link clears at `rate`
+    between its moment and the next send's (the prefill's end for the last)."""
+    sends: list[Send] = []
+    j, next_s = len(times) - 1, produce_s
+    while j >= 0:
+        room = rate * (next_s - times[j]) * (1.0 + 1e-9)
+        last = size = shares[j] * num_bytes
+        k = j - 1
+        while k >= 0 and size + shares[k] * num_bytes <= room:
+            size += shares[k] * num_bytes
+            k -= 1
+        sends.append((times[j], size, size - last))
+        next_s, j = times[j], k
+    sends.reverse()
     return sends
 
 
@@ -136,9 +170,10 @@ class CostModel:
         """The share of a KV cache of `input_len` tokens that can only be sent once the prefill has ended."""
         return self.layer_shares(input_len)[-1]
 
-    def layer_sends(self, input_len: float, produce_s: float, num_bytes: float) -> list[tuple[float, float]]:
+    def layer_sends(self, input_len: float, produce_s: float, num_bytes: float,
+                    send_bytes_per_s: float = 0.0) -> list[Send]:
         """When a prefill of `produce_s` hands the link each layer of its cache but the last (layer_sends)."""
-        return layer_sends(self.layer_shares(input_len), produce_s, num_bytes)
+        return layer_sends(self.layer_shares(input_len), produce_s, num_bytes, send_bytes_per_s)
 
     def as_meta(self) -> dict[str, object]:
         meta: dict[str, object] = {

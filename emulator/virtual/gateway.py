@@ -165,8 +165,9 @@ class Gateway:
         if node.cluster is _REMOTE:
             tokens = journey.spec.input_len
             kv_bytes = int(self.costs.kv_bytes(tokens))
-            journey.handle = self.link.start(kv_bytes, self._on_kv_arrived, (journey, journey.attempt_id),
-                                             self.costs.layer_sends(tokens, service_s, kv_bytes))
+            link = self.link
+            sends = self.costs.layer_sends(tokens, service_s, kv_bytes, link.newcomer_share())
+            journey.handle = link.start(kv_bytes, self._on_kv_arrived, (journey, journey.attempt_id), sends)
 
     def _on_prefill_end(self, node: PrefillNode, journey: Journey, service_s: float) -> None:
         now, attempt = self.sim.now, journey.attempt_id

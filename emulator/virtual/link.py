@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from emulator.virtual.core import Simulator
-
 from emulator.virtual.tcp import (
     CONNECTIONS,
     LOSS_C,
@@ -28,6 +27,7 @@ from emulator.virtual.tcp import (
     mathis_bytes_per_s,
     tail_lanes,
 )
+from emulator.virtual.water_fill import max_min, weighted_max_min
 
 __all__ = ["CONNECTIONS", "MSS_BYTES", "FluidLink", "LinkState", "Transfer", "mathis_bytes_per_s"]
 _INF = math.inf
@@ -80,7 +80,7 @@ class Transfer:
     was handed waits (`is_stalled`, no share) for its next layer."""
 
     __slots__ = ("num_bytes", "remaining", "unproduced", "since_s", "rate", "on_done", "arg", "start_s",
-                 "is_active", "is_stalled", "is_pipelined", "version", "weight", "lanes", "tail_lanes")
+                 "is_active", "is_stalled", "is_pipelined", "version", "weight", "lanes", "tail_lanes", "queued_cap")
 
     def __init__(self, num_bytes: float, wire_bytes: float, unproduced: float, on_done: Callable[[Any], None],
                  arg: Any, start_s: float) -> None:
@@ -98,6 +98,7 @@ class Transfer:
         self.version = 0  # grows at every rate change: an older finish timer is stale
         self.weight = 1.0  # < 1 while locked out behind incumbents (LinkState.newcomer_weight)
         self.lanes = self.tail_lanes = float(CONNECTIONS)  # connections carrying it; its last layer's
+        self.queued_cap = _INF  # the most of its bytes that can stand in the queue: not a send's late bytes
 
     def left_at(self, now_s: float) -> float:
         return self.remaining - self.rate * (now_s - self.since_s) if now_s > self.since_s else self.remaining
@@ -152,19 +153,20 @@ class FluidLink:
     # ---- what entities call ----
 
     def start(self, num_bytes: float, on_done: Callable[[Any], None], arg: Any,
-              layers: Sequence[tuple[float, float]] | None = None) -> Transfer:
+              layers: Sequence[tuple[float, float, float]] | None = None) -> Transfer:
         """Begin sending; `on_done(arg)` runs when the last byte has arrived (after the delay).
-        `layers`: the cache is produced as it goes, each (seconds from now, bytes) handed over then
-        and what they leave at `end_production`; None: all of it is there now."""
+        `layers`: the cache is produced as it goes, each (seconds from now, bytes, of them late
+        bytes: costs.layer_sends) handed over then and what they leave at `end_production`; None:
+        all of it is there now."""
         self._advance()
         now, wire = self.sim.now, self.state.wire_per_byte
         transfer = Transfer(float(num_bytes), num_bytes * wire, num_bytes * wire if layers is not None else 0.0,
                             on_done, arg, now)
         if layers is not None:
             tail = float(num_bytes)
-            for after_s, size in layers:
+            for after_s, size, late in layers:
                 tail -= size
-                self.sim.schedule(now + after_s, self._on_layer, (transfer, size * wire))
+                self.sim.schedule(now + after_s, self._on_layer, (transfer, size * wire, late * wire))
             transfer.is_pipelined = True
             transfer.lanes = float(self.state.connections)
             transfer.tail_lanes = tail_lanes(tail, self.state.connections)
@@ -184,21 +186,25 @@ class FluidLink:
             transfer.lanes = transfer.tail_lanes
             self._hand_over(transfer, transfer.unproduced)
 
-    def _on_layer(self, event: tuple[Transfer, float]) -> None:
-        transfer, size = event
+    def _on_layer(self, event: tuple[Transfer, float, float]) -> None:
+        transfer, size, late = event
         if transfer.is_active and transfer.unproduced > 0:
-            self._hand_over(transfer, size if size < transfer.unproduced else transfer.unproduced)
+            self._hand_over(transfer, size if size < transfer.unproduced else transfer.unproduced, late)
 
-    def _hand_over(self, transfer: Transfer, size: float) -> None:
-        """`size` more bytes of `transfer` may go: it is re-timed (its rate set to 0 so the reshare
-        re-arms its timer) and shares are recomputed, since a waiting transfer takes a share again."""
+    def _hand_over(self, transfer: Transfer, size: float, late: float = 0.0) -> None:
+        """`size` more bytes of `transfer` may go, the first `late` of them layers that would have
+        left already one by one (they go first, and stand in no queue): it is re-timed (its rate
+        set to 0 so the reshare re-arms its timer) and shares are recomputed, since a waiting
+        transfer takes a share again."""
         self._advance()
         now = self.sim.now
         transfer.remaining = transfer.left_at(now) + size
+        transfer.queued_cap = transfer.remaining - late if late > 0 else _INF
         transfer.unproduced -= size
         transfer.since_s, transfer.rate, transfer.is_stalled = now, 0.0, False
         transfer.version += 1
-        self._reshare()
+        if not self._retime_lone_sender(transfer):
+            self._reshare()
 
     def cancel(self, transfer: Transfer) -> None:
         """Drop a transfer whose sender or receiver is gone; its bytes so far stay counted as sent.
@@ -245,6 +251,18 @@ class FluidLink:
     def num_active(self) -> int:
         return len(self.active)
 
+    def newcomer_share(self) -> float:
+        """KV bytes/s a cache starting now would get: an equal part with the transfers sending now,
+        within its connections' loss cap and the slow-start window (costs.layer_sends merges the
+        layers such a share clears between sends)."""
+        senders = 1
+        for transfer in self.active:
+            if not transfer.is_stalled:
+                senders += 1
+        share = min(self.state.rate_bytes_per_s, self._window_rate) / senders
+        cap = self.state.connections * self._piped_ceiling
+        return (share if share < cap else cap) / self.state.wire_per_byte
+
     # ---- the fluid ----
 
     def _advance(self) -> None:
@@ -289,6 +307,33 @@ class FluidLink:
             self._ramp_at = now + self.state.rtt_s
             sim.schedule(self._ramp_at, self._on_ramp, None)
 
+    def _retime_lone_sender(self, transfer: Transfer) -> bool:
+        """The reshare's outcome without its sort and timers when `transfer` (just handed a layer,
+        or just out of bytes: its rate set to 0) is the only one that can send: every other active
+        transfer waits for a layer, no newcomer is weighted down and the window is open. Its share
+        is then its cap within the rate and no other share moves (a layer-by-layer cache on a wide
+        link, most of the time); False where the full reshare is needed."""
+        if self._num_newcomers or self._window_rate < _INF:
+            return False
+        for other in self.active:
+            if other is not transfer and not other.is_stalled:
+                return False
+        rate = self.state.rate_bytes_per_s
+        if not transfer.is_stalled:
+            cap = self._cap(transfer)
+            if cap < rate:
+                rate = cap
+            transfer.rate = rate
+            if rate > 0:
+                left_s = transfer.remaining / rate
+                self.sim.schedule(self.sim.now + left_s if left_s > 0 else self.sim.now, self._on_finish,
+                                  (transfer, transfer.version))
+        else:
+            rate = 0.0
+        self._total_rate = rate
+        self._note_queue()
+        return True
+
     def _note_queue(self) -> float:
         """The bytes queued beyond the path's BDP now, kept as the peak when higher: every byte
         produced and not yet delivered is in flight once the senders' window covers the BDP
@@ -302,7 +347,8 @@ class FluidLink:
             return 0.0
         now, backlog = self.sim.now, 0.0
         for transfer in active:
-            backlog += transfer.left_at(now)
+            left = transfer.left_at(now)
+            backlog += left if left < transfer.queued_cap else transfer.queued_cap
         if self._window_rate < rate and self._window < backlog:
             backlog = self._window
         queued = backlog - rate * self.state.rtt_s
@@ -310,34 +356,23 @@ class FluidLink:
             self.queue_peak_bytes = queued
         return queued if queued > 0.0 else 0.0
 
+    def _cap(self, transfer: Transfer) -> float:
+        """A transfer's ceiling now: nothing while it waits for a layer, its connections' loss cap."""
+        if transfer.is_stalled:
+            return 0.0
+        return transfer.lanes * self._piped_ceiling if transfer.is_pipelined else self._ceiling
+
     def _shares(self, active: list[Transfer]) -> list[float]:
-        """Water-filling: the smallest caps are met first; the rest split what is left equally.
-        Two shortcuts skip the sort: every cap fits (pipelined transfers on a wide link), or none
-        binds (an equal split)."""
-        ceiling, piped, left = self._ceiling, self._piped_ceiling, self.state.rate_bytes_per_s
+        left = self.state.rate_bytes_per_s
         if self._window_rate < left:
             left = self._window_rate
         caps: list[float] = []
         total = 0.0  # sum(caps), added as sum adds floats, without a call through Python
         for transfer in active:
-            cap = 0.0 if transfer.is_stalled else transfer.lanes * piped if transfer.is_pipelined else ceiling
+            cap = self._cap(transfer)
             caps.append(cap)
             total += cap
-        if left == _INF or total <= left:  # (inf - inf would be NaN below)
-            return [cap if cap < left else left for cap in caps]
-        share = left / len(active)
-        if min(caps) >= share:
-            return [share] * len(active)
-        rates = caps[:]
-        order = sorted(range(len(active)), key=caps.__getitem__)
-        for i, k in enumerate(order):
-            share = left / (len(order) - i)
-            if caps[k] > share:
-                for rest in order[i:]:
-                    rates[rest] = share
-                break
-            left -= caps[k]
-        return rates
+        return max_min(caps, total, left)
 
     def _has_incumbent(self, now_s: float) -> bool:
         """A full-weight transfer that started before now (one started at the same instant is a peer)."""
@@ -356,30 +391,9 @@ class FluidLink:
         self._num_newcomers = 0
 
     def _weighted_shares(self, active: list[Transfer]) -> list[float]:
-        """Water-filling by weight: each round fixes the transfers whose cap is below their weight's
-        part of what is left; the rest split it by weight. Only while newcomers are locked out."""
-        left = min(self.state.rate_bytes_per_s, self._window_rate)
-        n = len(active)
-        caps = [0.0 if t.is_stalled else t.lanes * self._piped_ceiling if t.is_pipelined else self._ceiling
-                for t in active]
-        rates = [0.0] * n
-        is_fixed = [False] * n
-        weight_sum = 0.0
-        for transfer in active:
-            weight_sum += transfer.weight
-        while weight_sum > 0:
-            unit, moved = left / weight_sum, False
-            for i in range(n):
-                if not is_fixed[i] and caps[i] <= active[i].weight * unit:
-                    rates[i], is_fixed[i], moved = caps[i], True, True
-                    left -= caps[i]
-                    weight_sum -= active[i].weight
-            if not moved:
-                for i in range(n):
-                    if not is_fixed[i]:
-                        rates[i] = active[i].weight * unit
-                break
-        return rates
+        """Only while newcomers are locked out: shares by weight."""
+        return weighted_max_min([self._cap(t) for t in active], [t.weight for t in active],
+                                min(self.state.rate_bytes_per_s, self._window_rate))
 
     def _on_finish(self, event: tuple[Transfer, int]) -> None:
         transfer, version = event
@@ -391,7 +405,8 @@ class FluidLink:
         if transfer.unproduced > 0:  # it sent all it holds: it waits for its prefill's next layer
             transfer.remaining, transfer.since_s, transfer.rate, transfer.is_stalled = 0.0, sim.now, 0.0, True
             transfer.version += 1
-            self._reshare()
+            if not self._retime_lone_sender(transfer):
+                self._reshare()
             return
         transfer.is_active = False
         self.active.remove(transfer)

@@ -57,7 +57,7 @@ def test_a_pipelined_cache_waiting_for_its_next_layer_leaves_its_share_to_the_ot
     sim = Simulator()
     link = FluidLink(sim, LinkState(GB, delay_s=0.0))
     arrived: dict[str, float] = {}
-    a = link.start(1.2 * GB, lambda k: arrived.__setitem__(k, sim.now), "A", [(0.0, 0.1 * GB), (3.0, 0.1 * GB)])
+    a = link.start(1.2 * GB, lambda k: arrived.__setitem__(k, sim.now), "A", [(0.0, 0.1 * GB, 0.0), (3.0, 0.1 * GB, 0.0)])
     link.start(1.9 * GB, lambda k: arrived.__setitem__(k, sim.now), "B")
     sim.schedule(4.0, lambda _: link.end_production(a))
     sim.run()
@@ -91,7 +91,7 @@ def test_a_cache_sent_as_it_is_produced_has_the_loss_response_of_one_sent_whole(
     sim = Simulator()
     link = FluidLink(sim, state)
     arrived: dict[str, float] = {}
-    cache = link.start(30e6, lambda k: arrived.__setitem__(k, sim.now), "piped", [(0.0, 10e6), (0.5, 10e6)])
+    cache = link.start(30e6, lambda k: arrived.__setitem__(k, sim.now), "piped", [(0.0, 10e6, 0.0), (0.5, 10e6, 0.0)])
     sim.schedule(1.0, lambda _: link.end_production(cache))
     sim.run()
     assert arrived["piped"] == pytest.approx(30e6 / piped + 0.01)
@@ -114,7 +114,7 @@ def test_a_last_layer_after_the_prefill_rides_as_many_connections_as_it_has_chun
     sim = Simulator()
     link = FluidLink(sim, state)
     arrived: list[float] = []
-    cache = link.start(2e6 + tail, lambda _: arrived.append(sim.now), None, [(0.0, 2e6)])
+    cache = link.start(2e6 + tail, lambda _: arrived.append(sim.now), None, [(0.0, 2e6, 0.0)])
     sim.schedule(1.0, lambda _: link.end_production(cache))
     sim.run()
     assert arrived[0] == pytest.approx(1.0 + tail / (lanes * lane) + 0.01)
@@ -126,7 +126,7 @@ def test_pipelined_transfer_ends_a_last_layer_after_the_prefill_when_the_link_ke
     sim = Simulator()
     link = FluidLink(sim, LinkState(GB, delay_s=0.0))
     arrived: list[float] = []
-    layers = [(0.4 * (i + 1), 0.1 * GB) for i in range(9)]
+    layers = [(0.4 * (i + 1), 0.1 * GB, 0.0) for i in range(9)]
     transfer = link.start(GB, lambda _: arrived.append(sim.now), None, layers)
     sim.schedule(4.0, lambda _: link.end_production(transfer))
     sim.run()
@@ -146,12 +146,37 @@ def test_pipelined_transfer_is_bandwidth_bound_from_its_first_layer_when_the_lin
 
 
 def test_layers_merge_into_a_few_sends_each_at_its_last_layers_end() -> None:
-    assert layer_sends((0.2,) * 5, 0.5, GB) == [(pytest.approx(0.1 * (i + 1)), pytest.approx(0.2 * GB))
+    assert layer_sends((0.2,) * 5, 0.5, GB) == [(pytest.approx(0.1 * (i + 1)), pytest.approx(0.2 * GB), 0.0)
                                                 for i in range(4)]
     sends = layer_sends((1 / 61,) * 61, 6.1, 61.0)  # 60 layers before the last, in sends of 8 layers
     assert len(sends) == MAX_SENDS
-    assert [round(t, 6) for t, _ in sends] == [0.8, 1.6, 2.4, 3.2, 4.0, 4.8, 5.6, 6.0]
-    assert [round(b, 6) for _, b in sends] == [8.0] * 7 + [4.0]
+    assert [round(t, 6) for t, _, _ in sends] == [0.8, 1.6, 2.4, 3.2, 4.0, 4.8, 5.6, 6.0]
+    assert [round(b, 6) for _, b, _ in sends] == [8.0] * 7 + [4.0]
+
+
+def test_layers_the_link_clears_before_the_next_send_merge_and_the_cache_arrives_as_sent_one_by_one() -> None:
+    # 60 equal layers of 1 GB before the last over 6.1 s (one per 0.1 s). At 100 GB/s a layer takes
+    # 0.01 s: the last send may hold the 10 layers it clears in the 0.1 s before the prefill ends,
+    # the one before it everything else it clears in the 1 s to that send: two sends, not eight.
+    shares = (1 / 61,) * 61
+    sends = layer_sends(shares, 6.1, 61 * GB, send_bytes_per_s=100 * GB)
+    assert [(round(t, 6), round(b / GB, 6), round(late / GB, 6)) for t, b, late in sends] == [
+        (5.0, 50.0, 49.0), (6.0, 10.0, 9.0)]  # late: the layers before each send's last
+    # a link slower than the prefill merges nothing (up to MAX_SENDS), as without a rate
+    assert layer_sends(shares[:8], 0.8, 8 * GB, send_bytes_per_s=GB) == layer_sends(shares[:8], 0.8, 8 * GB)
+    assert layer_sends(shares, 6.1, 61 * GB, send_bytes_per_s=GB) == layer_sends(shares, 6.1, 61 * GB)
+    # the cache arrives when it did layer by layer (the tail's 1 GB at 100 GB/s after 6.1 s), and
+    # the queue reads as it did: one layer less the 0.1 GB BDP, not a merged send's 50 GB
+    arrived, peaks = {}, {}
+    for name, given in (("by layer", [((i + 1) * 0.1, GB, 0.0) for i in range(60)]), ("merged", sends)):
+        sim = Simulator()
+        link = FluidLink(sim, LinkState(100 * GB, delay_s=0.0, rtt_s=0.001))
+        transfer = link.start(61 * GB, lambda k: arrived.__setitem__(k, sim.now), name, given)
+        sim.schedule(6.1, lambda _: link.end_production(transfer))
+        sim.run()
+        peaks[name] = link.take_queue_peak()[0]
+    assert arrived == {"by layer": pytest.approx(6.11, rel=1e-3), "merged": pytest.approx(6.11, rel=1e-3)}
+    assert peaks["merged"] == pytest.approx(peaks["by layer"]) and peaks["by layer"] == pytest.approx(0.9 * GB)
 
 
 def test_a_link_change_resets_the_shares_mid_transfer_and_cancel_stops_one() -> None:

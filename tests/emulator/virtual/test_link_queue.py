@@ -21,7 +21,7 @@ RTT = 0.02
 BDP = RATE * RTT
 
 
-def _peaks(state: LinkState, size: float, at: list[float], layers: list[tuple[float, float]] | None = None,
+def _peaks(state: LinkState, size: float, at: list[float], layers: list[tuple[float, float, float]] | None = None,
            end_s: float = 0.0) -> list[tuple[float, bool]]:
     """Start one transfer of `size` at 0 (handed over in `layers`, the rest at `end_s`, when given)
     and take the queue's peak at each of `at`."""
@@ -53,7 +53,7 @@ def test_a_pipelined_cache_queues_each_layer_as_it_is_handed_over() -> None:
     # the queue beyond the 2 MB BDP peaks at 8 MB per layer, once the window has opened (the
     # first layer's first round trips carry only the window: 4 x 10 segments, doubling).
     state = LinkState(100 * MB, delay_s=0.01, rtt_s=RTT)
-    layers = [(0.4 * (i + 1), 10 * MB) for i in range(9)]
+    layers = [(0.4 * (i + 1), 10 * MB, 0.0) for i in range(9)]
     taken = _peaks(state, 100 * MB, [0.45, 1.0, 3.9, 4.5], layers, end_s=4.0)
     assert taken[0][0] < 8 * MB - 1  # the first layer: the window, not the layer, was in flight
     assert taken[1] == (pytest.approx(8 * MB), True)
