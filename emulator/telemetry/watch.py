@@ -54,6 +54,8 @@ class TopicWatch:
         if self._stop is not None:
             self._loop.call_soon_threadsafe(self._stop.set)
         self._thread.join(CONNECT_TIMEOUT_S)
+        if not self._thread.is_alive():  # closed here, not by the collector at exit (its self-pipe gone by then)
+            self._loop.close()
 
     async def _run(self) -> None:
         self._stop = asyncio.Event()
