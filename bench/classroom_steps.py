@@ -4,8 +4,9 @@ Runs every variant of every step as its button does (emulator.api.start_run, the
 one embedded broker), times it from the start to the record (start-up until the first arrival, the
 scenario's duration, then the drain), makes step 5's burst as the step tells the learner to (the rate
 x BURST_FACTOR for BURST_S seconds, over the run's control topic) with the run open on the Live page
-in chromium, as the step has the learner watch it (on two cores the page's redraws slow the run's
-drain: 61 s measured without it, 96-103 s in the tour with it), and judges the run's record with
+in chromium, as the step has the learner watch it (on two cores the page's redraws can slow the
+run's drain: the step once took 61 s without the page and 96-103 s with it; 51 s with it since
+the quickstart's seed 416), and judges the run's record with
 the step's promise (app.classroom_promises). The Classroom page states these times
 (app.classroom_times). Measure on a machine with nothing else running. Live steps need root.
 
