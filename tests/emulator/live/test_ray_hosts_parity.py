@@ -5,8 +5,10 @@ workers onto hosts must not change what the run decides or, beyond 10 %, how fas
 same request ids routed the same way, every request completed, TTFT P50 within 10 %.
 
 Other load on a small machine moves one run's TTFT by more than 10 % (local prefill medians of 0.40
-and 1.13 s for the same requests), so each placement runs twice, in the order one, three, three, one
-(a load that drifts through the test weighs on both alike), and the P50 is over both runs' requests.
+and 1.13 s for the same requests; in the full suite one three-host run's prefills took 30 % longer
+than the other's), so each placement runs three times, in the order one, three, three, one, one,
+three (a load that drifts through the test weighs on both alike), and a placement's P50 is the
+median of its runs' P50s: one disturbed run does not decide.
 All runs happen while the cluster is up, so its idle daemons load every run. Where the kernel lacks
 sch_netem a HostLink shapes rate only, so the link's delay is 0 on both placements: the same link.
 """
@@ -18,6 +20,7 @@ import copy
 import logging
 import os
 import shutil
+import statistics
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -79,12 +82,12 @@ def _figures(name: str, doc: dict, requests: pd.DataFrame) -> str:
 
 # Measured here (2 cores, no sch_netem): one host 0.965 s, three hosts 0.969 s (+0.5 %) with the Ray
 # workers at the launcher's nice 10; before, Ray's nice 15 plus the worker's 10 put them at 19. Under
-# other load on the machine single runs still moved by 12-40 % either way, hence the four runs.
+# other load on the machine single runs still moved by 12-40 % either way, hence the six runs.
 def test_one_host_and_three_hosts_route_alike_and_answer_within_10_percent(cluster: RayHosts,
                                                                            tmp_path: Path) -> None:
     has_netem = probe_netem_support().is_available
     runs: dict[str, list[pd.DataFrame]] = {"one": [], "three": []}
-    for i, where in enumerate(("one", "three", "three", "one")):
+    for i, where in enumerate(("one", "three", "three", "one", "one", "three")):
         doc, requests = _run_on(where, cluster, has_netem, tmp_path / f"{i}-{where}")
         print(_figures(f"{where} host(s) #{i}", doc, requests))
         assert doc["meta"]["link_backend"] == "host" if where == "three" else doc["meta"]["link_backend"] != "host"
@@ -95,8 +98,8 @@ def test_one_host_and_three_hosts_route_alike_and_answer_within_10_percent(clust
     routes = [r["route"].to_dict() for r in runs["one"] + runs["three"]]
     assert all(r == routes[0] for r in routes)  # the same ids, each routed the same way, in every run
     assert set(routes[0].values()) == {"prfaas", "local"}  # both routes exercised: "same" means something
-    p50_one, p50_three = (pd.concat(runs[where])["ttft_s"].median() for where in ("one", "three"))
-    print(f"TTFT P50 over {2 * MAX_NUM_REQUESTS} requests: one host {p50_one:.3f} s, three hosts {p50_three:.3f} s "
+    p50_one, p50_three = (statistics.median(r["ttft_s"].median() for r in runs[where]) for where in ("one", "three"))
+    print(f"TTFT P50, the median of 3 runs' P50s: one host {p50_one:.3f} s, three hosts {p50_three:.3f} s "
           f"({p50_three / p50_one - 1:+.1%})")
     assert abs(p50_three - p50_one) <= TTFT_P50_TOLERANCE * p50_one, (p50_one, p50_three)
 
