@@ -9,8 +9,8 @@ a short live run of the scenario, replayed on the virtual engine with the profil
 (matched by id) live against virtual prefill seconds and TPOT. A prefill costs the live worker a
 fixed part besides the model (one stack run, over the probe's table: x1.14 at 128-400 tokens, x1.02
 at 700-1,024, x0.87 at 1,600-2,048), so the prefill correction is a line, Tukey's resistant line
-through (virtual, live) seconds: overhead + factor x the table; decode keeps the median ratio of
-TPOTs. The profile's times are corrected by them; `measured` keeps the figures.
+through (virtual, live) seconds: overhead + factor x the table, levelled to the live prefills'
+total (`levelled`); decode keeps the median ratio of TPOTs. The profile's times are corrected by them; `measured` keeps the figures.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ MIN_FACTOR, MAX_FACTOR = 0.5, 5.0  # outside: another machine or a broken run, n
 MAX_OVERHEAD_S = 1.0  # a fixed cost per prefill above this is a broken run, not the stack
 MIN_SPREAD = 1.5  # the outer thirds' median prefills this far apart, or the line is a ratio through 0
 POLISH_STEPS, POLISH_TOLERANCE = 20, 1e-6  # the resistant line's slope polish (converges in a few)
+STALL_LINES = 2.0  # a live prefill over this many times its line is a stall, not the stack's cost
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,8 +47,9 @@ class StackFactors:
 
 
 def factors_of(live: pd.DataFrame, virtual: pd.DataFrame) -> StackFactors:
-    """The medians over requests completed on both engines (requests.parquet frames of one scenario
-    and seed); CalibrationError in one line when too few match or a factor is out of range."""
+    """The levelled prefill line and the median TPOT ratio over requests completed on both engines
+    (requests.parquet frames of one scenario and seed); CalibrationError in one line when too few
+    match or a factor is out of range."""
     both = live[live["status"] == "completed"].merge(
         virtual[virtual["status"] == "completed"], on="id", how="inner", suffixes=("_live", "_virtual"))
     virtual_s, live_s = _seconds(both, "prefill_end_s", "prefill_start_s")
@@ -56,7 +58,7 @@ def factors_of(live: pd.DataFrame, virtual: pd.DataFrame) -> StackFactors:
     if len(virtual_s) < MIN_MATCHED or len(tpot) < MIN_MATCHED:
         raise CalibrationError(f"stack run: {len(virtual_s)} prefills and {len(tpot)} decodes completed on both engines "
                                f"(need {MIN_MATCHED}); record a longer live run of the scenario")
-    overhead_s, slope = resistant_line(virtual_s, live_s)
+    overhead_s, slope = levelled(resistant_line(virtual_s, live_s), virtual_s, live_s)
     factors = StackFactors(slope, float(statistics.median(tpot)), len(virtual_s), overhead_s)
     if not 0 <= overhead_s <= MAX_OVERHEAD_S:
         raise CalibrationError(f"stack run: live prefills cost {overhead_s:.3f} s each beyond the profile's: not this "
@@ -91,6 +93,18 @@ def resistant_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
         if intercept >= 0:
             return float(intercept), float(slope)
     return 0.0, float(statistics.median(y / x for x, y in pairs))
+
+
+def levelled(line: tuple[float, float], xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """The line scaled so that it charges what the live prefills took in all: the resistant line
+    fits the typical prefill, but one in five or so ran 1.2-1.4x it (the other worker computing, a
+    telemetry flush), so it charged 3-5 % too little on average and the TTFT means came out short
+    by more (queues). A stall, over STALL_LINES times its line, counts as its line."""
+    intercept, slope = line
+    charged = [intercept + slope * x for x in xs]
+    live = sum(y if y <= STALL_LINES * c else c for y, c in zip(ys, charged, strict=True))
+    level = live / sum(charged)
+    return intercept * level, slope * level
 
 
 def _seconds(both: pd.DataFrame, end: str, start: str) -> tuple[list[float], list[float]]:
