@@ -2,13 +2,16 @@
 0.6 requests/s) on this host (no `ray:` section: the link in this host's namespaces) and across the
 rehearsed 3-host Ray cluster (the KV on the real path between the hosts, shaped there). Moving the
 workers onto hosts must not change what the run decides or, beyond 10 %, how fast it answers: the
-same request ids routed the same way, every request completed, TTFT P50 within 10 %.
+same request ids routed the same way, every request completed, TTFT within 10 % request by request.
 
 Other load on a small machine moves one run's TTFT by more than 10 % (local prefill medians of 0.40
 and 1.13 s for the same requests; in the full suite one three-host run's prefills took 30 % longer
 than the other's), so each placement runs three times, in the order one, three, three, one, one,
-three (a load that drifts through the test weighs on both alike), and a placement's P50 is the
-median of its runs' P50s: one disturbed run does not decide.
+three (a load that drifts through the test weighs on both alike). Each request's TTFT is its
+median over a placement's three runs, and the test holds the median over requests of three hosts'
+TTFT over one host's: one disturbed run does not decide, and each request is compared with itself
+(a P50 over 12 requests of two kinds, 5 local near 0.3 s and 7 remote near 1.1 s, is the mean of the
+two fastest remote ones, and moved by 24 % between placements whose per-route medians agreed).
 All runs happen while the cluster is up, so its idle daemons load every run. Where the kernel lacks
 sch_netem a HostLink shapes rate only, so the link's delay is 0 on both placements: the same link.
 """
@@ -20,7 +23,6 @@ import copy
 import logging
 import os
 import shutil
-import statistics
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -42,7 +44,7 @@ REPO = Path(__file__).resolve().parents[3]
 QUICKSTART = yaml.safe_load((REPO / "scenarios" / "live-quickstart.yaml").read_text())
 SEED = 57  # pinned: the quickstart's own seed may change
 MAX_NUM_REQUESTS = 12  # 20 s at 0.6/s: the same 12 arrivals (seed 57) in both runs
-TTFT_P50_TOLERANCE = 0.10
+TTFT_TOLERANCE = 0.10
 
 
 def scenario(address: str | None, has_netem: bool) -> Scenario:
@@ -98,10 +100,10 @@ def test_one_host_and_three_hosts_route_alike_and_answer_within_10_percent(clust
     routes = [r["route"].to_dict() for r in runs["one"] + runs["three"]]
     assert all(r == routes[0] for r in routes)  # the same ids, each routed the same way, in every run
     assert set(routes[0].values()) == {"prfaas", "local"}  # both routes exercised: "same" means something
-    p50_one, p50_three = (statistics.median(r["ttft_s"].median() for r in runs[where]) for where in ("one", "three"))
-    print(f"TTFT P50, the median of 3 runs' P50s: one host {p50_one:.3f} s, three hosts {p50_three:.3f} s "
-          f"({p50_three / p50_one - 1:+.1%})")
-    assert abs(p50_three - p50_one) <= TTFT_P50_TOLERANCE * p50_one, (p50_one, p50_three)
+    one, three = (pd.concat([r["ttft_s"] for r in runs[where]], axis=1).median(axis=1) for where in ("one", "three"))
+    ratio = float((three / one).median())
+    print(f"TTFT, each request's median over its 3 runs: three hosts / one host, median over requests {ratio:.3f}")
+    assert abs(ratio - 1.0) <= TTFT_TOLERANCE, (three / one).round(3).to_dict()
 
 
 def _run_on(where: str, cluster: RayHosts, has_netem: bool, out: Path) -> tuple[dict, pd.DataFrame]:
