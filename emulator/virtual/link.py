@@ -112,7 +112,8 @@ class FluidLink:
     when that falls before the next round). A start, finish, layer or change recomputes every
     share but touches only the transfers whose share moved, so a transfer that keeps its rate
     keeps its timer: on a wide link most pipelined transfers wait for their next layer or sit at
-    their loss cap, and a neighbour's start or end leaves them alone.
+    their loss cap, and a neighbour's start or end leaves them alone. A layer handed to, or sent
+    by, the only transfer that can send re-times it alone (`_retime_lone_sender`): no share moves.
 
     Pipelining: a transfer started with `layers` gets each layer's bytes when its prefill hands
     them over (seconds after the start) and the rest, its last layer, at `end_production`; it

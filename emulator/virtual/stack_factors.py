@@ -10,7 +10,8 @@ a short live run of the scenario, replayed on the virtual engine with the profil
 fixed part besides the model (one stack run, over the probe's table: x1.14 at 128-400 tokens, x1.02
 at 700-1,024, x0.87 at 1,600-2,048), so the prefill correction is a line, Tukey's resistant line
 through (virtual, live) seconds: overhead + factor x the table, levelled to the live prefills'
-total (`levelled`); decode keeps the median ratio of TPOTs. The profile's times are corrected by them; `measured` keeps the figures.
+total (`levelled`); decode keeps the median ratio of TPOTs. The profile's times are corrected
+by them; `measured` keeps the figures.
 """
 
 from __future__ import annotations
