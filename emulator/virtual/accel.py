@@ -33,7 +33,8 @@ MANIFEST = "manifest.json"
 # The event loop and what it calls per event (engine.py and the scheduler's numpy work run once
 # per simulation or per interval and stay interpreted). The live engine imports the same router.
 COMPILED = (
-    "emulator/virtual/core.py", "emulator/virtual/link.py", "emulator/virtual/nodes.py",
+    "emulator/virtual/core.py", "emulator/virtual/link.py", "emulator/virtual/link_state.py",
+    "emulator/virtual/transfer.py", "emulator/virtual/nodes.py",
     "emulator/virtual/gateway.py", "emulator/virtual/loops.py", "emulator/virtual/costs.py",
     "emulator/virtual/water_fill.py",
     "emulator/control/router.py", "emulator/control/prefix_cache.py", "emulator/control/prefix_entries.py",

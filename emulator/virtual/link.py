@@ -2,7 +2,8 @@
 max-min (recomputed at every start, finish, produced layer, window step and link change), delivery
 adds the propagation delay, a lossy link caps each transfer at the loss-limited goodput of its
 connections, new connections ramp up in slow start, and a buffer deeper than the BDP locks
-newcomers out behind the incumbents (the numbers and their calibration: tcp.py). No packets: the
+newcomers out behind the incumbents (the numbers and their calibration: tcp.py; the link's
+parameters: link_state.py; one transfer's state: transfer.py). No packets: the
 queue shows as that lockout and as the standing queue the senders' RTT sees (produced bytes not yet
 delivered beyond the BDP, its peak kept for the sampler). A cut link (100 % loss) carries nothing: its transfers wait at
 rate 0 until the link changes (or the run's end fails them).
@@ -12,96 +13,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from emulator.virtual.core import Simulator
-from emulator.virtual.tcp import (
-    CONNECTIONS,
-    LOSS_C,
-    MSS_BYTES,
-    PACKET_BYTES,
-    QUEUE_PACKETS,
-    initial_window_bytes,
-    is_lockout,
-    mathis_bytes_per_s,
-    tail_lanes,
-)
+from emulator.virtual.link_state import LinkState
+from emulator.virtual.tcp import CONNECTIONS, MSS_BYTES, initial_window_bytes, mathis_bytes_per_s, tail_lanes
+from emulator.virtual.transfer import Transfer
 from emulator.virtual.water_fill import max_min, weighted_max_min
 
 __all__ = ["CONNECTIONS", "MSS_BYTES", "FluidLink", "LinkState", "Transfer", "mathis_bytes_per_s"]
 _INF = math.inf
-MIN_NEWCOMER_WEIGHT = 0.01  # a newcomer is starved, not stopped (and a weight sum never reaches 0)
 
 
-@dataclass(frozen=True, slots=True)
-class LinkState:
-    """One direction of the link as the fluid model sees it; rate inf means unshaped."""
-
-    rate_bytes_per_s: float
-    delay_s: float
-    loss: float = 0.0  # packet loss probability, 0..1
-    rtt_s: float = 0.0  # both directions' delays: what the sender's ACK clock sees
-    connections: int = CONNECTIONS
-    queue_bytes: float = QUEUE_PACKETS * PACKET_BYTES  # the bottleneck's drop-tail buffer
-    loss_c: float = LOSS_C  # one connection's loss response (tcp.py), bench/link_tcp.py's fits vary it
-    wire_per_byte: float = 1.0  # what the shaper counts per KV byte: tcp.WIRE_PER_BYTE on the live link
-
-    @property
-    def per_transfer_cap(self) -> float:
-        """The loss-limited ceiling of one transfer in wire bytes/s (inf on a lossless link, 0 on a cut one)."""
-        return self.connections * self.pipelined_lane_cap
-
-    @property
-    def pipelined_lane_cap(self) -> float:
-        """The loss-limited ceiling of one connection in wire bytes/s; a cache sent layer by layer as
-        its prefill produces it rides all of them while it is produced, its last layer's lanes after."""
-        return mathis_bytes_per_s(MSS_BYTES, self.rtt_s, self.loss, self.loss_c) * self.wire_per_byte
-
-    @property
-    def newcomer_weight(self) -> float:
-        """A newcomer's share per incumbent's on a saturated link: BDP / buffer when the buffer is
-        the deeper (bench/link_tcp.py: 0.03-0.34 fit 20-200 Mbit/s), else 1 (fair)."""
-        if not is_lockout(self.rate_bytes_per_s, self.rtt_s, self.queue_bytes):
-            return 1.0
-        return max(MIN_NEWCOMER_WEIGHT, self.rate_bytes_per_s * self.rtt_s / self.queue_bytes)
-
-    @property
-    def has_ramp(self) -> bool:
-        """Whether new connections ramp up at all: a finite rate and a round trip to ramp over."""
-        return self.rate_bytes_per_s < _INF and self.rtt_s > 0
-
-
-class Transfer:
-    """One KV cache (or cached prefix) on its way; mutable state of the fluid model. `num_bytes` is
-    the cache's size; the fluid moves its wire bytes (LinkState.wire_per_byte): `remaining` those
-    produced and not yet sent as of `since_s` (less rate * (now - since_s) now), `unproduced` those
-    its prefill has yet to hand over (0 for a cache sent whole). A transfer that has sent all it
-    was handed waits (`is_stalled`, no share) for its next layer."""
-
-    __slots__ = ("num_bytes", "remaining", "unproduced", "since_s", "rate", "on_done", "arg", "start_s",
-                 "is_active", "is_stalled", "is_pipelined", "version", "weight", "lanes", "tail_lanes", "queued_cap")
-
-    def __init__(self, num_bytes: float, wire_bytes: float, unproduced: float, on_done: Callable[[Any], None],
-                 arg: Any, start_s: float) -> None:
-        self.num_bytes = num_bytes
-        self.remaining = wire_bytes - unproduced
-        self.unproduced = unproduced
-        self.since_s = start_s
-        self.rate = 0.0
-        self.on_done = on_done
-        self.arg = arg
-        self.start_s = start_s
-        self.is_active = True
-        self.is_stalled = unproduced > 0 and self.remaining <= 0
-        self.is_pipelined = False  # sent as produced: lanes x LinkState.pipelined_lane_cap binds it
-        self.version = 0  # grows at every rate change: an older finish timer is stale
-        self.weight = 1.0  # < 1 while locked out behind incumbents (LinkState.newcomer_weight)
-        self.lanes = self.tail_lanes = float(CONNECTIONS)  # connections carrying it; its last layer's
-        self.queued_cap = _INF  # the most of its bytes that can stand in the queue: not a send's late bytes
-
-    def left_at(self, now_s: float) -> float:
-        return self.remaining - self.rate * (now_s - self.since_s) if now_s > self.since_s else self.remaining
+def _started(transfer: Transfer) -> float:
+    return transfer.start_s
 
 
 class FluidLink:
@@ -163,13 +88,13 @@ class FluidLink:
         now, wire = self.sim.now, self.state.wire_per_byte
         transfer = Transfer(float(num_bytes), num_bytes * wire, num_bytes * wire if layers is not None else 0.0,
                             on_done, arg, now)
+        transfer.lanes = transfer.tail_lanes = float(self.state.connections)
         if layers is not None:
             tail = float(num_bytes)
             for after_s, size, late in layers:
                 tail -= size
                 self.sim.schedule(now + after_s, self._on_layer, (transfer, size * wire, late * wire))
             transfer.is_pipelined = True
-            transfer.lanes = float(self.state.connections)
             transfer.tail_lanes = tail_lanes(tail, self.state.connections)
         rate = self.state.rate_bytes_per_s
         if rate < _INF and self._total_rate >= rate * (1.0 - 1e-9) and self._has_incumbent(now):
@@ -285,7 +210,7 @@ class FluidLink:
         active = self.active
         if self._num_newcomers:
             self._promote(active)
-        rates = self._shares(active) if not self._num_newcomers else self._weighted_shares(active)
+        rates = self._shares(active)
         sim, now, total = self.sim, self.sim.now, 0.0
         is_ramping = self._window_rate < _INF
         horizon = (self._ramp_at if self._is_ramp_armed else now + self.state.rtt_s) if is_ramping else _INF
@@ -364,16 +289,24 @@ class FluidLink:
         return transfer.lanes * self._piped_ceiling if transfer.is_pipelined else self._ceiling
 
     def _shares(self, active: list[Transfer]) -> list[float]:
+        """TCP shares the bottleneck per connection: each transfer's weight is the connections
+        carrying it (a last layer rides its chunks' lanes), times its lockout weight; equal weights
+        (most of the time) take the plain water-filling, which skips the weighted rounds."""
         left = self.state.rate_bytes_per_s
         if self._window_rate < left:
             left = self._window_rate
         caps: list[float] = []
         total = 0.0  # sum(caps), added as sum adds floats, without a call through Python
+        is_equal, lanes = self._num_newcomers == 0, self.state.connections
         for transfer in active:
             cap = self._cap(transfer)
             caps.append(cap)
             total += cap
-        return max_min(caps, total, left)
+            if cap > 0.0 and transfer.lanes != lanes:
+                is_equal = False
+        if is_equal:
+            return max_min(caps, total, left)
+        return weighted_max_min(caps, [t.lanes * t.weight for t in active], left)
 
     def _has_incumbent(self, now_s: float) -> bool:
         """A full-weight transfer that started before now (one started at the same instant is a peer)."""
@@ -383,18 +316,22 @@ class FluidLink:
         return False
 
     def _promote(self, active: list[Transfer]) -> None:
-        """Newcomers take full weight once no incumbent (weight 1) is left to hold the queue."""
+        """Once no incumbent (weight 1) is left to hold the queue, the oldest newcomers whose bytes
+        fit in the buffer together take its place (at least the oldest); the later ones stay
+        locked out behind them. So a backlog deeper than the buffer drains in the order it started,
+        a buffer's worth at a time sharing the link, as the live sender's chunk queue feeds its
+        connections' windows (at 10 Mbit/s, a backlog of minutes; at 50, bursts within the buffer)."""
         for transfer in active:
             if transfer.weight == 1.0:
                 return
-        for transfer in active:
+        now, room = self.sim.now, self.state.queue_bytes
+        waiting = sorted(active, key=_started)
+        for k, transfer in enumerate(waiting):
+            room -= transfer.left_at(now) + transfer.unproduced
+            if k > 0 and room < 0.0 and transfer.start_s > waiting[k - 1].start_s:
+                break
             transfer.weight = 1.0
-        self._num_newcomers = 0
-
-    def _weighted_shares(self, active: list[Transfer]) -> list[float]:
-        """Only while newcomers are locked out: shares by weight."""
-        return weighted_max_min([self._cap(t) for t in active], [t.weight for t in active],
-                                min(self.state.rate_bytes_per_s, self._window_rate))
+            self._num_newcomers -= 1
 
     def _on_finish(self, event: tuple[Transfer, int]) -> None:
         transfer, version = event

@@ -40,7 +40,17 @@ bytes (WIRE_PER_BYTE: the fluid counts wire bytes, as the live egress meter does
   the queue full and a newcomer's packets are dropped at its tail; the link then serves transfers
   nearly in the order they started (20 Mbit/s, 10 ms: a 1 MB transfer started 1.6 s into a 16 MB
   one ended with it, 5.4 s later, where a fair share gives 0.84 s). With a shallow buffer the
-  connections share fairly.
+  connections share fairly. When the incumbents are gone, the oldest newcomers whose bytes fit in
+  the buffer together take their place, the later ones wait on: the live sender feeds its
+  connections from one chunk queue, so a backlog deeper than the buffer drains in the order it
+  started, each buffer's worth sharing the link (the 2026-12-06 sim_vs_live matrix replayed, TTFT
+  mean against live: at 10 Mbit/s, a backlog of up to a minute, letting all newcomers in at once
+  read +19.1 %, one at a time -4.7 %, a buffer's worth -4.2 %; at 50 Mbit/s, bursts within the
+  buffer, -2.4, -6.0 and -2.4 %).
+- Connections share the bottleneck equally, so a transfer weighs as many as carry it: a cache's
+  last layer on its chunks' lanes (`tail_lanes`) takes that many parts of a busy link, not a
+  whole transfer's share (same replay: 10 Mbit/s -4.2 -> -3.8 %, 50 Mbit/s -2.4 -> -2.0 %, the
+  bandwidth drop -9.3 -> -8.6 %).
 """
 
 from __future__ import annotations

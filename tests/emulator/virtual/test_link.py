@@ -99,6 +99,20 @@ def test_a_cache_sent_as_it_is_produced_has_the_loss_response_of_one_sent_whole(
     assert whole[0] == pytest.approx(arrived["piped"])
 
 
+def test_a_last_layer_shares_a_busy_link_by_its_connections() -> None:
+    # TCP shares a bottleneck per connection. A's last layer (1 MB: one chunk, one connection) goes
+    # at its prefill's end, 1 s, when B (6 MB whole, 4 connections) starts: A takes 1/5 of 10 MB/s
+    # and ends at 1.5 s, B has sent 4 MB by then and sends its last 2 MB alone by 1.7 s. (Equal
+    # halves per transfer ended A at 1.2 s.) A shallow buffer: no lockout.
+    sim = Simulator()
+    link = FluidLink(sim, LinkState(10e6, delay_s=0.0, queue_bytes=0.0))
+    arrived: dict[str, float] = {}
+    a = link.start(1.5e6, lambda k: arrived.__setitem__(k, sim.now), "A", [(0.0, 0.5e6, 0.0)])
+    sim.schedule(1.0, lambda _: (link.end_production(a), link.start(6e6, lambda k: arrived.__setitem__(k, sim.now), "B")))
+    sim.run()
+    assert arrived == {"A": pytest.approx(1.5), "B": pytest.approx(1.7)}
+
+
 @pytest.mark.parametrize(("tail_mb", "lanes"), [(1.0, 1.0), (2.5 * CHUNK_BYTES / 1e6, 2.5), (40.0, 4.0)])
 def test_a_last_layer_after_the_prefill_rides_as_many_connections_as_it_has_chunks(tail_mb: float,
                                                                                      lanes: float) -> None:

@@ -77,3 +77,40 @@ def test_a_shallow_buffer_shares_fairly_and_peers_started_together_are_not_newco
     assert arrival_times(shallow, [(0.0, 2 * MB), (0.16, 1 * MB)]) == [pytest.approx(0.48), pytest.approx(0.48)]
     deep = LinkState(6.25e6, delay_s=0.0, rtt_s=0.0)
     assert arrival_times(deep, [(0.0, 1 * MB), (0.0, 1 * MB)]) == [pytest.approx(0.32), pytest.approx(0.32)]
+
+
+def _behind_a_big_one(queue_bytes: float, size: float) -> tuple[float, float, float, float, float]:
+    """A 16 MB transfer at 0 s, then two newcomers of `size` at 1 and 1.5 s, on 50 Mbit/s, 20 ms:
+    the arrivals, and what each newcomer had sent when the big one ended (both at w of its share)."""
+    rate, w = 6.25e6, 0.125e6 / queue_bytes
+    state = LinkState(rate, delay_s=0.0, rtt_s=0.02, queue_bytes=queue_bytes)
+    big_done, first_done, second_done = arrival_times(state, [(0.0, 16 * MB), (1.0, size), (1.5, size)])
+    sent_first = rate * w / (1 + w) * 0.5 + rate * w / (1 + 2 * w) * (big_done - 1.5)
+    sent_second = rate * w / (1 + 2 * w) * (big_done - 1.5)
+    return big_done, first_done, second_done, sent_first, sent_second
+
+
+def test_a_backlog_deeper_than_the_buffer_drains_in_the_order_it_started() -> None:
+    # tcp.py, lockout: newcomers wait behind the incumbent (w of its share each). When it ends, the
+    # oldest newcomer takes its place; the next one's bytes would not fit in the buffer (2 + 2 MB
+    # > 2.5 MB), so it stays locked out behind it, rather than sharing the link as its equal.
+    queue, size = 2.5 * MB, 2 * MB
+    big_done, first_done, second_done, sent_first, sent_second = _behind_a_big_one(queue, size)
+    rate, w = 6.25e6, 0.125e6 / queue
+    t_first = big_done + (size - sent_first) / (rate / (1 + w))
+    assert big_done < first_done < second_done
+    assert first_done == pytest.approx(t_first, rel=1e-9)
+    sent_second += rate * w / (1 + w) * (t_first - big_done)
+    assert second_done == pytest.approx(t_first + (size - sent_second) / rate, rel=1e-9)
+
+
+def test_newcomers_whose_bytes_fit_in_the_buffer_take_the_incumbents_place_together() -> None:
+    # The same two, 1 MB each, behind the default 9 MB buffer: both fit, so both take full weight
+    # when the big one ends and split the link; the first, ahead by what it sent alone at w, ends
+    # first and the second has the link to itself after.
+    queue, size = 9 * MB, 1 * MB
+    big_done, first_done, second_done, sent_first, sent_second = _behind_a_big_one(queue, size)
+    t_first = big_done + (size - sent_first) / (6.25e6 / 2)
+    assert first_done == pytest.approx(t_first, rel=1e-9)
+    sent_second += 6.25e6 / 2 * (t_first - big_done)
+    assert second_done == pytest.approx(t_first + (size - sent_second) / 6.25e6, rel=1e-9)

@@ -1,0 +1,43 @@
+"""One KV cache on its way over the fluid link (link.py): the mutable state the fluid keeps for it."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from emulator.virtual.tcp import CONNECTIONS
+
+_INF = math.inf
+
+
+class Transfer:
+    """One KV cache (or cached prefix) on its way; mutable state of the fluid model. `num_bytes` is
+    the cache's size; the fluid moves its wire bytes (LinkState.wire_per_byte): `remaining` those
+    produced and not yet sent as of `since_s` (less rate * (now - since_s) now), `unproduced` those
+    its prefill has yet to hand over (0 for a cache sent whole). A transfer that has sent all it
+    was handed waits (`is_stalled`, no share) for its next layer."""
+
+    __slots__ = ("num_bytes", "remaining", "unproduced", "since_s", "rate", "on_done", "arg", "start_s",
+                 "is_active", "is_stalled", "is_pipelined", "version", "weight", "lanes", "tail_lanes", "queued_cap")
+
+    def __init__(self, num_bytes: float, wire_bytes: float, unproduced: float, on_done: Callable[[Any], None],
+                 arg: Any, start_s: float) -> None:
+        self.num_bytes = num_bytes
+        self.remaining = wire_bytes - unproduced
+        self.unproduced = unproduced
+        self.since_s = start_s
+        self.rate = 0.0
+        self.on_done = on_done
+        self.arg = arg
+        self.start_s = start_s
+        self.is_active = True
+        self.is_stalled = unproduced > 0 and self.remaining <= 0
+        self.is_pipelined = False  # sent as produced: lanes x LinkState.pipelined_lane_cap binds it
+        self.version = 0  # grows at every rate change: an older finish timer is stale
+        self.weight = 1.0  # < 1 while locked out behind incumbents (LinkState.newcomer_weight)
+        self.lanes = self.tail_lanes = float(CONNECTIONS)  # connections carrying it; its last layer's
+        self.queued_cap = _INF  # the most of its bytes that can stand in the queue: not a send's late bytes
+
+    def left_at(self, now_s: float) -> float:
+        return self.remaining - self.rate * (now_s - self.since_s) if now_s > self.since_s else self.remaining
