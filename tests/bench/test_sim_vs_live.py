@@ -82,6 +82,18 @@ def test_metrics_of_a_virtual_run_of_a_matrix_scenario(matrix: ModuleType, tmp_p
     assert figures["tpot_mean_s"] == pytest.approx(0.030)
 
 
+def test_the_stack_runs_are_compared_by_their_mean_prefill(tmp_path: Path) -> None:
+    # Two runs of the same seed: the one whose prefills took less on average is the machine's usual
+    # speed. A request that failed before its prefill has no times and does not count.
+    sim_vs_live = load_bench("sim_vs_live")
+    for name, prefills in (("slow", [(0.0, 0.30), (1.0, 1.12)]), ("fast", [(0.0, 0.25), (1.0, 1.10)])):
+        (tmp_path / name).mkdir()
+        rows = [*prefills, (None, None)]
+        pd.DataFrame(rows, columns=["prefill_start_s", "prefill_end_s"]).to_parquet(tmp_path / name / "requests.parquet")
+    assert sim_vs_live.mean_prefill_s(tmp_path / "slow") == pytest.approx(0.21)
+    assert sim_vs_live.mean_prefill_s(tmp_path / "fast") == pytest.approx(0.175)
+
+
 @pytest.mark.root
 @pytest.mark.slow
 @pytest.mark.timeout(900)  # calibration, a 20-request stack run and 2 x 2 runs: about 5 minutes quiet
