@@ -23,9 +23,11 @@ bytes (WIRE_PER_BYTE: the fluid counts wire bytes, as the live egress meter does
   1.0-1.3 MB last layer is one 1 MiB chunk and a rest, one connection's loss-limited rate.
   bench/link_tcp.py --pipelined (3.1 MB caches, 40 ms RTT, 12 each, quiet machine, 2026-12-06):
   lossless rows within 2-6 % of the fluid; at 0.5 % and 1 % loss the fluid with 1.3 is 5-24 %
-  slow (the prefill rows fit 1.75, the synthetic 2.25), while in the loaded live matrix run (1 %)
-  caches came 80 ms later than the fluid said: the relay's per-packet path shares the cores with
-  the workers there. 1.3, the whole caches' fit, stays between them.
+  slow (the prefill rows fit 1.75, the synthetic 2.25). Again at 4952f54
+  (bench/results/link_tcp_pipelined*.json), the prefill rows at 1 % fit the fluid within 1 % on a
+  quiet machine (constant 1.25) and within 3 % with two busy loops on both cores (1.6): the
+  relay's CPU is not what makes the live matrix's lossy caches come 80 ms later than the fluid
+  says (README, Fidelity). 1.3, the whole caches' fit, stays.
 - Slow start: a new connection opens at INITIAL_WINDOW segments (358 KB for 4 connections at this
   MTU) and doubles each RTT. The live
   network sets tcp_slow_start_after_idle=0 (emulator/net/netns.tune_tcp), so a window, once open,
