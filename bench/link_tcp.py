@@ -9,7 +9,8 @@ measured time is set beside what FluidLink predicts for the same history (same s
 same start offsets). Pipelined rows (bench/pipelined_kv.py), at the 40 ms RTT points: caches sent
 layer by layer as produced, synthetic and by a real prefill, beside the fluid and the loss constant
 that fits them: on a lossy link app-limited bursts recover from loss far slower than a cache
-written at once. Writes
+written at once; there the prefill rows go again IDLE_GAP_S apart, a worker's pace in the fidelity
+matrix, after which Linux has shrunk the idle window (pipelined_kv.py). Writes
 bench/results/link_tcp.json and prints a table. Needs root.
 
     python bench/link_tcp.py [--quick] [--pipelined]
@@ -34,7 +35,7 @@ from emulator.virtual.link import LinkState  # noqa: E402
 from emulator.virtual.link_replay import arrival_times  # noqa: E402
 from emulator.virtual.loops import link_states  # noqa: E402
 
-from pipelined_kv import PRESET, SYNTHETIC_MB, fit_loss_c, prefill_row, synthetic_row  # noqa: E402
+from pipelined_kv import IDLE_GAP_S, PRESET, SYNTHETIC_MB, fit_loss_c, prefill_row, synthetic_row  # noqa: E402
 from transport import ROOT, KVPair  # noqa: E402  (bench/, first on a script's path)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "link_tcp.json"
@@ -125,6 +126,8 @@ def run(grid: dict, pipelined_only: bool = False) -> dict:
                     repeats = grid["pipelined_repeats"]
                     piped.append(synthetic_row(piped_pair, state_of(point), point, 50_000 + 100 * n, repeats))
                     piped.append(prefill_row(topo, state_of(point), point, repeats))
+                    if point.get("loss_pct"):
+                        piped.append(prefill_row(topo, state_of(point), point, repeats, IDLE_GAP_S))
                 if pipelined_only:
                     continue
                 for mb, pair in pairs.items():
@@ -168,7 +171,8 @@ def print_table(results: dict) -> None:
     for key, cells in by_point.items():
         print(f"{key}: " + ", ".join(cells))
     for p in results["pipelined"]:
-        print(f"{p['bandwidth_mbit']:>3} Mbit/s {p['delay_ms']:>2} ms {p.get('loss_pct', 0):.1f}%: {p['kind']} "
+        gap = f"{p['gap_s']:g} s apart, " if "gap_s" in p else ""
+        print(f"{p['bandwidth_mbit']:>3} Mbit/s {p['delay_ms']:>2} ms {p.get('loss_pct', 0):.1f}%: {p['kind']} {gap}"
               f"{p['bytes'] / 1e6:.2f} MB over {p['produce_s']:.2f} s, pipelined mean {p['mean_s']:.3f}/{p['model_s']:.3f} s "
               f"({p['model_s'] / p['mean_s'] - 1:+.0%}; measured {min(p['s']):.3f}-{max(p['s']):.3f})")
     for c in results["contention"]:

@@ -34,6 +34,10 @@ from transport import ROOT, SECRET, KVPair, start_receiver  # bench/, first on a
 
 PRESET = "kimi-linear-mini"  # the live scenarios' model: 8 layers, the 2 MLA ones hold most bytes
 SYNTHETIC_MB, PRODUCE_S, GAP_S = 2.5, 0.6, 0.3  # a long prompt's cache on the small preset
+# A worker's caches at the fidelity matrix's pace, seconds apart: after an idle spell longer than
+# the retransmission timeout Linux shrinks an application-limited window (RFC 7661's cwnd
+# validation; tcp_slow_start_after_idle=0 does not stop it), which a lossy link takes long to regrow.
+IDLE_GAP_S = 1.5
 PREFILL_TOKENS = 2048  # the fidelity matrix's longest prompt
 
 
@@ -49,9 +53,10 @@ def synthetic_row(pair: KVPair, state: LinkState, point: dict, first_id: int, re
     return _row("synthetic", state, point, [len(f) for f in frames], [PRODUCE_S] * repeats, times)
 
 
-def prefill_row(topo: Topology, state: LinkState, point: dict, repeats: int) -> dict:
-    """`repeats` real prefills of PREFILL_TOKENS, each layer sent as it finishes; measured from the
-    prefill's start to the receiver holding the cache."""
+def prefill_row(topo: Topology, state: LinkState, point: dict, repeats: int, gap_s: float = GAP_S) -> dict:
+    """`repeats` real prefills of PREFILL_TOKENS, `gap_s` apart, each layer sent as it finishes;
+    measured from the prefill's start to the receiver holding the cache. Rows with a gap other
+    than GAP_S are kind "prefill_after_idle" (the loss constant's fit reads "prefill" rows only)."""
     torch.set_num_threads(1)
     model = HybridModel(get_preset(PRESET), device="cpu")
     prompt = torch.randint(0, 256, (PREFILL_TOKENS,), generator=torch.Generator().manual_seed(7))
@@ -66,7 +71,7 @@ def prefill_row(topo: Topology, state: LinkState, point: dict, repeats: int) -> 
         produce, total, sizes = [], [], []
         try:
             for k in range(repeats):
-                await asyncio.sleep(GAP_S)
+                await asyncio.sleep(gap_s)
                 frames: list[bytes] = []
 
                 def on_layer(i: int, layer: Any, rid: int = 100 + k) -> None:
@@ -87,7 +92,8 @@ def prefill_row(topo: Topology, state: LinkState, point: dict, repeats: int) -> 
         produce, total, sizes = asyncio.run(body())
     finally:
         receiver.close()
-    return _row("prefill", state, point, sizes, produce, total)
+    kind = "prefill" if gap_s == GAP_S else "prefill_after_idle"
+    return {**_row(kind, state, point, sizes, produce, total), "gap_s": gap_s}
 
 
 def _row(kind: str, state: LinkState, point: dict, layer_bytes: list[int], produce: list[float],

@@ -42,7 +42,8 @@ APPROXIMATIONS = (
     "per connection (a cache's last layer, sent after its prefill, on as many as it has 1 MiB chunks), "
     "shares per connection, newcomers behind a deep drop-tail queue weighted down and let in a buffer's "
     "worth at a time in the order they started (no per-chunk lanes), the senders' RTT over the standing queue of produced bytes (windows always open: no "
-    "congestion-avoidance growth); no per-packet loss recovery (a lost tail's timeout is a mean rate, not a stall)",
+    "congestion-avoidance growth; a window shrunk over an idle spell is a lower loss constant for the next "
+    "pipelined cache); no per-packet loss recovery (a lost tail's timeout is a mean rate, not a stall)",
     "layer-wise pipelining: each layer's KV goes when that layer ends (layers of equal time; their sizes the "
     "preset's own, else 1 / pipeline_layers each but the profile's measured last), the last after the prefill",
     "decode: the step at the batch size a request joins with (constant up to BS_max without a batch "

@@ -1,7 +1,7 @@
 """The cross-datacenter link as a fluid of TCP transfers: they share the bandwidth by weighted
 max-min (recomputed at every start, finish, produced layer, window step and link change), delivery
 adds the propagation delay, a lossy link caps each transfer at the loss-limited goodput of its
-connections, new connections ramp up in slow start, and a buffer deeper than the BDP locks
+connections (lower for a cache sent as produced after the link idled past an RTO), new connections ramp up in slow start, and a buffer deeper than the BDP locks
 newcomers out behind the incumbents (the numbers and their calibration: tcp.py; the link's
 parameters: link_state.py; one transfer's state: transfer.py). No packets: the
 queue shows as that lockout and as the standing queue the senders' RTT sees (produced bytes not yet
@@ -17,7 +17,14 @@ from typing import Any
 
 from emulator.virtual.core import Simulator
 from emulator.virtual.link_state import LinkState
-from emulator.virtual.tcp import CONNECTIONS, MSS_BYTES, initial_window_bytes, mathis_bytes_per_s, tail_lanes
+from emulator.virtual.tcp import (
+    CONNECTIONS,
+    MSS_BYTES,
+    initial_window_bytes,
+    is_idle_spell,
+    mathis_bytes_per_s,
+    tail_lanes,
+)
 from emulator.virtual.transfer import Transfer
 from emulator.virtual.water_fill import max_min, weighted_max_min
 
@@ -53,6 +60,8 @@ class FluidLink:
         self.state = state
         self._ceiling = state.per_transfer_cap  # the state's, kept: it is read at every share
         self._piped_ceiling = state.pipelined_lane_cap
+        self._idle_ceiling = state.pipelined_lane_cap_after_idle
+        self._idle_since = _INF  # when the last transfer left the link (inf: none has yet; new ones ramp)
         self._window = initial_window_bytes(state.connections) * state.wire_per_byte  # new connections: slow start
         self._window_rate = self._window / state.rtt_s if state.has_ramp else _INF  # inf: open
         self._is_ramp_armed = False
@@ -95,6 +104,7 @@ class FluidLink:
                 tail -= size
                 self.sim.schedule(now + after_s, self._on_layer, (transfer, size * wire, late * wire))
             transfer.is_pipelined = True
+            transfer.is_after_idle = not self.active and is_idle_spell(now - self._idle_since, self.state.rtt_s)
             transfer.tail_lanes = tail_lanes(tail, self.state.connections)
         rate = self.state.rate_bytes_per_s
         if rate < _INF and self._total_rate >= rate * (1.0 - 1e-9) and self._has_incumbent(now):
@@ -141,6 +151,8 @@ class FluidLink:
             self.active.remove(transfer)
             if transfer.weight < 1.0:
                 self._num_newcomers -= 1
+            if not self.active:
+                self._idle_since = self.sim.now
             self._reshare()
 
     def _on_ramp(self, _: Any) -> None:
@@ -164,6 +176,7 @@ class FluidLink:
         self.state = state
         self._ceiling = state.per_transfer_cap
         self._piped_ceiling = state.pipelined_lane_cap
+        self._idle_ceiling = state.pipelined_lane_cap_after_idle
         if self._window_rate < _INF:  # still ramping: the same window over the new round trip
             self._window_rate = self._window / state.rtt_s if state.has_ramp else _INF
         self._reshare()
@@ -286,7 +299,9 @@ class FluidLink:
         """A transfer's ceiling now: nothing while it waits for a layer, its connections' loss cap."""
         if transfer.is_stalled:
             return 0.0
-        return transfer.lanes * self._piped_ceiling if transfer.is_pipelined else self._ceiling
+        if not transfer.is_pipelined:
+            return self._ceiling
+        return transfer.lanes * (self._idle_ceiling if transfer.is_after_idle else self._piped_ceiling)
 
     def _shares(self, active: list[Transfer]) -> list[float]:
         """TCP shares the bottleneck per connection: each transfer's weight is the connections
@@ -350,6 +365,8 @@ class FluidLink:
         self.active.remove(transfer)
         if transfer.weight < 1.0:
             self._num_newcomers -= 1
+        if not self.active:
+            self._idle_since = sim.now
         transfer.remaining, transfer.rate = 0.0, 0.0
         self.bytes_delivered += int(transfer.num_bytes)
         self.num_delivered += 1

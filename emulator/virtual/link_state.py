@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from emulator.virtual.tcp import (
     CONNECTIONS,
     LOSS_C,
+    LOSS_C_AFTER_IDLE,
     MSS_BYTES,
     PACKET_BYTES,
     QUEUE_PACKETS,
@@ -32,6 +33,7 @@ class LinkState:
     connections: int = CONNECTIONS
     queue_bytes: float = QUEUE_PACKETS * PACKET_BYTES  # the bottleneck's drop-tail buffer
     loss_c: float = LOSS_C  # one connection's loss response (tcp.py), bench/link_tcp.py's fits vary it
+    loss_c_after_idle: float = LOSS_C_AFTER_IDLE  # the same after an idle spell shrank the window
     wire_per_byte: float = 1.0  # what the shaper counts per KV byte: tcp.WIRE_PER_BYTE on the live link
 
     @property
@@ -44,6 +46,12 @@ class LinkState:
         """The loss-limited ceiling of one connection in wire bytes/s; a cache sent layer by layer as
         its prefill produces it rides all of them while it is produced, its last layer's lanes after."""
         return mathis_bytes_per_s(MSS_BYTES, self.rtt_s, self.loss, self.loss_c) * self.wire_per_byte
+
+    @property
+    def pipelined_lane_cap_after_idle(self) -> float:
+        """One connection's loss-limited ceiling for a pipelined cache that starts after an idle
+        spell (tcp.is_idle_spell): its window has shrunk and regrows slowly under loss."""
+        return mathis_bytes_per_s(MSS_BYTES, self.rtt_s, self.loss, self.loss_c_after_idle) * self.wire_per_byte
 
     @property
     def newcomer_weight(self) -> float:

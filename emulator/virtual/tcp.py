@@ -23,11 +23,21 @@ bytes (WIRE_PER_BYTE: the fluid counts wire bytes, as the live egress meter does
   1.0-1.3 MB last layer is one 1 MiB chunk and a rest, one connection's loss-limited rate.
   bench/link_tcp.py --pipelined (3.1 MB caches, 40 ms RTT, 12 each, quiet machine, 2026-12-06):
   lossless rows within 2-6 % of the fluid; at 0.5 % and 1 % loss the fluid with 1.3 is 5-24 %
-  slow (the prefill rows fit 1.75, the synthetic 2.25). Again at 4952f54
-  (bench/results/link_tcp_pipelined*.json), the prefill rows at 1 % fit the fluid within 1 % on a
-  quiet machine (constant 1.25) and within 3 % with two busy loops on both cores (1.6): the
-  relay's CPU is not what makes the live matrix's lossy caches come 80 ms later than the fluid
-  says (README, Fidelity). 1.3, the whole caches' fit, stays.
+  slow (the prefill rows fit 1.75, the synthetic 2.25). Again at 4952f54, the prefill rows at 1 %
+  fit the fluid within 1 % on a quiet machine (constant 1.25, bench/results/link_tcp_pipelined_quiet.json)
+  and within 3 % with two busy loops on both cores (1.6, ..._loaded.json): the relay's CPU is not
+  what makes the live matrix's lossy caches come later than the fluid says; idle spells and a
+  sender's shared connections are (below, and README, Fidelity). 1.3, the whole caches' fit, stays.
+- Idle spells: tcp_slow_start_after_idle=0 keeps a window from restarting, but Linux still shrinks
+  an application-limited window once per RTO of idling (RFC 7661's cwnd validation), and on a
+  lossy link it regrows slowly. A worker's caches come seconds apart (the fidelity matrix's
+  pace): the prefill rows 1.5 s apart take 0.81 s against 0.68 s 0.3 s apart at 1 % loss, 0.55
+  against 0.48 at 0.5 % (bench/link_tcp.py --pipelined, bench/results/link_tcp_pipelined.json),
+  fitting LOSS_C_AFTER_IDLE 1.25 where the rows 0.3 s apart fit 1.9; in a one-off run, 16 each
+  at 1 %, 0.95 against 1.45. A pipelined cache that starts on a link idle for longer than
+  RTO_MIN_S plus a round trip rides LOSS_C_AFTER_IDLE (the link's idle, not each sender's: the
+  matrix has one remote sender). Whole caches keep LOSS_C, whose fit includes whole caches sent
+  after a 1 s gap.
 - Slow start: a new connection opens at INITIAL_WINDOW segments (358 KB for 4 connections at this
   MTU) and doubles each RTT. The live
   network sets tcp_slow_start_after_idle=0 (emulator/net/netns.tune_tcp), so a window, once open,
@@ -68,6 +78,8 @@ PACKET_BYTES = LINK_MTU  # what one full segment occupies in the shaper's queue 
 WIRE_PER_BYTE = PACKET_BYTES / MSS_BYTES  # the shaper's bytes per KV byte: headers, 0.6 %
 MATHIS_C = math.sqrt(1.5)  # ~1.22: Mathis et al. 1997, periodic loss, no delayed ACKs
 LOSS_C = 1.3  # fitted to the tun link at 200 Mbit/s, 40 ms (see above), whole caches and pipelined
+LOSS_C_AFTER_IDLE = 1.1  # a pipelined cache after an idle spell (see above): fits 0.95 and 1.25
+RTO_MIN_S = 0.2  # Linux's tcp_rto_min: an idle spell longer than the RTO shrinks the window
 INITIAL_WINDOW = 10  # segments (RFC 6928; Linux's default)
 CONNECTIONS = 4  # TCP connections per KV transfer, as emulator.transport's sender opens
 QUEUE_PACKETS = 1000  # the tun backend's default queue (emulator.net.spec.LinkShape.queue_packets)
@@ -113,6 +125,11 @@ def smoothed_rtt_s(rtt_s: float, queue_bytes: float, rate_bytes_per_s: float) ->
     if rate_bytes_per_s == math.inf or rate_bytes_per_s <= 0:
         return rtt_s
     return rtt_s + SRTT_QUEUE_SHARE * min(max(queue_bytes, 0.0), STANDING_QUEUE_CAP_BYTES) / rate_bytes_per_s
+
+
+def is_idle_spell(idle_s: float, rtt_s: float) -> bool:
+    """Whether connections idle for `idle_s` have had their window shrunk (longer than an RTO)."""
+    return idle_s > RTO_MIN_S + rtt_s
 
 
 def tail_lanes(tail_bytes: float, connections: int, chunk_bytes: float = CHUNK_BYTES) -> float:

@@ -19,7 +19,8 @@ class Transfer:
     was handed waits (`is_stalled`, no share) for its next layer."""
 
     __slots__ = ("num_bytes", "remaining", "unproduced", "since_s", "rate", "on_done", "arg", "start_s",
-                 "is_active", "is_stalled", "is_pipelined", "version", "weight", "lanes", "tail_lanes", "queued_cap")
+                 "is_active", "is_stalled", "is_pipelined", "is_after_idle", "version", "weight", "lanes", "tail_lanes",
+                 "queued_cap")
 
     def __init__(self, num_bytes: float, wire_bytes: float, unproduced: float, on_done: Callable[[Any], None],
                  arg: Any, start_s: float) -> None:
@@ -34,6 +35,7 @@ class Transfer:
         self.is_active = True
         self.is_stalled = unproduced > 0 and self.remaining <= 0
         self.is_pipelined = False  # sent as produced: lanes x LinkState.pipelined_lane_cap binds it
+        self.is_after_idle = False  # pipelined, started on an idle link: the after-idle lane cap binds it
         self.version = 0  # grows at every rate change: an older finish timer is stale
         self.weight = 1.0  # < 1 while locked out behind incumbents (LinkState.newcomer_weight)
         self.lanes = self.tail_lanes = float(CONNECTIONS)  # connections carrying it; its last layer's

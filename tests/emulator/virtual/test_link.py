@@ -134,6 +134,35 @@ def test_a_last_layer_after_the_prefill_rides_as_many_connections_as_it_has_chun
     assert arrived[0] == pytest.approx(1.0 + tail / (lanes * lane) + 0.01)
 
 
+def test_a_cache_after_an_idle_spell_rides_its_shrunk_windows_constant() -> None:
+    # 20 ms, 1 % loss, constants 2.0 busy and 1.0 after idle: one connection carries 8.95 and
+    # 4.47 MB/s. Each cache: 2 MB at its start, a 1 MB last layer (one chunk, one lane) 1 s later.
+    # The first opens the connections (not idle: new ones ramp instead); the second starts 0.1 s
+    # after the first is across (under the RTO: the window is as it was), the third 1 s after the
+    # second (over it: Linux has shrunk the application-limited window, tcp.py).
+    state = LinkState(GB, delay_s=0.01, loss=0.01, rtt_s=0.02, connections=4, loss_c=2.0, loss_c_after_idle=1.0)
+    busy, idle = state.pipelined_lane_cap, state.pipelined_lane_cap_after_idle
+    assert (busy, idle) == (pytest.approx(8948 / 0.02 * 2.0 / 0.1), pytest.approx(8948 / 0.02 * 1.0 / 0.1))
+    sim = Simulator()
+    link = FluidLink(sim, state)
+    arrived: list[float] = []
+
+    def cache(_: object) -> None:
+        transfer = link.start(3e6, lambda __: (arrived.append(sim.now), sim.schedule(
+            sim.now + (0.1 if len(arrived) == 1 else 1.0), cache) if len(arrived) < 3 else None), None,
+            [(0.0, 2e6, 0.0)])
+        sim.schedule(sim.now + 1.0, lambda __: link.end_production(transfer))
+
+    sim.schedule(0.0, cache)
+    sim.run()
+    first_end = 1.0 + 1e6 / busy
+    assert arrived[0] == pytest.approx(first_end + 0.01)
+    second_start = arrived[0] + 0.1
+    assert arrived[1] == pytest.approx(second_start + 1.0 + 1e6 / busy + 0.01)
+    third_start = arrived[1] + 1.0
+    assert arrived[2] == pytest.approx(third_start + 1.0 + 1e6 / idle + 0.01)
+
+
 def test_pipelined_transfer_ends_a_last_layer_after_the_prefill_when_the_link_keeps_up() -> None:
     # 1 GB in ten layers over 4 s on a 1 GB/s link: each of the first nine (0.1 GB at 0.4, 0.8,
     # ... 3.6 s) is across in 0.1 s; the last goes when the prefill ends at 4 s and takes 0.1 s.
