@@ -47,13 +47,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from emulator.live.speed_reference import reference_now, rescaled, write_rescaled  # noqa: E402
 from emulator.scenario.model_section import ProfileFile, read_profile_file  # noqa: E402
+from emulator.telemetry.run_files import RunFolder  # noqa: E402
 from fidelity_matrix import MATRIX, QUICK, Config, base_document, capacity_per_s, metrics  # noqa: E402
 from fidelity_report import GOALS, errors_of, format_table, missed_goals, write_report  # noqa: E402
 
@@ -130,8 +130,10 @@ def fold_stack(work: Path, profile_path: Path, capacity: float, requests: int,
 
 
 def mean_prefill_s(run: Path) -> float:
-    """The mean prefill of a live run's requests that had one: the same seed's runs compare."""
-    records = pd.read_parquet(run / "requests.parquet", columns=["prefill_start_s", "prefill_end_s"]).dropna()
+    """The mean prefill of a live run's requests that had one: the same seed's runs compare. Read
+    through the run folder's bounded reader."""
+    table = RunFolder(run).read_parquet("requests.parquet").select(["prefill_start_s", "prefill_end_s"])
+    records = table.to_pandas().dropna()
     if records.empty:
         raise SystemExit(f"the stack run in {run} has no prefill: see its live.log")
     return float((records["prefill_end_s"] - records["prefill_start_s"]).mean())

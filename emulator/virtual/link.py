@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from operator import attrgetter
 from typing import Any
 
 from emulator.virtual.core import Simulator
@@ -30,10 +31,6 @@ from emulator.virtual.water_fill import max_min, weighted_max_min
 
 __all__ = ["CONNECTIONS", "MSS_BYTES", "FluidLink", "LinkState", "Transfer", "mathis_bytes_per_s"]
 _INF = math.inf
-
-
-def _started(transfer: Transfer) -> float:
-    return transfer.start_s
 
 
 class FluidLink:
@@ -58,9 +55,8 @@ class FluidLink:
     def __init__(self, sim: Simulator, state: LinkState) -> None:
         self.sim = sim
         self.state = state
-        self._ceiling = state.per_transfer_cap  # the state's, kept: it is read at every share
-        self._piped_ceiling = state.pipelined_lane_cap
-        self._idle_ceiling = state.pipelined_lane_cap_after_idle
+        self._ceiling = self._piped_ceiling = self._idle_ceiling = 0.0
+        self._take_ceilings(state)
         self._idle_since = _INF  # when the last transfer left the link (inf: none has yet; new ones ramp)
         self._window = initial_window_bytes(state.connections) * state.wire_per_byte  # new connections: slow start
         self._window_rate = self._window / state.rtt_s if state.has_ramp else _INF  # inf: open
@@ -96,8 +92,7 @@ class FluidLink:
         self._advance()
         now, wire = self.sim.now, self.state.wire_per_byte
         transfer = Transfer(float(num_bytes), num_bytes * wire, num_bytes * wire if layers is not None else 0.0,
-                            on_done, arg, now)
-        transfer.lanes = transfer.tail_lanes = float(self.state.connections)
+                            on_done, arg, now, float(self.state.connections))
         if layers is not None:
             tail = float(num_bytes)
             for after_s, size, late in layers:
@@ -174,12 +169,16 @@ class FluidLink:
         """A link change (timeline or knob): shares are recomputed from now on."""
         self._advance()
         self.state = state
-        self._ceiling = state.per_transfer_cap
-        self._piped_ceiling = state.pipelined_lane_cap
-        self._idle_ceiling = state.pipelined_lane_cap_after_idle
+        self._take_ceilings(state)
         if self._window_rate < _INF:  # still ramping: the same window over the new round trip
             self._window_rate = self._window / state.rtt_s if state.has_ramp else _INF
         self._reshare()
+
+    def _take_ceilings(self, state: LinkState) -> None:
+        """The state's loss-limited ceilings, kept: they are read at every share."""
+        self._ceiling = state.per_transfer_cap
+        self._piped_ceiling = state.pipelined_lane_cap
+        self._idle_ceiling = state.pipelined_lane_cap_after_idle
 
     def sync(self) -> None:
         """Bring the byte counters up to now (a sampler reads them between events)."""
@@ -340,7 +339,7 @@ class FluidLink:
             if transfer.weight == 1.0:
                 return
         now, room = self.sim.now, self.state.queue_bytes
-        waiting = sorted(active, key=_started)
+        waiting = sorted(active, key=attrgetter("start_s"))
         for k, transfer in enumerate(waiting):
             room -= transfer.left_at(now) + transfer.unproduced
             if k > 0 and room < 0.0 and transfer.start_s > waiting[k - 1].start_s:

@@ -6,8 +6,6 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from emulator.virtual.tcp import CONNECTIONS
-
 _INF = math.inf
 
 
@@ -23,7 +21,7 @@ class Transfer:
                  "queued_cap")
 
     def __init__(self, num_bytes: float, wire_bytes: float, unproduced: float, on_done: Callable[[Any], None],
-                 arg: Any, start_s: float) -> None:
+                 arg: Any, start_s: float, lanes: float) -> None:
         self.num_bytes = num_bytes
         self.remaining = wire_bytes - unproduced
         self.unproduced = unproduced
@@ -38,7 +36,7 @@ class Transfer:
         self.is_after_idle = False  # pipelined, started on an idle link: the after-idle lane cap binds it
         self.version = 0  # grows at every rate change: an older finish timer is stale
         self.weight = 1.0  # < 1 while locked out behind incumbents (LinkState.newcomer_weight)
-        self.lanes = self.tail_lanes = float(CONNECTIONS)  # connections carrying it; its last layer's
+        self.lanes = self.tail_lanes = lanes  # connections carrying it; its last layer's
         self.queued_cap = _INF  # the most of its bytes that can stand in the queue: not a send's late bytes
 
     def left_at(self, now_s: float) -> float:
