@@ -167,7 +167,8 @@ class Gateway:
             kv_bytes = int(self.costs.kv_bytes(tokens))
             link = self.link
             sends = self.costs.layer_sends(tokens, service_s, kv_bytes, link.newcomer_share())
-            journey.handle = link.start(kv_bytes, self._on_kv_arrived, (journey, journey.attempt_id), sends)
+            sender = kv_sender(journey.prefill_slot, journey.decode_slot, len(self.board.ids))
+            journey.handle = link.start(kv_bytes, self._on_kv_arrived, (journey, journey.attempt_id), sends, sender)
 
     def _on_prefill_end(self, node: PrefillNode, journey: Journey, service_s: float) -> None:
         now, attempt = self.sim.now, journey.attempt_id
@@ -241,6 +242,12 @@ class Gateway:
             waiting += len(decode.waiting)
             active += len(decode.active)
         return remote, local, waiting, active
+
+
+def kv_sender(prefill_slot: int, decode_slot: int, num_slots: int) -> int:
+    """The connections a remote cache goes on, as the fluid link's sender key: a live prefill worker
+    keeps one sender, its connections and one chunk queue, per decode worker (worker/kv_links.py)."""
+    return prefill_slot * num_slots + decode_slot
 
 
 def _unexpected(act: Action) -> None:

@@ -1,12 +1,14 @@
 """The cross-datacenter link as a fluid of TCP transfers: they share the bandwidth by weighted
 max-min (recomputed at every start, finish, produced layer, window step and link change), delivery
 adds the propagation delay, a lossy link caps each transfer at the loss-limited goodput of its
-connections (lower for a cache sent as produced after the link idled past an RTO), new connections ramp up in slow start, and a buffer deeper than the BDP locks
-newcomers out behind the incumbents (the numbers and their calibration: tcp.py; the link's
-parameters: link_state.py; one transfer's state: transfer.py). No packets: the
-queue shows as that lockout and as the standing queue the senders' RTT sees (produced bytes not yet
-delivered beyond the BDP, its peak kept for the sampler). A cut link (100 % loss) carries nothing: its transfers wait at
-rate 0 until the link changes (or the run's end fails them).
+connections (lower for a cache sent as produced after the link idled past an RTO), caches from
+one sender take its connections in the order they started, new connections ramp up in slow start,
+and a buffer deeper than the BDP locks newcomers out behind the incumbents (the numbers and their
+calibration: tcp.py; the link's parameters: link_state.py; one transfer's state: transfer.py).
+No packets: the queue shows as that lockout and as the standing queue the senders' RTT sees
+(produced bytes not yet delivered beyond the BDP, its peak kept for the sampler). A cut link
+(100 % loss) carries nothing: its transfers wait at rate 0 until the link changes (or the run's
+end fails them).
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ class FluidLink:
     def __init__(self, sim: Simulator, state: LinkState) -> None:
         self.sim = sim
         self.state = state
-        self._ceiling = self._piped_ceiling = self._idle_ceiling = 0.0
+        self._piped_ceiling = self._idle_ceiling = 0.0
         self._take_ceilings(state)
         self._idle_since = _INF  # when the last transfer left the link (inf: none has yet; new ones ramp)
         self._window = initial_window_bytes(state.connections) * state.wire_per_byte  # new connections: slow start
@@ -63,6 +65,8 @@ class FluidLink:
         self._is_ramp_armed = False
         self._ramp_at = _INF  # when the armed slow-start round runs
         self._num_newcomers = 0  # active transfers with weight < 1
+        self._sender_count: dict[int, int] = {}  # active transfers per sender key
+        self._num_sharing = 0  # senders with more than one active transfer
         self.active: list[Transfer] = []
         self.bytes_sent = 0.0  # fluid integral of every rate (wire bytes), cancelled transfers included
         self.bytes_delivered = 0  # whole caches delivered (sum of their sizes)
@@ -84,15 +88,16 @@ class FluidLink:
     # ---- what entities call ----
 
     def start(self, num_bytes: float, on_done: Callable[[Any], None], arg: Any,
-              layers: Sequence[tuple[float, float, float]] | None = None) -> Transfer:
+              layers: Sequence[tuple[float, float, float]] | None = None, sender: int = -1) -> Transfer:
         """Begin sending; `on_done(arg)` runs when the last byte has arrived (after the delay).
         `layers`: the cache is produced as it goes, each (seconds from now, bytes, of them late
         bytes: costs.layer_sends) handed over then and what they leave at `end_production`; None:
-        all of it is there now."""
+        all of it is there now. `sender`: the connections it goes on (a prefill worker's to one
+        decode worker), shared with that sender's other caches; -1: connections of its own."""
         self._advance()
         now, wire = self.sim.now, self.state.wire_per_byte
         transfer = Transfer(float(num_bytes), num_bytes * wire, num_bytes * wire if layers is not None else 0.0,
-                            on_done, arg, now, float(self.state.connections))
+                            on_done, arg, now, float(self.state.connections), sender)
         if layers is not None:
             tail = float(num_bytes)
             for after_s, size, late in layers:
@@ -107,6 +112,11 @@ class FluidLink:
             if transfer.weight < 1.0:
                 self._num_newcomers += 1
         self.active.append(transfer)
+        if sender >= 0:
+            count = self._sender_count.get(sender, 0) + 1
+            self._sender_count[sender] = count
+            if count == 2:
+                self._num_sharing += 1
         self._reshare()
         return transfer
 
@@ -142,13 +152,22 @@ class FluidLink:
         A transfer this link does not carry is ignored, so callers need not know its direction."""
         if transfer.is_active and transfer in self.active:
             self._advance()
-            transfer.is_active = False
-            self.active.remove(transfer)
-            if transfer.weight < 1.0:
-                self._num_newcomers -= 1
-            if not self.active:
-                self._idle_since = self.sim.now
+            self._leave(transfer)
             self._reshare()
+
+    def _leave(self, transfer: Transfer) -> None:
+        """Take a finished or cancelled transfer off the link (its share goes at the next reshare)."""
+        transfer.is_active = False
+        self.active.remove(transfer)
+        if transfer.weight < 1.0:
+            self._num_newcomers -= 1
+        if transfer.sender >= 0:
+            count = self._sender_count[transfer.sender] - 1
+            self._sender_count[transfer.sender] = count
+            if count == 1:
+                self._num_sharing -= 1
+        if not self.active:
+            self._idle_since = self.sim.now
 
     def _on_ramp(self, _: Any) -> None:
         """One round trip of slow start: the window doubles while it carries data (and pauses
@@ -175,8 +194,7 @@ class FluidLink:
         self._reshare()
 
     def _take_ceilings(self, state: LinkState) -> None:
-        """The state's loss-limited ceilings, kept: they are read at every share."""
-        self._ceiling = state.per_transfer_cap
+        """The state's loss-limited ceilings per connection, kept: they are read at every share."""
         self._piped_ceiling = state.pipelined_lane_cap
         self._idle_ceiling = state.pipelined_lane_cap_after_idle
 
@@ -258,7 +276,7 @@ class FluidLink:
                 return False
         rate = self.state.rate_bytes_per_s
         if not transfer.is_stalled:
-            cap = self._cap(transfer)
+            cap = self._cap(transfer, transfer.lanes)
             if cap < rate:
                 rate = cap
             transfer.rate = rate
@@ -294,13 +312,12 @@ class FluidLink:
             self.queue_peak_bytes = queued
         return queued if queued > 0.0 else 0.0
 
-    def _cap(self, transfer: Transfer) -> float:
-        """A transfer's ceiling now: nothing while it waits for a layer, its connections' loss cap."""
-        if transfer.is_stalled:
+    def _cap(self, transfer: Transfer, lanes: float) -> float:
+        """A transfer's ceiling now on `lanes` connections: nothing while it waits for a layer, their
+        loss cap."""
+        if transfer.is_stalled or lanes <= 0.0:  # (0 x an unlimited ceiling would be NaN)
             return 0.0
-        if not transfer.is_pipelined:
-            return self._ceiling
-        return transfer.lanes * (self._idle_ceiling if transfer.is_after_idle else self._piped_ceiling)
+        return lanes * (self._idle_ceiling if transfer.is_after_idle else self._piped_ceiling)
 
     def _shares(self, active: list[Transfer]) -> list[float]:
         """TCP shares the bottleneck per connection: each transfer's weight is the connections
@@ -309,18 +326,39 @@ class FluidLink:
         left = self.state.rate_bytes_per_s
         if self._window_rate < left:
             left = self._window_rate
+        lanes = self._sender_lanes(active) if self._num_sharing else [t.lanes for t in active]
         caps: list[float] = []
         total = 0.0  # sum(caps), added as sum adds floats, without a call through Python
-        is_equal, lanes = self._num_newcomers == 0, self.state.connections
-        for transfer in active:
-            cap = self._cap(transfer)
+        is_equal, connections = self._num_newcomers == 0, self.state.connections
+        for i in range(len(active)):
+            cap = self._cap(active[i], lanes[i])
             caps.append(cap)
             total += cap
-            if cap > 0.0 and transfer.lanes != lanes:
+            if cap > 0.0 and lanes[i] != connections:
                 is_equal = False
         if is_equal:
             return max_min(caps, total, left)
-        return weighted_max_min(caps, [t.lanes * t.weight for t in active], left)
+        return weighted_max_min(caps, [lanes[i] * active[i].weight for i in range(len(active))], left)
+
+    def _sender_lanes(self, active: list[Transfer]) -> list[float]:
+        """The connections each transfer rides when some sender has several caches on the link: its
+        caches take that sender's connections in the order they started (the live sender's one chunk
+        queue), each as many as it has lanes and the older ones leave, in whole connections when
+        they leave fewer (a chunk rides one; and a crumb of a lane would arm a finish timer that
+        outlives the run); one waiting for a layer holds none."""
+        connections = float(self.state.connections)
+        held: dict[int, float] = {}
+        lanes: list[float] = []
+        for transfer in active:
+            own = transfer.lanes
+            if transfer.sender >= 0 and not transfer.is_stalled:
+                taken = held.get(transfer.sender, 0.0)
+                free = connections - taken
+                if own > free:
+                    own = float(math.floor(free)) if free > 0.0 else 0.0
+                held[transfer.sender] = taken + own
+            lanes.append(own)
+        return lanes
 
     def _has_incumbent(self, now_s: float) -> bool:
         """A full-weight transfer that started before now (one started at the same instant is a peer)."""
@@ -360,12 +398,7 @@ class FluidLink:
             if not self._retime_lone_sender(transfer):
                 self._reshare()
             return
-        transfer.is_active = False
-        self.active.remove(transfer)
-        if transfer.weight < 1.0:
-            self._num_newcomers -= 1
-        if not self.active:
-            self._idle_since = sim.now
+        self._leave(transfer)
         transfer.remaining, transfer.rate = 0.0, 0.0
         self.bytes_delivered += int(transfer.num_bytes)
         self.num_delivered += 1

@@ -14,14 +14,16 @@ class Transfer:
     the cache's size; the fluid moves its wire bytes (LinkState.wire_per_byte): `remaining` those
     produced and not yet sent as of `since_s` (less rate * (now - since_s) now), `unproduced` those
     its prefill has yet to hand over (0 for a cache sent whole). A transfer that has sent all it
-    was handed waits (`is_stalled`, no share) for its next layer."""
+    was handed waits (`is_stalled`, no share) for its next layer. Caches of one `sender` (a prefill
+worker's connections to one decode worker; -1: its own) take those connections in the order they
+started (link.py)."""
 
     __slots__ = ("num_bytes", "remaining", "unproduced", "since_s", "rate", "on_done", "arg", "start_s",
                  "is_active", "is_stalled", "is_pipelined", "is_after_idle", "version", "weight", "lanes", "tail_lanes",
-                 "queued_cap")
+                 "queued_cap", "sender")
 
     def __init__(self, num_bytes: float, wire_bytes: float, unproduced: float, on_done: Callable[[Any], None],
-                 arg: Any, start_s: float, lanes: float) -> None:
+                 arg: Any, start_s: float, lanes: float, sender: int = -1) -> None:
         self.num_bytes = num_bytes
         self.remaining = wire_bytes - unproduced
         self.unproduced = unproduced
@@ -32,12 +34,13 @@ class Transfer:
         self.start_s = start_s
         self.is_active = True
         self.is_stalled = unproduced > 0 and self.remaining <= 0
-        self.is_pipelined = False  # sent as produced: lanes x LinkState.pipelined_lane_cap binds it
+        self.is_pipelined = False  # sent as produced: its last layer rides `tail_lanes` (end_production)
         self.is_after_idle = False  # pipelined, started on an idle link: the after-idle lane cap binds it
         self.version = 0  # grows at every rate change: an older finish timer is stale
         self.weight = 1.0  # < 1 while locked out behind incumbents (LinkState.newcomer_weight)
         self.lanes = self.tail_lanes = lanes  # connections carrying it; its last layer's
         self.queued_cap = _INF  # the most of its bytes that can stand in the queue: not a send's late bytes
+        self.sender = sender
 
     def left_at(self, now_s: float) -> float:
         return self.remaining - self.rate * (now_s - self.since_s) if now_s > self.since_s else self.remaining

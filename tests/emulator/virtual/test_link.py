@@ -241,3 +241,31 @@ def test_an_unshaped_link_delivers_after_the_delay_only() -> None:
     arrived, link = _run(LinkState(math.inf, delay_s=0.005), [(1.0, GB, {}), (1.0, GB, {})])
     assert arrived == {0: pytest.approx(1.005), 1: pytest.approx(1.005)}
     assert link.bytes_delivered == 2 * GB
+
+
+@pytest.mark.parametrize(("tail_mb", "tail_lanes_held"), [(1.0, 1.0), (2.5 * CHUNK_BYTES / 1e6, 2.5), (40.0, 4.0)])
+@pytest.mark.parametrize("same_sender", [True, False])
+def test_caches_from_one_sender_queue_on_its_connections(tail_mb: float, tail_lanes_held: float,
+                                                          same_sender: bool) -> None:
+    # One prefill worker sends every cache to one decode worker over the same 4 connections, taking
+    # chunks in order: A's last layer (its prefill ends at 1 s) holds the lanes its chunks ride, and
+    # B, 6 MB whole from the same sender at 1 s, gets the others (whole ones: a chunk rides one)
+    # until A is across, then all four.
+    # From another sender B has 4 connections of its own. 20 ms, 1 % loss, constant 2.0: one
+    # connection carries 8.95 MB/s; the 100 MB/s link never binds.
+    state = LinkState(100e6, delay_s=0.01, loss=0.01, rtt_s=0.02, connections=4, loss_c=2.0)
+    lane = state.pipelined_lane_cap
+    sim = Simulator()
+    link = FluidLink(sim, state)
+    arrived: dict[str, float] = {}
+    a = link.start(2e6 + tail_mb * 1e6, lambda k: arrived.__setitem__(k, sim.now), "A", [(0.0, 2e6, 0.0)], sender=0)
+    sim.schedule(1.0, lambda _: (link.end_production(a), link.start(
+        6e6, lambda k: arrived.__setitem__(k, sim.now), "B", sender=0 if same_sender else 1)))
+    sim.run()
+    a_tail_s = tail_mb * 1e6 / (tail_lanes_held * lane)
+    assert arrived["A"] == pytest.approx(1.0 + a_tail_s + 0.01)
+    if same_sender:
+        beside = math.floor(4.0 - tail_lanes_held) * lane * a_tail_s  # B's bytes on the lanes A leaves free
+        assert arrived["B"] == pytest.approx(1.0 + a_tail_s + (6e6 - beside) / (4 * lane) + 0.01)
+    else:
+        assert arrived["B"] == pytest.approx(1.0 + 6e6 / (4 * lane) + 0.01)
