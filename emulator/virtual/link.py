@@ -314,10 +314,13 @@ class FluidLink:
 
     def _cap(self, transfer: Transfer, lanes: float) -> float:
         """A transfer's ceiling now on `lanes` connections: nothing while it waits for a layer, their
-        loss cap."""
-        if transfer.is_stalled or lanes <= 0.0:  # (0 x an unlimited ceiling would be NaN)
+        loss cap (none on a lossless link)."""
+        if transfer.is_stalled:
             return 0.0
-        return lanes * (self._idle_ceiling if transfer.is_after_idle else self._piped_ceiling)
+        ceiling = self._idle_ceiling if transfer.is_after_idle else self._piped_ceiling
+        if ceiling == _INF:
+            return _INF
+        return lanes * ceiling
 
     def _shares(self, active: list[Transfer]) -> list[float]:
         """TCP shares the bottleneck per connection: each transfer's weight is the connections
@@ -334,18 +337,20 @@ class FluidLink:
             cap = self._cap(active[i], lanes[i])
             caps.append(cap)
             total += cap
-            if cap > 0.0 and lanes[i] != connections:
+            if cap > 0.0 and active[i].lanes != connections:
                 is_equal = False
         if is_equal:
             return max_min(caps, total, left)
-        return weighted_max_min(caps, [lanes[i] * active[i].weight for i in range(len(active))], left)
+        return weighted_max_min(caps, [active[i].lanes * active[i].weight for i in range(len(active))], left)
 
     def _sender_lanes(self, active: list[Transfer]) -> list[float]:
-        """The connections each transfer rides when some sender has several caches on the link: its
-        caches take that sender's connections in the order they started (the live sender's one chunk
-        queue), each as many as it has lanes and the older ones leave, in whole connections when
-        they leave fewer (a chunk rides one; and a crumb of a lane would arm a finish timer that
-        outlives the run); one waiting for a layer holds none."""
+        """The connections whose loss-limited windows each transfer rides when some sender has
+        several caches on the link: its caches take that sender's connections in the order they
+        started (the live sender's one chunk queue), each as many as it has lanes and the older
+        ones leave, in whole connections when they leave fewer (a chunk rides one; and a crumb of a
+        lane would arm a finish timer that outlives the run); one waiting for a layer holds none.
+        Only the caps read them: the bottleneck is shared by each transfer's own lanes, and on a
+        lossless link no window binds (a buffer's worth of caches shares the queue: _promote)."""
         connections = float(self.state.connections)
         held: dict[int, float] = {}
         lanes: list[float] = []

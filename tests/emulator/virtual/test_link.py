@@ -269,3 +269,17 @@ def test_caches_from_one_sender_queue_on_its_connections(tail_mb: float, tail_la
         assert arrived["B"] == pytest.approx(1.0 + a_tail_s + (6e6 - beside) / (4 * lane) + 0.01)
     else:
         assert arrived["B"] == pytest.approx(1.0 + 6e6 / (4 * lane) + 0.01)
+
+
+def test_on_a_lossless_link_one_senders_caches_share_the_bottleneck_as_any_do() -> None:
+    # No loss: no connection's window binds, the bottleneck's queue does (a buffer's worth of caches
+    # shares it: test_link_tcp.py), so caches of one sender share as caches of two do. A (2 MB) and
+    # B (4 MB) from one sender, both at 0 on 10 MB/s: halves until A is across at 0.4 s, B then alone.
+    for senders in ((0, 0), (0, 1)):
+        sim = Simulator()
+        link = FluidLink(sim, LinkState(10e6, delay_s=0.0, queue_bytes=0.0))
+        arrived: dict[str, float] = {}
+        for name, size, sender in (("A", 2e6, senders[0]), ("B", 4e6, senders[1])):
+            link.start(size, lambda k: arrived.__setitem__(k, sim.now), name, sender=sender)
+        sim.run()
+        assert arrived == {"A": pytest.approx(0.4), "B": pytest.approx(0.6)}
