@@ -7,8 +7,8 @@ transfer on new connections, back-to-back ones, and ones after a 1 s idle gap. L
 20/50/200 Mbit/s also start a 1 MB transfer (a second sender) a quarter into a 16 MB one. Each
 measured time is set beside what FluidLink predicts for the same history (same sizes, same gaps,
 same start offsets). Pipelined rows (bench/pipelined_kv.py), at the 40 ms RTT points: caches sent
-layer by layer as produced, synthetic and by a real prefill, beside the fluid and the loss constant
-that fits them: on a lossy link app-limited bursts recover from loss far slower than a cache
+layer by layer as produced, synthetic and by a real prefill, beside the fluid, the loss constant
+and the spread that fit them: on a lossy link app-limited bursts recover from loss far slower than a cache
 written at once; there the prefill rows go again IDLE_GAP_S apart, a worker's pace in the fidelity
 matrix, after which Linux has shrunk the idle window (pipelined_kv.py). Writes
 bench/results/link_tcp.json and prints a table. Needs root.
@@ -35,7 +35,15 @@ from emulator.virtual.link import LinkState  # noqa: E402
 from emulator.virtual.link_replay import arrival_times  # noqa: E402
 from emulator.virtual.loops import link_states  # noqa: E402
 
-from pipelined_kv import IDLE_GAP_S, PRESET, SYNTHETIC_MB, fit_loss_c, prefill_row, synthetic_row  # noqa: E402
+from pipelined_kv import (  # noqa: E402
+    IDLE_GAP_S,
+    PRESET,
+    SYNTHETIC_MB,
+    fit_loss_c,
+    fit_loss_spread,
+    prefill_row,
+    synthetic_row,
+)
 from transport import ROOT, KVPair  # noqa: E402  (bench/, first on a script's path)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "link_tcp.json"
@@ -155,6 +163,7 @@ def summarize(results: dict) -> dict:
             "max_abs_error": max(map(abs, errors)) if errors else None, "contention_small_errors": small,
             "pipelined_errors": [p["model_s"] / p["mean_s"] - 1 for p in results["pipelined"]],
             "pipelined_loss_c_fit": fit_loss_c([p for p in results["pipelined"] if p["kind"] == "prefill"], state_of),
+            "pipelined_loss_spread_fit": fit_loss_spread(results["pipelined"]),
             "synthetic_loss_c_fit": fit_loss_c([p for p in results["pipelined"] if p["kind"] == "synthetic"], state_of)}
 
 
@@ -203,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
              if s["median_abs_error"] is not None else "pipelined rows only")
     if s["pipelined_loss_c_fit"] is not None:
         whole += (f"; the prefill rows fit LOSS_C {s['pipelined_loss_c_fit']:g} "
-                  f"(the synthetic ones {s['synthetic_loss_c_fit']:g})")
+                  f"(the synthetic ones {s['synthetic_loss_c_fit']:g}), LOSS_SPREAD {s['pipelined_loss_spread_fit']:.2f}")
     print(f"model vs live: {whole}; "
           f"load {results['load_before'][0]:.1f} -> {results['load_after'][0]:.1f}; results: {args.out}")
     return 0

@@ -25,6 +25,7 @@ from emulator.net.topology import LOCAL, REMOTE, Topology
 from emulator.transport.sender import KVSender
 from emulator.virtual.link import LinkState
 from emulator.virtual.link_replay import pipelined_seconds
+from emulator.virtual.tcp import PACKET_BYTES
 from emulator.wire.auth import KvHelloProof
 from model_stub import HybridModel, get_preset
 from model_stub.serialize import encode_layer
@@ -123,6 +124,19 @@ def fit_loss_c(rows: list[dict], state_of: Any) -> float | None:
                    for row in lossy)
 
     return min((0.05 * k for k in range(5, 121)), key=misfit)
+
+
+def fit_loss_spread(rows: list[dict]) -> float | None:
+    """tcp.LOSS_SPREAD from the lossy prefill rows: how widely a cache's time after its prefill
+    spreads (standard deviation over mean), times the square root of the loss events a cache
+    expects (loss x its packets: the fewer, the wider; tcp.loss_time_cv), the median over rows."""
+    spreads = []
+    for row in rows:
+        if row.get("loss_pct") and row["kind"].startswith("prefill") and len(row["s"]) > 2:
+            after = [s - row["produce_s"] for s in row["s"]]
+            events = row["loss_pct"] / 100 * row["bytes"] / PACKET_BYTES
+            spreads.append(statistics.stdev(after) / statistics.fmean(after) * math.sqrt(max(events, 1.0)))
+    return statistics.median(spreads) if spreads else None
 
 
 def _point(row: dict) -> dict:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import random
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -113,7 +114,8 @@ def simulate(scenario: Scenario, *, until: float | None = None, progress: Progre
     to_local, to_remote = link_states(scenario.link, scenario.transport.connections)
     local = scenario.clusters.local
     n_p = start_n_p(scenario, plane)
-    gateway = Gateway(sim, plane, costs, FluidLink(sim, to_local), FluidLink(sim, to_remote),
+    gateway = Gateway(sim, plane, costs, FluidLink(sim, to_local, random.Random(f"{scenario.seed}:to_local")),
+                      FluidLink(sim, to_remote, random.Random(f"{scenario.seed}:to_remote")),
                       num_remote=scenario.clusters.remote.instances, num_local=local.instances, n_p=n_p,
                       block_tokens=scenario.prefix_cache.block_tokens,
                       use_index=needs_index(scenario, requests),

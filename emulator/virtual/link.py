@@ -14,6 +14,7 @@ end fails them).
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Callable, Sequence
 from operator import attrgetter
 from typing import Any
@@ -25,6 +26,8 @@ from emulator.virtual.tcp import (
     MSS_BYTES,
     initial_window_bytes,
     is_idle_spell,
+    loss_time_cv,
+    loss_time_factor,
     mathis_bytes_per_s,
     tail_lanes,
 )
@@ -54,9 +57,12 @@ class FluidLink:
     the connections while produced and by its last layer's lanes after (tcp.tail_lanes).
     """
 
-    def __init__(self, sim: Simulator, state: LinkState) -> None:
+    def __init__(self, sim: Simulator, state: LinkState, rng: random.Random | None = None) -> None:
+        """`rng` draws each cache's loss-limited rate around the mean at its start (the engine's,
+        seeded by the scenario); None keeps every cache at the mean (benches, hand-computed tests)."""
         self.sim = sim
         self.state = state
+        self._rng = rng
         self._piped_ceiling = self._idle_ceiling = 0.0
         self._take_ceilings(state)
         self._idle_since = _INF  # when the last transfer left the link (inf: none has yet; new ones ramp)
@@ -98,6 +104,8 @@ class FluidLink:
         now, wire = self.sim.now, self.state.wire_per_byte
         transfer = Transfer(float(num_bytes), num_bytes * wire, num_bytes * wire if layers is not None else 0.0,
                             on_done, arg, now, float(self.state.connections), sender)
+        if self._rng is not None and self.state.loss > 0.0:
+            transfer.rate_factor = 1.0 / loss_time_factor(self._rng, loss_time_cv(num_bytes * wire, self.state.loss))
         if layers is not None:
             tail = float(num_bytes)
             for after_s, size, late in layers:
@@ -320,7 +328,7 @@ class FluidLink:
         ceiling = self._idle_ceiling if transfer.is_after_idle else self._piped_ceiling
         if ceiling == _INF:
             return _INF
-        return lanes * ceiling
+        return lanes * ceiling * transfer.rate_factor
 
     def _shares(self, active: list[Transfer]) -> list[float]:
         """TCP shares the bottleneck per connection: each transfer's weight is the connections

@@ -26,8 +26,9 @@ bytes (WIRE_PER_BYTE: the fluid counts wire bytes, as the live egress meter does
   slow (the prefill rows fit 1.75, the synthetic 2.25). Again at 4952f54, the prefill rows at 1 %
   fit the fluid within 1 % on a quiet machine (constant 1.25, bench/results/link_tcp_pipelined_quiet.json)
   and within 3 % with two busy loops on both cores (1.6, ..._loaded.json): the relay's CPU is not
-  what makes the live matrix's lossy caches come later than the fluid says; idle spells and a
-  sender's shared connections are (below, and README, Fidelity). 1.3, the whole caches' fit, stays.
+  what makes the live matrix's lossy caches come later than the fluid says; idle spells, a
+  sender's shared connections and the spread are (below, and README, Fidelity). 1.3, the whole
+  caches' fit, stays.
 - Idle spells: tcp_slow_start_after_idle=0 keeps a window from restarting, but Linux still shrinks
   an application-limited window once per RTO of idling (RFC 7661's cwnd validation), and on a
   lossy link it regrows slowly. A worker's caches come seconds apart (the fidelity matrix's
@@ -38,6 +39,19 @@ bytes (WIRE_PER_BYTE: the fluid counts wire bytes, as the live egress meter does
   RTO_MIN_S plus a round trip rides LOSS_C_AFTER_IDLE (the link's idle, not each sender's: the
   matrix has one remote sender). Whole caches keep LOSS_C, whose fit includes whole caches sent
   after a 1 s gap.
+- A sender's connections: a live prefill worker keeps one sender, 4 connections fed from one chunk
+  queue, per decode worker, so its caches take them in the order they started: a newer cache's
+  chunks ride the loss-limited windows the older ones' chunks leave free (link.py). The matrix's
+  1 % loss run, replayed: the caches whose prefill began while the previous one was still on the
+  way took 0.46 s after their prefill live, 0.35 in the fluid that gave each its own connections.
+- Spread: Mathis gives a connection's mean; a cache sees a handful of random loss events (1 % of
+  its ~340 segments on the matrix's caches), so its time after the prefill spreads around that
+  mean, the wider the fewer events it expects: the prefill rows' standard deviation over mean
+  times the square root of their expected events is 0.62 (bench/results/link_tcp_pipelined.json;
+  0.51 quiet, 0.86 loaded). The engine draws each cache's loss-limited rate once, at its start,
+  from a lognormal whose time has mean 1 and that spread (`loss_time_cv`, `loss_time_factor`); a
+  large cache expects many events and keeps close to the mean (the live matrix at 1 % loss:
+  its remote caches' time after the prefill spreads 0.34 of its mean, the mean fluid's 0.15).
 - Slow start: a new connection opens at INITIAL_WINDOW segments (358 KB for 4 connections at this
   MTU) and doubles each RTT. The live
   network sets tcp_slow_start_after_idle=0 (emulator/net/netns.tune_tcp), so a window, once open,
@@ -68,6 +82,7 @@ bytes (WIRE_PER_BYTE: the fluid counts wire bytes, as the live egress meter does
 from __future__ import annotations
 
 import math
+import random
 
 from emulator.transport.frames import CHUNK_BYTES
 
@@ -86,6 +101,7 @@ QUEUE_PACKETS = 1000  # the tun backend's default queue (emulator.net.spec.LinkS
 SRTT_QUEUE_SHARE = 0.7  # of the peak queue's wait the smoothed RTT keeps (fitted at 50 and 200 Mbit/s)
 STANDING_QUEUE_CAP_BYTES = 6.5e6  # the deepest wait measured (5.3 s at 10 Mbit/s): relay plus device queue
 MIN_RTT_S = 1e-4  # a LAN-like floor, so a lossy link with no added delay still has a finite ceiling
+LOSS_SPREAD = 0.6  # a cache's loss-limited time: spread x sqrt(expected loss events) (see above)
 
 
 def mathis_bytes_per_s(mss_bytes: float, rtt_s: float, loss: float, c: float = MATHIS_C) -> float:
@@ -96,6 +112,25 @@ def mathis_bytes_per_s(mss_bytes: float, rtt_s: float, loss: float, c: float = M
     if loss >= 1:
         return 0.0
     return mss_bytes / max(rtt_s, MIN_RTT_S) * c / math.sqrt(loss)
+
+
+def loss_time_cv(wire_bytes: float, loss: float) -> float:
+    """How widely a cache's loss-limited time spreads around the Mathis mean (standard deviation
+    over mean): LOSS_SPREAD over the square root of the loss events it expects, at least one; 0
+    without loss or on a cut link."""
+    if loss <= 0.0 or loss >= 1.0:
+        return 0.0
+    events = loss * wire_bytes / PACKET_BYTES
+    return LOSS_SPREAD / math.sqrt(events if events > 1.0 else 1.0)
+
+
+def loss_time_factor(rng: random.Random, cv: float) -> float:
+    """One cache's draw of its loss-limited time over the mean: lognormal with mean 1 and spread
+    `cv` (its rate is the mean over this)."""
+    if cv <= 0.0:
+        return 1.0
+    sigma = math.sqrt(math.log(1.0 + cv * cv))
+    return rng.lognormvariate(-0.5 * sigma * sigma, sigma)
 
 
 def initial_window_bytes(connections: int) -> float:

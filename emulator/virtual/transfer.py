@@ -20,7 +20,7 @@ started (link.py)."""
 
     __slots__ = ("num_bytes", "remaining", "unproduced", "since_s", "rate", "on_done", "arg", "start_s",
                  "is_active", "is_stalled", "is_pipelined", "is_after_idle", "version", "weight", "lanes", "tail_lanes",
-                 "queued_cap", "sender")
+                 "queued_cap", "sender", "rate_factor")
 
     def __init__(self, num_bytes: float, wire_bytes: float, unproduced: float, on_done: Callable[[Any], None],
                  arg: Any, start_s: float, lanes: float, sender: int = -1) -> None:
@@ -41,6 +41,7 @@ started (link.py)."""
         self.lanes = self.tail_lanes = lanes  # connections carrying it; its last layer's
         self.queued_cap = _INF  # the most of its bytes that can stand in the queue: not a send's late bytes
         self.sender = sender
+        self.rate_factor = 1.0  # its draw of the loss-limited rate over the mean (tcp.loss_time_factor)
 
     def left_at(self, now_s: float) -> float:
         return self.remaining - self.rate * (now_s - self.since_s) if now_s > self.since_s else self.remaining

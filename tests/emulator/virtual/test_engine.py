@@ -54,6 +54,19 @@ def test_same_seed_gives_identical_requests_parquet(small: Small, tmp_path: Path
     assert not pd.read_parquet(tmp_path / "c" / "requests.parquet")["arrival_s"].equals(a["arrival_s"])
 
 
+def test_a_lossy_links_draws_repeat_with_the_seed(small: Small) -> None:
+    """Each cache draws its loss-limited rate from the link's generator, seeded by the scenario: a
+    run repeats exactly (the spread itself: test_link_tcp.py)."""
+    lossy = {"bandwidth_mbit": 10000, "delay_ms": 20, "loss_pct": 0.5}
+
+    def transfers() -> list[tuple[str, float | None]]:
+        records = simulate(small(link=lossy, duration_s=20)).records
+        return [(r.id, r.transfer_end_s) for r in sorted(records, key=lambda r: r.id) if r.route == "prfaas"]
+
+    first = transfers()
+    assert first == transfers() and sum(end is not None for _, end in first) > 10
+
+
 def test_decode_batches_never_exceed_bs_max(small: Small) -> None:
     """Long outputs and BS_max 2 keep the decode instances full: waiting happens, overlap never > 2."""
     scenario = small(clusters={"remote": {"instances": 2, "device": "fast"},

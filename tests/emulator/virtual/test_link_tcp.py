@@ -1,16 +1,28 @@
 """The fluid link's TCP behaviour against closed forms: slow start on new connections (and a window
-that survives idle), newcomers locked out behind a deep buffer, and the lossless long-transfer limit
-equal to the plain fluid (bytes / rate + delay)."""
+that survives idle), newcomers locked out behind a deep buffer, the lossless long-transfer limit
+equal to the plain fluid (bytes / rate + delay), and the spread of loss-limited caches."""
 
 from __future__ import annotations
 
 import math
+import random
+import statistics
 
 import pytest
 
-from emulator.virtual.link import LinkState
+from emulator.virtual.core import Simulator
+from emulator.virtual.link import FluidLink, LinkState
 from emulator.virtual.link_replay import arrival_times
-from emulator.virtual.tcp import MSS_BYTES, initial_window_bytes, is_lockout, slow_start_s
+from emulator.virtual.tcp import (
+    LOSS_SPREAD,
+    MSS_BYTES,
+    PACKET_BYTES,
+    initial_window_bytes,
+    is_lockout,
+    loss_time_cv,
+    loss_time_factor,
+    slow_start_s,
+)
 
 MB = 1e6
 W0 = 4 * 10 * MSS_BYTES  # 4 new connections, 10 segments of 8,948 bytes each: 357,920 in the first round trip
@@ -114,3 +126,43 @@ def test_newcomers_whose_bytes_fit_in_the_buffer_take_the_incumbents_place_toget
     assert first_done == pytest.approx(t_first, rel=1e-9)
     sent_second += 6.25e6 / 2 * (t_first - big_done)
     assert second_done == pytest.approx(t_first + (size - sent_second) / 6.25e6, rel=1e-9)
+
+
+def test_a_caches_loss_limited_time_spreads_the_less_the_more_loss_events_it_expects() -> None:
+    assert loss_time_cv(3e6, 0.0) == 0.0 and loss_time_cv(3e6, 1.0) == 0.0  # lossless; cut: nothing moves
+    assert loss_time_cv(36 * PACKET_BYTES, 0.01) == LOSS_SPREAD  # 0.36 events expected: counted as one
+    assert loss_time_cv(400 * PACKET_BYTES, 0.01) == pytest.approx(LOSS_SPREAD / 2)  # 4 events
+    assert loss_time_cv(1e10, 0.01) < 0.01  # paper scale: ~11,000 events, the mean
+    draws = [loss_time_factor(random.Random(1), 0.0)] + [loss_time_factor(rng, 0.4) for rng in [random.Random(2)]
+                                                          for _ in range(200_000)]
+    assert draws[0] == 1.0
+    times = draws[1:]
+    assert statistics.fmean(times) == pytest.approx(1.0, abs=0.005)
+    assert statistics.stdev(times) == pytest.approx(0.4, rel=0.03)
+
+
+def test_with_draws_lossy_caches_keep_the_mean_time_and_spread_as_their_loss_events_say() -> None:
+    # 300 whole 3.6 MB caches one after another on a 20 ms, 1 % loss link (4 connections at 5.8 MB/s
+    # each; the window opens within the first): each takes 3.6 MB / 23.3 MB/s + the delay at the
+    # mean, and with the engine's draws spreads loss_time_cv of that (4 expected events: 0.3).
+    state = LinkState(1e9, delay_s=0.01, loss=0.01, rtt_s=0.02, connections=4)
+    size = 400 * PACKET_BYTES
+    taken: dict[str, list[float]] = {}
+    for name, rng in (("mean", None), ("drawn", random.Random(5))):
+        sim = Simulator()
+        link = FluidLink(sim, state, rng)
+        times: list[float] = []
+
+        def send(_: object, times: list[float] = times, link: FluidLink = link, sim: Simulator = sim) -> None:
+            start = sim.now
+            link.start(size, lambda __: (times.append(sim.now - start - 0.01), sim.schedule(sim.now, send)
+                                         if len(times) < 300 else None), None)
+
+        sim.schedule(0.0, send)
+        sim.run()
+        taken[name] = times[1:]  # the first ramps in slow start
+    steady = size / state.per_transfer_cap
+    assert taken["mean"] == pytest.approx([steady] * 299)
+    assert statistics.fmean(taken["drawn"]) == pytest.approx(steady, rel=0.06)
+    cv = statistics.stdev(taken["drawn"]) / statistics.fmean(taken["drawn"])
+    assert cv == pytest.approx(loss_time_cv(size, 0.01), rel=0.15) and loss_time_cv(size, 0.01) == pytest.approx(0.3)
