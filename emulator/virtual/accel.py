@@ -34,7 +34,7 @@ MANIFEST = "manifest.json"
 # per simulation or per interval and stay interpreted). The live engine imports the same router.
 COMPILED = (
     "emulator/virtual/core.py", "emulator/virtual/link.py", "emulator/virtual/link_state.py",
-    "emulator/virtual/transfer.py", "emulator/virtual/nodes.py",
+    "emulator/virtual/transfer.py", "emulator/virtual/overflow.py", "emulator/virtual/nodes.py",
     "emulator/virtual/gateway.py", "emulator/virtual/loops.py", "emulator/virtual/costs.py",
     "emulator/virtual/water_fill.py",
     "emulator/control/router.py", "emulator/control/prefix_cache.py", "emulator/control/prefix_entries.py",

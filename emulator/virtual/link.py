@@ -3,8 +3,10 @@ max-min (recomputed at every start, finish, produced layer, window step and link
 adds the propagation delay, a lossy link caps each transfer at the loss-limited goodput of its
 connections (lower for a cache sent as produced after the link idled past an RTO), caches from
 one sender take its connections in the order they started, new connections ramp up in slow start,
-and a buffer deeper than the BDP locks newcomers out behind the incumbents (the numbers and their
-calibration: tcp.py; the link's parameters: link_state.py; one transfer's state: transfer.py).
+a buffer deeper than the BDP locks newcomers out behind the incumbents, and a backlog the senders'
+windows push past it overflows it, the caches behind the loss waiting for its retransmission
+(overflow.py; the numbers and their calibration: tcp.py; the link's parameters: link_state.py;
+one transfer's state: transfer.py).
 No packets: the queue shows as that lockout and as the standing queue the senders' RTT sees
 (produced bytes not yet delivered beyond the BDP, its peak kept for the sampler). A cut link
 (100 % loss) carries nothing: its transfers wait at rate 0 until the link changes (or the run's
@@ -21,6 +23,7 @@ from typing import Any
 
 from emulator.virtual.core import Simulator
 from emulator.virtual.link_state import LinkState
+from emulator.virtual.overflow import QueueOverflow
 from emulator.virtual.tcp import (
     CONNECTIONS,
     MSS_BYTES,
@@ -31,7 +34,7 @@ from emulator.virtual.tcp import (
     mathis_bytes_per_s,
     tail_lanes,
 )
-from emulator.virtual.transfer import Transfer
+from emulator.virtual.transfer import Transfer, sender_lanes
 from emulator.virtual.water_fill import max_min, weighted_max_min
 
 __all__ = ["CONNECTIONS", "MSS_BYTES", "FluidLink", "LinkState", "Transfer", "mathis_bytes_per_s"]
@@ -63,6 +66,7 @@ class FluidLink:
         self.sim = sim
         self.state = state
         self._rng = rng
+        self._overflow = QueueOverflow()  # a backlog past the buffer: loss recovery behind it
         self._piped_ceiling = self._idle_ceiling = 0.0
         self._take_ceilings(state)
         self._idle_since = _INF  # when the last transfer left the link (inf: none has yet; new ones ramp)
@@ -112,8 +116,10 @@ class FluidLink:
                 tail -= size
                 self.sim.schedule(now + after_s, self._on_layer, (transfer, size * wire, late * wire))
             transfer.is_pipelined = True
-            transfer.is_after_idle = not self.active and is_idle_spell(now - self._idle_since, self.state.rtt_s)
             transfer.tail_lanes = tail_lanes(tail, self.state.connections)
+        if not self.active and is_idle_spell(now - self._idle_since, self.state.rtt_s):
+            transfer.is_after_idle = transfer.is_pipelined
+            self._overflow.window_bytes = 0.0  # an idle window shrinks (tcp.py, idle spells)
         rate = self.state.rate_bytes_per_s
         if rate < _INF and self._total_rate >= rate * (1.0 - 1e-9) and self._has_incumbent(now):
             transfer.weight = self.state.newcomer_weight  # the queue is full of incumbents' bytes
@@ -238,6 +244,7 @@ class FluidLink:
             rate = self.state.rate_bytes_per_s
             if rate < _INF:
                 self.busy_s += sent / rate
+                self._overflow.grow(now, dt, rate, self._total_rate >= rate * (1.0 - 1e-9))
         self._last_s = now
 
     def _reshare(self, retime_all: bool = False) -> None:
@@ -316,6 +323,8 @@ class FluidLink:
         if self._window_rate < rate and self._window < backlog:
             backlog = self._window
         queued = backlog - rate * self.state.rtt_s
+        if queued >= self.state.queue_bytes:
+            self._overflow.check(now, backlog, rate * self.state.rtt_s, self.state.queue_bytes, rate)
         if queued > self.queue_peak_bytes:
             self.queue_peak_bytes = queued
         return queued if queued > 0.0 else 0.0
@@ -337,7 +346,7 @@ class FluidLink:
         left = self.state.rate_bytes_per_s
         if self._window_rate < left:
             left = self._window_rate
-        lanes = self._sender_lanes(active) if self._num_sharing else [t.lanes for t in active]
+        lanes = sender_lanes(active, self.state.connections) if self._num_sharing else [t.lanes for t in active]
         caps: list[float] = []
         total = 0.0  # sum(caps), added as sum adds floats, without a call through Python
         is_equal, connections = self._num_newcomers == 0, self.state.connections
@@ -350,28 +359,6 @@ class FluidLink:
         if is_equal:
             return max_min(caps, total, left)
         return weighted_max_min(caps, [active[i].lanes * active[i].weight for i in range(len(active))], left)
-
-    def _sender_lanes(self, active: list[Transfer]) -> list[float]:
-        """The connections whose loss-limited windows each transfer rides when some sender has
-        several caches on the link: its caches take that sender's connections in the order they
-        started (the live sender's one chunk queue), each as many as it has lanes and the older
-        ones leave, in whole connections when they leave fewer (a chunk rides one; and a crumb of a
-        lane would arm a finish timer that outlives the run); one waiting for a layer holds none.
-        Only the caps read them: the bottleneck is shared by each transfer's own lanes, and on a
-        lossless link no window binds (a buffer's worth of caches shares the queue: _promote)."""
-        connections = float(self.state.connections)
-        held: dict[int, float] = {}
-        lanes: list[float] = []
-        for transfer in active:
-            own = transfer.lanes
-            if transfer.sender >= 0 and not transfer.is_stalled:
-                taken = held.get(transfer.sender, 0.0)
-                free = connections - taken
-                if own > free:
-                    own = float(math.floor(free)) if free > 0.0 else 0.0
-                held[transfer.sender] = taken + own
-            lanes.append(own)
-        return lanes
 
     def _has_incumbent(self, now_s: float) -> bool:
         """A full-weight transfer that started before now (one started at the same instant is a peer)."""
@@ -415,5 +402,5 @@ class FluidLink:
         transfer.remaining, transfer.rate = 0.0, 0.0
         self.bytes_delivered += int(transfer.num_bytes)
         self.num_delivered += 1
-        sim.schedule(sim.now + self.state.delay_s, transfer.on_done, transfer.arg)
+        sim.schedule(self._overflow.arrival_s(sim.now) + self.state.delay_s, transfer.on_done, transfer.arg)
         self._reshare()

@@ -1,4 +1,5 @@
-"""One KV cache on its way over the fluid link (link.py): the mutable state the fluid keeps for it."""
+"""One KV cache on its way over the fluid link (link.py): the mutable state the fluid keeps for it,
+and how one sender's caches split its connections."""
 
 from __future__ import annotations
 
@@ -45,3 +46,25 @@ started (link.py)."""
 
     def left_at(self, now_s: float) -> float:
         return self.remaining - self.rate * (now_s - self.since_s) if now_s > self.since_s else self.remaining
+
+
+def sender_lanes(active: list[Transfer], connections: int) -> list[float]:
+    """The connections whose loss-limited windows each of `active` (in the order they started)
+    rides when some sender has several caches on the link: a sender's caches take its connections
+    in that order (the live sender's one chunk queue), each as many as it has lanes and the older
+    ones leave, in whole connections when they leave fewer (a chunk rides one; and a crumb of a
+    lane would arm a finish timer that outlives the run); one waiting for a layer holds none. Only
+    the link's caps read them: the bottleneck is shared by each transfer's own lanes, and on a
+    lossless link no window binds (a buffer's worth of caches shares the queue: link._promote)."""
+    held: dict[int, float] = {}
+    lanes: list[float] = []
+    for transfer in active:
+        own = transfer.lanes
+        if transfer.sender >= 0 and not transfer.is_stalled:
+            taken = held.get(transfer.sender, 0.0)
+            free = connections - taken
+            if own > free:
+                own = float(math.floor(free)) if free > 0.0 else 0.0
+            held[transfer.sender] = taken + own
+        lanes.append(own)
+    return lanes

@@ -105,15 +105,20 @@ def _behind_a_big_one(queue_bytes: float, size: float) -> tuple[float, float, fl
 def test_a_backlog_deeper_than_the_buffer_drains_in_the_order_it_started() -> None:
     # tcp.py, lockout: newcomers wait behind the incumbent (w of its share each). When it ends, the
     # oldest newcomer takes its place; the next one's bytes would not fit in the buffer (2 + 2 MB
-    # > 2.5 MB), so it stays locked out behind it, rather than sharing the link as its equal.
+    # > 2.5 MB), so it stays locked out behind it, rather than sharing the link as its equal. Their
+    # 3+ MB left overflow the buffer when the big one ends (overflow.py: the window is long past
+    # it): the second's last bytes pass the bottleneck within the next two 0.4 s queue waits, so it
+    # arrives with the retransmissions, at the end of the second.
     queue, size = 2.5 * MB, 2 * MB
     big_done, first_done, second_done, sent_first, sent_second = _behind_a_big_one(queue, size)
     rate, w = 6.25e6, 0.125e6 / queue
     t_first = big_done + (size - sent_first) / (rate / (1 + w))
     assert big_done < first_done < second_done
-    assert first_done == pytest.approx(t_first, rel=1e-9)
+    assert first_done == pytest.approx(t_first, rel=1e-9) and t_first < big_done + queue / rate
     sent_second += rate * w / (1 + w) * (t_first - big_done)
-    assert second_done == pytest.approx(t_first + (size - sent_second) / rate, rel=1e-9)
+    t_second = t_first + (size - sent_second) / rate
+    assert big_done + queue / rate < t_second < big_done + 2 * queue / rate
+    assert second_done == pytest.approx(big_done + 2 * queue / rate, rel=1e-9)
 
 
 def test_newcomers_whose_bytes_fit_in_the_buffer_take_the_incumbents_place_together() -> None:
