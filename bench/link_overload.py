@@ -6,7 +6,7 @@ whole, all 8 frames at once) at Poisson times to a receiver across a 10 Mbit/s, 
 the tun backend's 1,000-packet queue (7.2 s): offered at 15 and 11 Mbit/s for OFFER_S seconds.
 Each cache's seconds from offered to whole at the receiver are set beside what FluidLink says for
 the same offers (one sender), and the connections' windows and retransmissions are sampled each
-second: the windows' growth per second over the link's rate, until the first loss, is what
+second: the windows' growth per second over the link's rate, until they first back off, is what
 overflow.WINDOW_GROWTH takes. Writes bench/results/link_overload.json and prints a table. Needs root.
 
     python bench/link_overload.py [--quick]
@@ -68,9 +68,12 @@ def fluid_seconds(state: LinkState, offers: list[float], num_bytes: int) -> list
 
 def window_growth(samples: list[dict], rate_bytes_per_s: float, mss_bytes: int) -> float | None:
     """The windows' growth per second over the link's rate, from the first sample to the last one
-    before the first retransmission past the connections' opening ones (None if too short)."""
-    base = samples[0]["retrans"] if samples else 0
-    clean = [s for s in samples if s["retrans"] <= base]
+    before their sum first falls (cubic backs off at a loss); None with fewer than three."""
+    clean = samples[:1]
+    for sample in samples[1:]:
+        if sample["cwnd"] < clean[-1]["cwnd"]:
+            break
+        clean.append(sample)
     if len(clean) < 3:
         return None
     first, last = clean[0], clean[-1]

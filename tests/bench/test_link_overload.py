@@ -15,12 +15,11 @@ def test_offers_are_seeded_poisson_times_within_the_span() -> None:
     assert len(offers) == pytest.approx(1000, rel=0.1)
 
 
-def test_the_windows_growth_is_read_up_to_the_first_retransmission() -> None:
+def test_the_windows_growth_is_read_until_they_first_back_off() -> None:
     # 100 -> 400 segments of 9,000 bytes in 3 s on a 1 MB/s link: 0.9 of the rate per second; the
-    # samples after a retransmission (the overflow) are left out; two clean samples are too few.
+    # samples from the first fall on (a loss) are left out; two samples are too few.
     growth = load_bench("link_overload").window_growth
-    samples = [{"t_s": t, "cwnd": 100 + 100 * t, "retrans": 2} for t in range(4)]
-    samples.append({"t_s": 4, "cwnd": 50, "retrans": 40})
+    samples = [{"t_s": t, "cwnd": 100 + 100 * t} for t in range(4)] + [{"t_s": 4, "cwnd": 300}, {"t_s": 5, "cwnd": 900}]
     assert growth(samples, 1e6, 9000) == pytest.approx(0.9)
     assert growth(samples[:2], 1e6, 9000) is None
 
