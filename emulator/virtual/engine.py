@@ -40,11 +40,15 @@ from emulator.workload.coverage import WorkloadCoverage
 log = logging.getLogger(__name__)
 APPROXIMATIONS = (
     "link: TCP as a fluid (emulator/virtual/tcp.py): slow start on new connections, a loss-limited rate "
-    "per connection (a cache's last layer, sent after its prefill, on as many as it has 1 MiB chunks), "
-    "shares per connection, newcomers behind a deep drop-tail queue weighted down and let in a buffer's "
-    "worth at a time in the order they started (no per-chunk lanes), the senders' RTT over the standing queue of produced bytes (windows always open: no "
-    "congestion-avoidance growth; a window shrunk over an idle spell is a lower loss constant for the next "
-    "pipelined cache); no per-packet loss recovery (a lost tail's timeout is a mean rate, not a stall)",
+    "per connection (a cache's last layer, sent after its prefill, on as many as it has 1 MiB chunks; one "
+    "sender's caches on its connections in the order they started; each cache's rate drawn around the mean "
+    "with the spread its expected loss events give), shares per connection, newcomers behind a deep "
+    "drop-tail queue weighted down and let in a buffer's worth at a time in the order they started, the "
+    "senders' RTT over the standing queue of produced bytes, a backlog past the buffer overflowing it once "
+    "the senders' window (one, growing at a fitted share of the rate) outgrows it, the caches behind the "
+    "loss arriving with the retransmission (overflow.py); a window shrunk over an idle spell is a lower "
+    "loss constant for the next pipelined cache; no packets (a lost tail's timeout is in the drawn rate, "
+    "not a stall)",
     "layer-wise pipelining: each layer's KV goes when that layer ends (layers of equal time; their sizes the "
     "preset's own, else 1 / pipeline_layers each but the profile's measured last), the last after the prefill",
     "decode: the step at the batch size a request joins with (constant up to BS_max without a batch "

@@ -67,6 +67,7 @@ class FluidLink:
         self.state = state
         self._rng = rng
         self._overflow = QueueOverflow()  # a backlog past the buffer: loss recovery behind it
+        self._saturated_s = 0.0  # seconds the link was full since the overflow's last check
         self._piped_ceiling = self._idle_ceiling = 0.0
         self._take_ceilings(state)
         self._idle_since = _INF  # when the last transfer left the link (inf: none has yet; new ones ramp)
@@ -119,7 +120,7 @@ class FluidLink:
             transfer.tail_lanes = tail_lanes(tail, self.state.connections)
         if not self.active and is_idle_spell(now - self._idle_since, self.state.rtt_s):
             transfer.is_after_idle = transfer.is_pipelined
-            self._overflow.window_bytes = 0.0  # an idle window shrinks (tcp.py, idle spells)
+            self._overflow.window_bytes = self._saturated_s = 0.0  # an idle window shrinks (tcp.py, idle spells)
         rate = self.state.rate_bytes_per_s
         if rate < _INF and self._total_rate >= rate * (1.0 - 1e-9) and self._has_incumbent(now):
             transfer.weight = self.state.newcomer_weight  # the queue is full of incumbents' bytes
@@ -244,7 +245,8 @@ class FluidLink:
             rate = self.state.rate_bytes_per_s
             if rate < _INF:
                 self.busy_s += sent / rate
-                self._overflow.grow(now, dt, rate, self._total_rate >= rate * (1.0 - 1e-9))
+                if self._total_rate >= rate * (1.0 - 1e-9):
+                    self._saturated_s += dt
         self._last_s = now
 
     def _reshare(self, retime_all: bool = False) -> None:
@@ -324,7 +326,8 @@ class FluidLink:
             backlog = self._window
         queued = backlog - rate * self.state.rtt_s
         if queued >= self.state.queue_bytes:
-            self._overflow.check(now, backlog, rate * self.state.rtt_s, self.state.queue_bytes, rate)
+            self._overflow.check(now, self._saturated_s, backlog, rate * self.state.rtt_s, self.state.queue_bytes, rate)
+            self._saturated_s = 0.0
         if queued > self.queue_peak_bytes:
             self.queue_peak_bytes = queued
         return queued if queued > 0.0 else 0.0
@@ -346,15 +349,18 @@ class FluidLink:
         left = self.state.rate_bytes_per_s
         if self._window_rate < left:
             left = self._window_rate
-        lanes = sender_lanes(active, self.state.connections) if self._num_sharing else [t.lanes for t in active]
+        shared: list[float] | None = None  # a sender's connections bind only through loss-limited windows
+        if self._num_sharing and self._piped_ceiling < _INF:
+            shared = sender_lanes(active, self.state.connections)
         caps: list[float] = []
         total = 0.0  # sum(caps), added as sum adds floats, without a call through Python
         is_equal, connections = self._num_newcomers == 0, self.state.connections
         for i in range(len(active)):
-            cap = self._cap(active[i], lanes[i])
+            transfer = active[i]
+            cap = self._cap(transfer, transfer.lanes if shared is None else shared[i])
             caps.append(cap)
             total += cap
-            if cap > 0.0 and active[i].lanes != connections:
+            if cap > 0.0 and transfer.lanes != connections:
                 is_equal = False
         if is_equal:
             return max_min(caps, total, left)
@@ -402,5 +408,8 @@ class FluidLink:
         transfer.remaining, transfer.rate = 0.0, 0.0
         self.bytes_delivered += int(transfer.num_bytes)
         self.num_delivered += 1
-        sim.schedule(self._overflow.arrival_s(sim.now) + self.state.delay_s, transfer.on_done, transfer.arg)
+        passed_s = sim.now  # its last byte through the bottleneck
+        if passed_s < self._overflow.holds_until_s:
+            passed_s = self._overflow.arrival_s(passed_s)
+        sim.schedule(passed_s + self.state.delay_s, transfer.on_done, transfer.arg)
         self._reshare()

@@ -30,25 +30,26 @@ class QueueOverflow:
     """The senders' aggregate window (it starts at the BDP, where the fluid's slow start leaves
     it) and the spells whose finishing caches wait for a retransmission."""
 
-    __slots__ = ("window_bytes", "_recovering_until_s", "_holds", "num_overflows")
+    __slots__ = ("window_bytes", "_recovering_until_s", "_holds", "holds_until_s", "num_overflows")
 
     def __init__(self) -> None:
         self.window_bytes = 0.0
         self._recovering_until_s = 0.0  # a window in recovery does not grow (one queue wait)
         self._holds: list[tuple[float, float]] = []  # (from, until): caches finishing then arrive at until
+        self.holds_until_s = 0.0  # the last spell's end: a cache finishing after it is not held
         self.num_overflows = 0
 
-    def grow(self, now_s: float, dt_s: float, rate_bytes_per_s: float, is_saturated: bool) -> None:
-        """The `dt_s` seconds before `now_s`: a window that fills the link grows (its acks come at
-        the link's rate), not one limited by what the senders hold or one in recovery."""
-        if is_saturated and now_s > self._recovering_until_s:
-            self.window_bytes += WINDOW_GROWTH * rate_bytes_per_s * dt_s
-
-    def check(self, now_s: float, backlog_bytes: float, bdp_bytes: float, queue_bytes: float,
-              rate_bytes_per_s: float) -> None:
-        """Whether the bytes in flight (the backlog, up to the window) overflow the buffer now: if
-        so, the caches whose last bytes pass the bottleneck between one and two queue waits from
-        now arrive at the end of that spell, and the window backs off and recovers."""
+    def check(self, now_s: float, saturated_s: float, backlog_bytes: float, bdp_bytes: float,
+              queue_bytes: float, rate_bytes_per_s: float) -> None:
+        """Grow the window by the `saturated_s` seconds the link was full since the last check (a
+        window that fills the link grows as its acks come, not one limited by what the senders hold
+        or one in recovery), then see whether the bytes in flight (the backlog, up to the window)
+        overflow the buffer now: if so, the caches whose last bytes pass the bottleneck between one
+        and two queue waits from now arrive at the end of that spell, and the window backs off and
+        recovers."""
+        growing_s = now_s - self._recovering_until_s
+        if growing_s > 0.0:
+            self.window_bytes += WINDOW_GROWTH * rate_bytes_per_s * (saturated_s if saturated_s < growing_s else growing_s)
         if self.window_bytes < bdp_bytes:
             self.window_bytes = bdp_bytes
         in_flight = backlog_bytes if backlog_bytes < self.window_bytes else self.window_bytes
@@ -57,6 +58,7 @@ class QueueOverflow:
         wait_s = queue_bytes / rate_bytes_per_s
         self._holds = [hold for hold in self._holds if hold[1] > now_s]
         self._holds.append((now_s + wait_s, now_s + 2.0 * wait_s))
+        self.holds_until_s = now_s + 2.0 * wait_s
         self._recovering_until_s = now_s + wait_s
         self.window_bytes = WINDOW_BACKOFF * (bdp_bytes + queue_bytes)
         self.num_overflows += 1

@@ -15,36 +15,30 @@ from emulator.virtual.overflow import WINDOW_BACKOFF, WINDOW_GROWTH, QueueOverfl
 MB = 1e6
 
 
-def test_the_window_grows_with_the_link_full_and_not_while_it_is_idle_or_recovering() -> None:
-    overflow = QueueOverflow()
-    overflow.grow(1.0, 1.0, 2 * MB, is_saturated=True)
-    assert overflow.window_bytes == pytest.approx(WINDOW_GROWTH * 2 * MB)
-    overflow.grow(2.0, 1.0, 2 * MB, is_saturated=False)  # application-limited: no growth
-    assert overflow.window_bytes == pytest.approx(WINDOW_GROWTH * 2 * MB)
-
-
 def test_an_overflow_holds_the_caches_finishing_in_the_next_queue_wait_and_backs_the_window_off() -> None:
-    # 1 MB/s, BDP 0.02 MB, a 2 MB buffer (a 2 s wait). A 10 MB backlog overflows it only once the
-    # window holds more than BDP + buffer; then the caches whose last bytes pass the bottleneck 2-4 s
-    # later arrive at 4 s, the window drops to 0.7 of 2.02 MB and does not grow for a wait (recovery).
+    # 1 MB/s, BDP 0.02 MB, a 2 MB buffer (a 2 s wait). The window starts at the BDP and grows
+    # WINDOW_GROWTH of the rate per second the link was full. A 10 MB backlog overflows the buffer
+    # only once the window holds more than BDP + buffer; then the caches whose last bytes pass the
+    # bottleneck 2-4 s later arrive at 4 s, the window drops to 0.7 of 2.02 MB and does not grow
+    # for a wait (recovery).
     overflow = QueueOverflow()
-    overflow.window_bytes = 1.5 * MB
-    overflow.check(10.0, 10 * MB, 0.02 * MB, 2 * MB, 1 * MB)  # in flight: the window, under 2.02 MB
+    overflow.check(0.0, 0.0, 10 * MB, 0.02 * MB, 2 * MB, 1 * MB)
+    assert overflow.window_bytes == 0.02 * MB and overflow.num_overflows == 0
+    overflow.check(3.0, 3.0, 10 * MB, 0.02 * MB, 2 * MB, 1 * MB)  # in flight: the window, under 2.02 MB
+    assert overflow.window_bytes == pytest.approx((0.02 + 3 * WINDOW_GROWTH) * MB) and overflow.num_overflows == 0
+    overflow.check(10.0, 7.0, 1.9 * MB, 0.02 * MB, 2 * MB, 1 * MB)  # in flight: the backlog, under it
     assert overflow.num_overflows == 0 and overflow.arrival_s(13.0) == 13.0
-    overflow.window_bytes = 2.1 * MB
-    overflow.check(10.0, 1.9 * MB, 0.02 * MB, 2 * MB, 1 * MB)  # in flight: the backlog, under it
-    assert overflow.num_overflows == 0
-    overflow.check(10.0, 10 * MB, 0.02 * MB, 2 * MB, 1 * MB)
-    assert overflow.num_overflows == 1
+    overflow.check(10.0, 0.0, 10 * MB, 0.02 * MB, 2 * MB, 1 * MB)
+    assert overflow.num_overflows == 1 and overflow.holds_until_s == 14.0
     assert [overflow.arrival_s(t) for t in (11.9, 12.0, 13.5, 13.99, 14.0)] == [11.9, 14.0, 14.0, 14.0, 14.0]
     assert overflow.window_bytes == pytest.approx(WINDOW_BACKOFF * 2.02 * MB)
-    overflow.grow(11.0, 1.0, 1 * MB, is_saturated=True)  # recovering until 12 s
-    assert overflow.window_bytes == pytest.approx(WINDOW_BACKOFF * 2.02 * MB)
+    overflow.check(11.5, 1.5, 10 * MB, 0.02 * MB, 2 * MB, 1 * MB)  # recovering until 12 s: no growth, no loss
+    assert overflow.window_bytes == pytest.approx(WINDOW_BACKOFF * 2.02 * MB) and overflow.num_overflows == 1
+    overflow.check(13.0, 1.5, 10 * MB, 0.02 * MB, 2 * MB, 1 * MB)  # full 1.5 s, 1 s of it after recovery
+    assert overflow.window_bytes == pytest.approx((WINDOW_BACKOFF * 2.02 + WINDOW_GROWTH) * MB)
     overflow.window_bytes = 3 * MB
-    overflow.check(11.5, 10 * MB, 0.02 * MB, 2 * MB, 1 * MB)  # still recovering: no second loss yet
-    assert overflow.num_overflows == 1
-    overflow.check(12.5, 10 * MB, 0.02 * MB, 2 * MB, 1 * MB)
-    assert overflow.num_overflows == 2 and overflow.arrival_s(15.0) == pytest.approx(16.5)
+    overflow.check(13.0, 0.0, 10 * MB, 0.02 * MB, 2 * MB, 1 * MB)
+    assert overflow.num_overflows == 2 and overflow.arrival_s(15.5) == 17.0
     assert overflow.arrival_s(13.5) == 14.0  # the first spell still holds its caches
 
 
