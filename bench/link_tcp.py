@@ -212,7 +212,9 @@ def main(argv: list[str] | None = None) -> int:
              if s["median_abs_error"] is not None else "pipelined rows only")
     if s["pipelined_loss_c_fit"] is not None:
         whole += (f"; the prefill rows fit LOSS_C {s['pipelined_loss_c_fit']:g} "
-                  f"(the synthetic ones {s['synthetic_loss_c_fit']:g}), LOSS_SPREAD {s['pipelined_loss_spread_fit']:.2f}")
+                  f"(the synthetic ones {s['synthetic_loss_c_fit']:g})")
+    if s["pipelined_loss_spread_fit"] is not None:
+        whole += f", LOSS_SPREAD {s['pipelined_loss_spread_fit']:.2f}"
     print(f"model vs live: {whole}; "
           f"load {results['load_before'][0]:.1f} -> {results['load_after'][0]:.1f}; results: {args.out}")
     return 0

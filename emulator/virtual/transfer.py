@@ -16,8 +16,8 @@ class Transfer:
     produced and not yet sent as of `since_s` (less rate * (now - since_s) now), `unproduced` those
     its prefill has yet to hand over (0 for a cache sent whole). A transfer that has sent all it
     was handed waits (`is_stalled`, no share) for its next layer. Caches of one `sender` (a prefill
-worker's connections to one decode worker; -1: its own) take those connections in the order they
-started (link.py)."""
+    worker's connections to one decode worker; -1: its own) take those connections in the order they
+    started (sender_lanes)."""
 
     __slots__ = ("num_bytes", "remaining", "unproduced", "since_s", "rate", "on_done", "arg", "start_s",
                  "is_active", "is_stalled", "is_pipelined", "is_after_idle", "version", "weight", "lanes", "tail_lanes",
