@@ -55,6 +55,10 @@ class RunLoops:
         gateway.run_action = self._run_action
         self.egress = EgressMeter(_capacity(topology.spec), link_slack(topology), t_s=gateway.now(),
                                   min_interval_s=MIN_EGRESS_INTERVAL_S)
+        # the scheduler's own window: its link reading spans the period since its last tick (issue 29)
+        self.tick_egress = EgressMeter(_capacity(topology.spec), link_slack(topology), t_s=gateway.now(),
+                                       min_interval_s=MIN_EGRESS_INTERVAL_S)
+        self._last_read: CounterRead | None = None  # the link counter as the last snapshot read it
         self.egress_refused: list[str] = []  # samples above the link's capacity: a sampler bug, tests hold it empty
         self._snapshotting = asyncio.Lock()  # one snapshot at a time: counter reads reach the meter in order
         self.snapshots: list[MetricsSnapshot] = []  # the recorded timeseries: one per METRICS_PERIOD_S
@@ -140,12 +144,14 @@ class RunLoops:
     async def _update_link(self, spec: LinkSpec) -> None:
         """Reshape the link off the loop: a relay or netlink request may take seconds on a loaded
         machine, and metrics, knobs and workers must keep flowing meanwhile."""
-        old, egress = self.topology.spec, self.egress
-        egress.set_capacity(self.gateway.now(), _peak(_capacity(old), _capacity(spec)), link_slack(self.topology, spec))
+        old, meters = self.topology.spec, (self.egress, self.tick_egress)
+        for meter in meters:
+            meter.set_capacity(self.gateway.now(), _peak(_capacity(old), _capacity(spec)), link_slack(self.topology, spec))
         try:
             await in_thread(lambda: self.topology.update(spec))
         finally:  # in force from somewhere within the call: the meter allows the higher until its end
-            egress.set_capacity(self.gateway.now(), _capacity(self.topology.spec))
+            for meter in meters:
+                meter.set_capacity(self.gateway.now(), _capacity(self.topology.spec))
 
     async def _run_action(self, act: ev.Action) -> None:
         """What the core asks of the run outside its requests and nodes: the real link, the
@@ -202,6 +208,7 @@ class RunLoops:
         milliseconds to the next snapshot's read (issue 26)."""
         async with self._snapshotting:
             read = await in_thread(self._read_link)  # the relay answers over a socket: off the loop
+            self._last_read = read
             try:
                 sample = self.egress.read(read, advance=record)
             except TelemetryError as err:  # never shown nor kept; the next sample spans this interval too
@@ -256,17 +263,25 @@ class RunLoops:
                 await self.gateway.execute(self.steering.tick(self.gateway.now(), interval))
 
     def _interval(self) -> Interval | None:
-        """The last interval as the scheduler reads it: the remote senders' TCP view of the link
-        (the link counters' egress before any sender reported) and the pools' queues."""
-        snapshot = self.latest
-        if snapshot is None:
+        """The period since the last tick as the scheduler reads it: the link's goodput and
+        utilization from its byte counter over that one window (the scheduler takes their ratio for
+        the link's capacity: the senders' last 0.25 s of acknowledged bytes over the last snapshot's
+        utilization read 165 Mbit/s on a 10 Mbit/s link), the remote senders' TCP view of loss and
+        RTT, and the pools' queues. None until a snapshot has read the link."""
+        snapshot, read = self.latest, self._last_read
+        if snapshot is None or read is None:
+            return None
+        try:
+            sample = self.tick_egress.read(read)
+        except TelemetryError as err:  # a sampler bug, as the snapshots' (egress_refused): no reading this period
+            self.egress_refused.append(str(err))
+            log.warning("%s", err)
             return None
         links = [n.stats.link for n in self.gateway.nodes if n.stats and n.stats.link and n.cluster.value == "remote"]
-        goodput = sum(s.goodput_bytes_per_s for s in links) or snapshot.egress_bit_per_s / 8
         inflation = max((s.rtt_inflation for s in links), default=1.0)
         q = snapshot.queues
-        return Interval(goodput, snapshot.link_utilization or 0.0, snapshot.retrans_rate or 0.0, inflation,
-                        q.remote_prefill, q.local_prefill, q.decode)
+        return Interval((sample.bit_per_s or 0.0) / 8, sample.utilization or 0.0, snapshot.retrans_rate or 0.0,
+                        inflation, q.remote_prefill, q.local_prefill, q.decode)
 
     async def _note(self, source: str, what: str, into: list[str]) -> None:
         """Log and record one line of the knob or decision log, and publish it as it happens."""

@@ -131,7 +131,6 @@ class Failed(_Msg):
 
 class LinkStats(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-    goodput_bytes_per_s: Annotated[float, Field(ge=0)]
     retrans_rate: Annotated[float, Field(ge=0)]
     rtt_ms: Annotated[float, Field(ge=0)]
     rtt_inflation: Annotated[float, Field(ge=0)]

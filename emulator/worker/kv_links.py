@@ -71,7 +71,6 @@ class KvLinks:
             return None
         signal = self.monitor.sample(time.monotonic() if now is None else now)
         return LinkStats(
-            goodput_bytes_per_s=signal.goodput_bytes_per_s if signal else 0.0,
             retrans_rate=signal.retrans_rate if signal else 0.0,
             rtt_ms=self._mean_rtt_ms(),
             rtt_inflation=signal.rtt_inflation if signal else 1.0,

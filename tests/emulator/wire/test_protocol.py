@@ -12,7 +12,7 @@ from emulator.errors import WorkerError
 from emulator.wire import protocol as p
 
 PROMPT = p.encode_prompt(bytes(range(200)))
-LINK = p.LinkStats(goodput_bytes_per_s=1e6, retrans_rate=0.01, rtt_ms=5.2, rtt_inflation=1.3,
+LINK = p.LinkStats(retrans_rate=0.01, rtt_ms=5.2, rtt_inflation=1.3,
                    bytes_sent=123456)
 PREFILL = dict(rid=7, prompt=PROMPT, decode_node="local-decode-0", kv_target=("198.18.0.2", 4000),
                output_len=8, resume_tokens=128, resume_key="p128", store=[(192, "p192")],
@@ -108,7 +108,7 @@ def case(line: bytes, *words: str):
     case(line_of(v=1, op="completed", rid=1, t=1.0, tokens=[1, "a"], tpot_s=0.0),
          "completed.tokens.1:", "'a'"),
     case(line_of(v=1, op="stats", t=1.0, queue_depth=0, batch_size=0, role="decode",
-                 link={"rtt_ms": 1}), "stats.link.goodput_bytes_per_s:", "missing"),
+                 link={"rtt_ms": 1}), "stats.link.retrans_rate:", "missing"),
     case(line_of(v=1, op="failed", rid=1, stage="decode", reason="exploded", detail="d"),
          "failed.reason:", "'exploded'", "decode_failed"),
     case(line_of(v=1, op="failed", rid=1, stage="decode", reason="no_prefill_node", detail="d"),
