@@ -41,7 +41,8 @@ log = logging.getLogger(__name__)
 APPROXIMATIONS = (
     "link: TCP as a fluid (emulator/virtual/tcp.py): slow start on new connections, a loss-limited rate "
     "per connection (a cache's last layer, sent after its prefill, on as many as it has 1 MiB chunks; one "
-    "sender's caches on its connections in the order they started; each cache's rate drawn around the mean "
+    "sender's caches on its connections in the order they started, by their chunks left on a lossless "
+    "link; each cache's rate drawn around the mean "
     "with the spread its expected loss events give), shares per connection, newcomers behind a deep "
     "drop-tail queue weighted down and let in a buffer's worth at a time in the order they started, the "
     "senders' RTT over the standing queue of produced bytes, a backlog past the buffer overflowing it once "

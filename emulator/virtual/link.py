@@ -2,7 +2,8 @@
 max-min (recomputed at every start, finish, produced layer, window step and link change), delivery
 adds the propagation delay, a lossy link caps each transfer at the loss-limited goodput of its
 connections (lower for a cache sent as produced after the link idled past an RTO), caches from
-one sender take its connections in the order they started, new connections ramp up in slow start,
+one sender take its connections in the order they started (as many each as it has chunks left, on a
+lossless link), new connections ramp up in slow start,
 a buffer deeper than the BDP locks newcomers out behind the incumbents, and a backlog the senders'
 windows push past it overflows it, the caches behind the loss waiting for its retransmission
 (overflow.py; the numbers and their calibration: tcp.py; the link's parameters: link_state.py;
@@ -25,6 +26,7 @@ from emulator.virtual.core import Simulator
 from emulator.virtual.link_state import LinkState
 from emulator.virtual.overflow import QueueOverflow
 from emulator.virtual.tcp import (
+    CHUNK_BYTES,
     CONNECTIONS,
     MSS_BYTES,
     initial_window_bytes,
@@ -349,12 +351,16 @@ class FluidLink:
         left = self.state.rate_bytes_per_s
         if self._window_rate < left:
             left = self._window_rate
-        shared: list[float] | None = None  # a sender's connections bind only through loss-limited windows
-        if self._num_sharing and self._piped_ceiling < _INF:
-            shared = sender_lanes(active, self.state.connections)
+        shared: list[float] | None = None  # lossy: the loss-limited windows a sender's caches ride
+        chunked: list[float] | None = None  # lossless: the connections they weigh by
+        if self._num_sharing:
+            if self._piped_ceiling < _INF:
+                shared = sender_lanes(active, self.state.connections)
+            else:
+                chunked = sender_lanes(active, self.state.connections, CHUNK_BYTES, self.sim.now)
         caps: list[float] = []
         total = 0.0  # sum(caps), added as sum adds floats, without a call through Python
-        is_equal, connections = self._num_newcomers == 0, self.state.connections
+        is_equal, connections = self._num_newcomers == 0 and chunked is None, self.state.connections
         for i in range(len(active)):
             transfer = active[i]
             cap = self._cap(transfer, transfer.lanes if shared is None else shared[i])
@@ -364,6 +370,8 @@ class FluidLink:
                 is_equal = False
         if is_equal:
             return max_min(caps, total, left)
+        if chunked is not None:
+            return weighted_max_min(caps, [chunked[i] * active[i].weight for i in range(len(active))], left)
         return weighted_max_min(caps, [active[i].lanes * active[i].weight for i in range(len(active))], left)
 
     def _has_incumbent(self, now_s: float) -> bool:
@@ -377,8 +385,9 @@ class FluidLink:
         """Once no incumbent (weight 1) is left to hold the queue, the oldest newcomers whose bytes
         fit in the buffer together take its place (at least the oldest); the later ones stay
         locked out behind them. So a backlog deeper than the buffer drains in the order it started,
-        a buffer's worth at a time sharing the link, as the live sender's chunk queue feeds its
-        connections' windows (at 10 Mbit/s, a backlog of minutes; at 50, bursts within the buffer)."""
+        a buffer's worth at a time sharing the link (one sender's by its chunks: sender_lanes), as
+        the live senders' chunk queues feed their connections' windows (at 10 Mbit/s, a backlog of
+        minutes; at 50, bursts within the buffer)."""
         for transfer in active:
             if transfer.weight == 1.0:
                 return

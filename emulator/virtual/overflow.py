@@ -15,8 +15,9 @@ bench/link_overload.py (the tun link at 10 Mbit/s, 10 ms, 1,000 packets; 3.1 MB 
 from one sender at 15 and 11 Mbit/s for 60 s; bench/results/link_overload.json, 2026-12-07): at
 15 Mbit/s, the link full throughout, the windows grew by 0.42 of its rate per second until their
 first loss (WINDOW_GROWTH; 0.32 at 11 Mbit/s, where they idle at times), and the run retransmitted
-1,132 segments from then on. The fluid reads the caches' mean time -5.0 % and +6.6 % of live
-(without this model -14.9 % and +1.4 %).
+1,132 segments from then on. The fluid read the caches' mean time -5.0 % and +6.6 % of live
+(without this model -14.9 % and +1.4 %); since one sender's caches take its connections chunk by
+chunk in order (transfer.sender_lanes), -12.4 % and +1.1 % (the bench again, 2026-12-07 06:10).
 Pure: the link passes the time, the bytes in flight and the rate in.
 """
 

@@ -73,6 +73,15 @@ bytes (WIRE_PER_BYTE: the fluid counts wire bytes, as the live egress meter does
   mean against live: at 10 Mbit/s, a backlog of up to a minute, letting all newcomers in at once
   read +19.1 %, one at a time -4.7 %, a buffer's worth -4.2 %; at 50 Mbit/s, bursts within the
   buffer, -2.4, -6.0 and -2.4 %).
+- One sender's chunks: its 4 connections take 1 MiB chunks from one queue in order, so on a
+  lossless link its older cache rides as many connections as it has chunks left and the newer
+  ones the rest (transfer.sender_lanes); the caches of a sender finish staggered, in order, where
+  a buffer's worth sharing the link had them finish together. The matrices' 10 Mbit/s rows with a
+  shallow backlog (TTFT about 2.2 s; live, three caches queued behind one another finished at
+  82.0, 84.2 and 86.6 s, the fluid's all at 86.7) read +11.1 and +10.6 % before, +5.0 and +4.7 %
+  after; the deep backlogs (TTFT 15-28 s) moved 3-6 points shorter and stay within 5 % (-2.9 to
+  -4.8 %); bench/link_overload.py: 11 Mbit/s offered +1.1 % (+6.6 before), 15 Mbit/s -12.4 %
+  (-5.0 before: in that overload the live caches come later than the holds give).
 - Connections share the bottleneck equally, so a transfer weighs as many as carry it: a cache's
   last layer on its chunks' lanes (`tail_lanes`) takes that many parts of a busy link, not a
   whole transfer's share (same replay: 10 Mbit/s -4.2 -> -3.8 %, 50 Mbit/s -2.4 -> -2.0 %, the

@@ -48,19 +48,24 @@ class Transfer:
         return self.remaining - self.rate * (now_s - self.since_s) if now_s > self.since_s else self.remaining
 
 
-def sender_lanes(active: list[Transfer], connections: int) -> list[float]:
-    """The connections whose loss-limited windows each of `active` (in the order they started)
-    rides when some sender has several caches on the link: a sender's caches take its connections
-    in that order (the live sender's one chunk queue), each as many as it has lanes and the older
-    ones leave, in whole connections when they leave fewer (a chunk rides one; and a crumb of a
-    lane would arm a finish timer that outlives the run); one waiting for a layer holds none. Only
-    the link's caps read them: the bottleneck is shared by each transfer's own lanes, and on a
-    lossless link no window binds (a buffer's worth of caches shares the queue: link._promote)."""
+def sender_lanes(active: list[Transfer], connections: int, chunk_bytes: float = 0.0, now_s: float = 0.0) -> list[float]:
+    """The connections each of `active` (in the order they started) rides when some sender has
+    several caches on the link: a sender's caches take its connections in that order (the live
+    sender's one chunk queue), the older ones first, in whole connections when they leave fewer (a
+    chunk rides one; and a crumb of a lane would arm a finish timer that outlives the run); one
+    waiting for a layer holds none. Each asks for its own lanes, or with `chunk_bytes` (a lossless
+    link, where the connections' weights share the bottleneck) as many as it has chunks left to
+    send at `now_s` (at least one): a cache's last chunks leave the other connections to the next
+    one. Worked out at each reshare, so a cache holds its count until the next. On a lossy link the
+    loss-limited windows bind per connection, and the lanes are their caps (link._cap)."""
     held: dict[int, float] = {}
     lanes: list[float] = []
     for transfer in active:
         own = transfer.lanes
         if transfer.sender >= 0 and not transfer.is_stalled:
+            if chunk_bytes > 0.0:
+                chunks = math.ceil(transfer.left_at(now_s) / chunk_bytes)
+                own = float(chunks) if 1 <= chunks < connections else (1.0 if chunks < 1 else float(connections))
             taken = held.get(transfer.sender, 0.0)
             free = connections - taken
             if own > free:

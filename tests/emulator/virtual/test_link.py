@@ -271,15 +271,29 @@ def test_caches_from_one_sender_queue_on_its_connections(tail_mb: float, tail_la
         assert arrived["B"] == pytest.approx(1.0 + 6e6 / (4 * lane) + 0.01)
 
 
-def test_on_a_lossless_link_one_senders_caches_share_the_bottleneck_as_any_do() -> None:
-    # No loss: no connection's window binds, the bottleneck's queue does (a buffer's worth of caches
-    # shares it: test_link_tcp.py), so caches of one sender share as caches of two do. A (2 MB) and
-    # B (4 MB) from one sender, both at 0 on 10 MB/s: halves until A is across at 0.4 s, B then alone.
-    for senders in ((0, 0), (0, 1)):
+def test_on_a_lossless_link_one_senders_caches_take_its_connections_chunk_by_chunk_in_order() -> None:
+    # No loss: no window binds, and the bottleneck goes by connections. The live sender's chunk
+    # queue hands its 4 connections 1 MiB chunks in order, so the older cache rides as many as it has
+    # chunks left and the newer one the rest. A (3 chunks) and B (4) from one sender at 0 on 10 MB/s:
+    # A on 3 connections (7.5 MB/s) is across at 0.4 s, B has 1 MB by then and the link alone after.
+    # From two senders each has 4 connections of its own: halves until A is across at 0.6 s.
+    for senders, a_s in (((0, 0), 0.4), ((0, 1), 0.6)):
         sim = Simulator()
         link = FluidLink(sim, LinkState(10e6, delay_s=0.0, queue_bytes=0.0))
         arrived: dict[str, float] = {}
-        for name, size, sender in (("A", 2e6, senders[0]), ("B", 4e6, senders[1])):
+        for name, size, sender in (("A", 3e6, senders[0]), ("B", 4e6, senders[1])):
             link.start(size, lambda k: arrived.__setitem__(k, sim.now), name, sender=sender)
         sim.run()
-        assert arrived == {"A": pytest.approx(0.4), "B": pytest.approx(0.6)}
+        assert arrived == {"A": pytest.approx(a_s), "B": pytest.approx(0.7)}
+
+
+def test_a_newer_cache_waits_while_an_older_one_of_its_sender_holds_every_connection() -> None:
+    # A has 5 chunks to send, more than the 4 connections: B (1 MB), from the same sender at 0 on
+    # 10 MB/s, gets none until A is across at 0.5 s, then the link: across at 0.6 s.
+    sim = Simulator()
+    link = FluidLink(sim, LinkState(10e6, delay_s=0.0, queue_bytes=0.0))
+    arrived: dict[str, float] = {}
+    for name, size in (("A", 5e6), ("B", 1e6)):
+        link.start(size, lambda k: arrived.__setitem__(k, sim.now), name, sender=0)
+    sim.run()
+    assert arrived == {"A": pytest.approx(0.5), "B": pytest.approx(0.6)}
