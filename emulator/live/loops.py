@@ -145,8 +145,9 @@ class RunLoops:
         """Reshape the link off the loop: a relay or netlink request may take seconds on a loaded
         machine, and metrics, knobs and workers must keep flowing meanwhile."""
         old, meters = self.topology.spec, (self.egress, self.tick_egress)
+        during, slack = _peak(_capacity(old), _capacity(spec)), link_slack(self.topology, spec)
         for meter in meters:
-            meter.set_capacity(self.gateway.now(), _peak(_capacity(old), _capacity(spec)), link_slack(self.topology, spec))
+            meter.set_capacity(self.gateway.now(), during, slack)
         try:
             await in_thread(lambda: self.topology.update(spec))
         finally:  # in force from somewhere within the call: the meter allows the higher until its end
