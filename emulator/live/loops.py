@@ -53,11 +53,12 @@ class RunLoops:
         self.clock = WorkloadClock(arrival.rate_per_s if arrival is not None else None)
         self.steering = Steering(gateway.core, topology.spec, can_pause=True)
         gateway.run_action = self._run_action
-        self.egress = EgressMeter(_capacity(topology.spec), link_slack(topology), t_s=gateway.now(),
-                                  min_interval_s=MIN_EGRESS_INTERVAL_S)
-        # the scheduler's own window: its link reading spans the period since its last tick (issue 29)
-        self.tick_egress = EgressMeter(_capacity(topology.spec), link_slack(topology), t_s=gateway.now(),
-                                       min_interval_s=MIN_EGRESS_INTERVAL_S)
+        def meter() -> EgressMeter:
+            return EgressMeter(_capacity(topology.spec), link_slack(topology), t_s=gateway.now(),
+                               min_interval_s=MIN_EGRESS_INTERVAL_S)
+
+        self.egress = meter()  # the recorded timeseries' window
+        self.tick_egress = meter()  # the scheduler's: its link reading spans the period since its last tick
         self._last_read: CounterRead | None = None  # the link counter as the last snapshot read it
         self.egress_refused: list[str] = []  # samples above the link's capacity: a sampler bug, tests hold it empty
         self._snapshotting = asyncio.Lock()  # one snapshot at a time: counter reads reach the meter in order

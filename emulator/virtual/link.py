@@ -370,9 +370,8 @@ class FluidLink:
                 is_equal = False
         if is_equal:
             return max_min(caps, total, left)
-        if chunked is not None:
-            return weighted_max_min(caps, [chunked[i] * active[i].weight for i in range(len(active))], left)
-        return weighted_max_min(caps, [active[i].lanes * active[i].weight for i in range(len(active))], left)
+        return weighted_max_min(caps, [(active[i].lanes if chunked is None else chunked[i]) * active[i].weight
+                                       for i in range(len(active))], left)
 
     def _has_incumbent(self, now_s: float) -> bool:
         """A full-weight transfer that started before now (one started at the same instant is a peer)."""

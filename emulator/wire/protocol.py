@@ -25,6 +25,7 @@ VERSION = 1
 MAX_LINE_BYTES = 1 << 20
 STREAM_LIMIT = MAX_LINE_BYTES + 1  # asyncio StreamReader `limit=` for a control connection
 MAX_RID = (1 << 63) - 1  # the KV transport carries request ids as u64
+MAX_TCP_RTT_MS = (2**32 - 1) / 1000  # TCP_INFO's RTTs are u32 microseconds
 MAX_NODE_CHARS = 64  # a node id or device name (they end up in log lines)
 HEX_256 = r"^[0-9a-f]{64}$"  # 32 bytes as lowercase hex: a nonce or an HMAC-SHA256
 
@@ -130,11 +131,14 @@ class Failed(_Msg):
 
 
 class LinkStats(BaseModel):
+    """A sender's TCP view (transport/congestion.py); the bounds are the kernel's own (TCP_INFO
+    keeps RTTs as u32 microseconds), so a non-finite or absurd figure never reaches the scheduler."""
+
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-    retrans_rate: Annotated[float, Field(ge=0)]
-    rtt_ms: Annotated[float, Field(ge=0)]
-    rtt_inflation: Annotated[float, Field(ge=0)]
-    bytes_sent: Annotated[int, Field(ge=0)]
+    retrans_rate: Annotated[float, Field(ge=0, le=1)]  # retransmitted of the segments sent
+    rtt_ms: Annotated[float, Field(ge=0, le=MAX_TCP_RTT_MS)]
+    rtt_inflation: Annotated[float, Field(ge=0, le=MAX_TCP_RTT_MS * 1000)]  # smoothed / minimum RTT
+    bytes_sent: Annotated[int, Field(ge=0, le=MAX_RID)]
 
 
 class Stats(_Msg):

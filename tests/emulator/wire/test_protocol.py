@@ -109,6 +109,12 @@ def case(line: bytes, *words: str):
          "completed.tokens.1:", "'a'"),
     case(line_of(v=1, op="stats", t=1.0, queue_depth=0, batch_size=0, role="decode",
                  link={"rtt_ms": 1}), "stats.link.retrans_rate:", "missing"),
+    case(b'{"v": 1, "op": "stats", "t": 1.0, "queue_depth": 0, "batch_size": 0, "role": "prefill", "link": '
+         b'{"retrans_rate": 0.0, "rtt_ms": 1.0, "rtt_inflation": Infinity, "bytes_sent": 0}}',
+         "stats.link.rtt_inflation:", "less than or equal"),
+    case(line_of(v=1, op="stats", t=1.0, queue_depth=0, batch_size=0, role="prefill",
+                 link={"retrans_rate": 1.5, "rtt_ms": 1.0, "rtt_inflation": 1.0, "bytes_sent": 0}),
+         "stats.link.retrans_rate:", "less than or equal"),
     case(line_of(v=1, op="failed", rid=1, stage="decode", reason="exploded", detail="d"),
          "failed.reason:", "'exploded'", "decode_failed"),
     case(line_of(v=1, op="failed", rid=1, stage="decode", reason="no_prefill_node", detail="d"),
