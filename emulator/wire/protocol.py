@@ -137,7 +137,7 @@ class LinkStats(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
     retrans_rate: Annotated[float, Field(ge=0, le=1)]  # retransmitted of the segments sent
     rtt_ms: Annotated[float, Field(ge=0, le=MAX_TCP_RTT_MS)]
-    rtt_inflation: Annotated[float, Field(ge=0, le=MAX_TCP_RTT_MS * 1000)]  # smoothed / minimum RTT
+    rtt_inflation: Annotated[float, Field(ge=1, le=MAX_TCP_RTT_MS * 1000)]  # smoothed / minimum RTT, at least 1
     bytes_sent: Annotated[int, Field(ge=0, le=MAX_RID)]
 
 
