@@ -6,7 +6,8 @@ scenario's duration, then the drain), makes step 5's burst as the step tells the
 x BURST_FACTOR for BURST_S seconds, over the run's control topic) with the run open on the Live page
 in chromium, as the step has the learner watch it (on two cores the page's redraws can slow the
 run's drain: the step once took 61 s without the page and 96-103 s with it; 51 s with it since
-the quickstart's seed 416), and judges the run's record with
+the quickstart's seed 416, 57 s measured again when two full suites took it 78-79 s: its time
+follows the rate `auto` reads at the start), and judges the run's record with
 the step's promise (app.classroom_promises). The Classroom page states these times
 (app.classroom_times). Measure on a machine with nothing else running. Live steps need root.
 
