@@ -10,6 +10,9 @@ The rule, per knob (`synced` holds the run value each widget was last set to):
   made and not applied, is left alone (and named beside the knobs as not applied).
 - A widget that must show another value is made anew under a new key (`renewed`), never set in
   place (see there why).
+- A widget made anew retires the old one, whose callback can still fire: a rerun the browser sent
+  before it drew the new widget carries the old one's value, which Streamlit reads as changed once it
+  has dropped the retired widget's state (`origin`). Such an echo sends nothing.
 - A knob this page sent waits for the run's answer (`app.knob_acks`); once answered (applied,
   refused, or silent), its widget shows the run's value again, so a refused value never stays on
   screen as if the run had taken it.
@@ -18,6 +21,7 @@ The rule, per knob (`synced` holds the run value each widget was last set to):
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+from enum import Enum
 from typing import Any
 
 from app.knobs_view import LINK_FIELDS
@@ -30,6 +34,14 @@ KNOB_WIDGETS: dict[Knob, tuple[str, ...]] = {
     Knob.PAUSE: (), Knob.RESUME: (),
 }
 _UNSET = object()
+MAX_RETIRED = 64  # retired widgets remembered per session: enough for every knob to move many times a second
+
+
+class Origin(Enum):
+    """Where a knob widget's change comes from."""
+    ON_SCREEN = "on screen"  # a widget the page shows now: the user's change, sent
+    ECHO = "echo"  # retired widgets at the values they held when retired: a late rerun, nothing sent
+    LATE_EDIT = "late edit"  # a retired widget at another value: an edit the run's move overtook
 
 
 def widget_updates(run: Mapping[str, Any], synced: Mapping[str, Any], widgets: Mapping[str, Any],
@@ -58,3 +70,19 @@ def unapplied(run: Mapping[str, Any], widgets: Mapping[str, Any], waiting: Colle
 def sent_names(knob: Knob) -> tuple[str, ...]:
     """The widgets a knob's message sets."""
     return KNOB_WIDGETS[knob]
+
+
+def retire(retired: Mapping[str, tuple[str, Any]], key: str, name: str, value: Any) -> dict[str, tuple[str, Any]]:
+    """`retired` with widget `key` (knob `name`, showing `value`) added: the newest MAX_RETIRED."""
+    kept = {k: v for k, v in retired.items() if k != key} | {key: (name, value)}
+    return dict(list(kept.items())[-MAX_RETIRED:])
+
+
+def origin(values: Mapping[str, Any], retired: Mapping[str, tuple[str, Any]]) -> Origin:
+    """Where a change of the widgets `values` (key -> value) comes from, given the retired widgets
+    (key -> (knob, value when retired))."""
+    if not any(key in retired for key in values):
+        return Origin.ON_SCREEN
+    if all(key not in retired or retired[key][1] == value for key, value in values.items()):
+        return Origin.ECHO
+    return Origin.LATE_EDIT

@@ -14,7 +14,7 @@ from typing import Any
 import streamlit as st
 
 from app.knob_acks import SentKnob, ack_of, is_replay
-from app.knob_sync import WIDGET_PREFIX, renewed, sent_names, unapplied, widget_updates
+from app.knob_sync import WIDGET_PREFIX, Origin, origin, renewed, retire, sent_names, unapplied, widget_updates
 from app.knobs_view import (
     AFFINITIES,
     BOUNDS,
@@ -44,6 +44,7 @@ MAX_SENT_SHOWN = 5
 KNOBS_FRAGMENT = "live_knobs"  # the sidebar's knobs: a widget or Apply reruns this fragment alone
 SYNCED = "live_knobs_synced"  # (run id, {knob: the run's value its widget was last set to})
 GENERATIONS = "live_knob_generations"  # {knob: times its widget was made anew}: its key's suffix
+RETIRED = "live_knobs_retired"  # (run id, {widget key: (knob, value) when made anew under another key})
 PENDING = "live_knobs_pending"  # {knob: the run's value} of the edits the sidebar names as not applied
 TCP_NOTE = ("TCP connections per KV link are set when a run starts (Advanced start options, or "
             "transport.connections in the scenario): live workers open them at start and cannot change "
@@ -116,8 +117,21 @@ def _send(feed: MqttFeed | None, why_no_feed: str, run_id: str, knob: Knob, payl
 
 def _from_widgets(feed: MqttFeed | None, why_no_feed: str, run_id: str, knob: Knob,
                   build: Callable[..., dict[str, Any]], *keys: str) -> None:
-    """A widget's on_change or a form's Apply: its knob, from the widgets' values."""
-    _send(feed, why_no_feed, run_id, knob, build(*(st.session_state[k] for k in keys)))
+    """A widget's on_change or a form's Apply: its knob, from the widgets' values. A retired
+    widget's echo sends nothing; an edit the run's move overtook is not sent, and says so."""
+    values = {k: st.session_state[k] for k in keys}
+    kept = st.session_state.get(RETIRED)
+    retired = kept[1] if kept is not None and kept[0] == run_id else {}
+    match origin(values, retired):
+        case Origin.ECHO:
+            return
+        case Origin.LATE_EDIT:
+            names = [retired[k][0] for k in keys if k in retired]
+            now = "; ".join(f"{KNOB_LABELS[n]} is now {_shown(st.session_state.get(knob_key(n)))}" for n in names)
+            st.session_state["live_refusal"] = (f"Not sent: the run moved this knob as you changed it ({now}); "
+                                                "the sidebar shows the run's value: set it again to send yours.")
+            return
+    _send(feed, why_no_feed, run_id, knob, build(*values.values()))
 
 
 def _sync(run_id: str, view: RunView, scenario: Scenario | None, start_threshold: int | None,
@@ -139,8 +153,12 @@ def follow_run(run_id: str, view: RunView, scenario: Scenario | None, start_thre
     run, synced, widgets, waiting = _sync(run_id, view, scenario, start_threshold, now_s)
     updates = widget_updates(run, synced, widgets, waiting)
     generations = st.session_state.setdefault(GENERATIONS, {})
+    kept = st.session_state.get(RETIRED)
+    retired = kept[1] if kept is not None and kept[0] == run_id else {}
     for name in renewed(updates, widgets):
+        retired = retire(retired, knob_key(name), name, widgets[name])
         generations[name] = generations.get(name, 0) + 1
+    st.session_state[RETIRED] = (run_id, retired)
     for name, value in updates.items():
         if knob_key(name) not in st.session_state:  # a new widget (or one made anew): its first value
             st.session_state[knob_key(name)] = value

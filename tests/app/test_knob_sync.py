@@ -3,7 +3,7 @@ case: the run moves a knob, the user edits one, a sent knob is answered or refus
 
 from __future__ import annotations
 
-from app.knob_sync import KNOB_WIDGETS, renewed, unapplied, widget_updates
+from app.knob_sync import KNOB_WIDGETS, MAX_RETIRED, Origin, origin, renewed, retire, unapplied, widget_updates
 from app.knobs_view import LINK_FIELDS
 from emulator.telemetry.control_messages import Knob
 
@@ -51,3 +51,21 @@ def test_a_sent_knob_waits_for_the_answer_then_shows_the_runs_value() -> None:
 def test_each_knob_names_the_widgets_its_message_sets() -> None:
     assert KNOB_WIDGETS[Knob.LINK] == LINK_FIELDS
     assert set(KNOB_WIDGETS) == set(Knob)
+
+
+def test_a_retired_widget_at_its_last_value_is_an_echo_and_at_another_a_late_edit() -> None:
+    retired = retire({}, "live_k_rate_per_s_4", "rate_per_s", 1.7)
+    assert origin({"live_k_rate_per_s_5": 0.9}, retired) is Origin.ON_SCREEN
+    assert origin({"live_k_rate_per_s_4": 1.7}, retired) is Origin.ECHO
+    assert origin({"live_k_rate_per_s_4": 3.0}, retired) is Origin.LATE_EDIT
+    both = retire(retired, "live_k_short_term_1", "short_term", False)  # the scheduler's two toggles
+    assert origin({"live_k_short_term_1": False, "live_k_long_term": True}, both) is Origin.ECHO
+    assert origin({"live_k_short_term_1": True, "live_k_long_term": True}, both) is Origin.LATE_EDIT
+
+
+def test_the_retired_widgets_kept_are_the_newest_and_bounded() -> None:
+    retired: dict = {}
+    for generation in range(3 * MAX_RETIRED):
+        retired = retire(retired, f"live_k_threshold_{generation}", "threshold", generation)
+    assert len(retired) == MAX_RETIRED and f"live_k_threshold_{3 * MAX_RETIRED - 1}" in retired
+    assert "live_k_threshold_0" not in retired
