@@ -5,11 +5,11 @@ one embedded broker), times it from the start to the record (start-up until the 
 scenario's duration, then the drain), makes step 5's burst as the step tells the learner to (the rate
 x BURST_FACTOR for BURST_S seconds, over the run's control topic) with the run open on the Live page
 in chromium, as the step has the learner watch it (on two cores the page's redraws can slow the
-run's drain: the step once took 61 s without the page and 96-103 s with it; 51 s with it since
-the quickstart's seed 416, 57 s measured again when two full suites took it 78-79 s: its time
-follows the rate `auto` reads at the start), and judges the run's record with
-the step's promise (app.classroom_promises). The Classroom page states these times
-(app.classroom_times). Measure on a machine with nothing else running. Live steps need root.
+run's drain), and judges the run's record with the step's promise (app.classroom_promises). It
+also checks that the run applied the burst and its end and no other rate: the 51 s and 57 s once
+measured here were runs whose open page sent the old rate back a second into the burst (a retired
+widget's echo, fixed since); with the burst held the step took 83 s, as full suites found (78-79 s).
+The Classroom page states these times (app.classroom_times). Measure on a machine with nothing else running. Live steps need root.
 
     python bench/classroom_steps.py [--quick] [--check] [--steps 1,3]
 """
@@ -102,6 +102,11 @@ def measure(step: Step, variant: Variant, broker_url: str, out: Path) -> dict:
     record = RunRecord.read(out, scenario)
     verdicts = [dataclasses.asdict(v) for v in (variant.promise(record) if variant.promise else [])]
     workload = record.meta.get("workload") or {}
+    if burst is not None:  # the rates the run applied: the burst and its end, nobody else's
+        burst["applied"] = [(e["at_s"], e["set"]["workload.arrival.rate_per_s"]) for e in record.meta.get(
+            "control_events", []) if "workload.arrival.rate_per_s" in e.get("set", {})]
+        burst["held"] = [round(rate, 6) for _, rate in burst["applied"]] == [
+            round(burst["burst_rate_per_s"], 6), round(burst["rate_per_s"], 6)]
     return {"step": step.title, "variant": variant.label, "engine": variant.engine, "scenario": step.scenario,
             "overrides": list(variant.overrides), "exit_code": code, "duration_s": scenario.duration_s,
             "wall_s": round(wall, 1), "startup_s": round(startup, 1),
@@ -113,7 +118,8 @@ def measure(step: Step, variant: Variant, broker_url: str, out: Path) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="virtual variants only (no root needed)")
-    parser.add_argument("--check", action="store_true", help="exit 1 when a run breaks its step's promise")
+    parser.add_argument("--check", action="store_true",
+                        help="exit 1 when a run breaks its step's promise or the burst was not held")
     parser.add_argument("--steps", default="", help="comma-separated step numbers (default: all)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
@@ -141,10 +147,12 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps(result, indent=1))
     broken = 0
     for r in runs:
-        held = all(v["held"] for v in r["verdicts"])
+        held = all(v["held"] for v in r["verdicts"]) and (r["burst"] is None or r["burst"]["held"])
         broken += not held
+        burst = "" if r["burst"] is None else "  burst held" if r["burst"]["held"] else \
+            f"  BURST NOT HELD: rates applied {r['burst']['applied']}"
         print(f"{r['step'][:34]:34} {r['variant'][:16]:16} {r['wall_s']:6.1f} s  start-up {r['startup_s']:5.1f} s  "
-              f"{'kept' if held else 'BROKEN'}")
+              f"{'kept' if held else 'BROKEN'}{burst}")
     print(f"results: {args.out}")
     return 1 if args.check and broken else 0
 
