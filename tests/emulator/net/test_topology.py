@@ -66,9 +66,12 @@ def test_tcp_stream_reaches_the_configured_rate(link, mbit):
 @pytest.mark.parametrize("link", ALL_BACKENDS, indirect=True)
 @pytest.mark.parametrize("delay_ms", [10, 40])
 def test_round_trip_is_twice_the_delay(link, delay_ms):
+    """The least of 15 round trips, as a sender's minimum RTT reads the path: a full suite once read
+    the median 2.1-2.4 ms over 80 ms on both userspace relays (the samples printed 1.1-3.8 ms over:
+    relays waking late on a busy machine) where the same test alone passes."""
     topo = link({"delay_ms": delay_ms})
     rtts = probe.measure_rtt(**probe_args(topo), samples=15)
-    assert abs(statistics.median(rtts) - 2 * delay_ms / 1e3) <= 0.002, rtts
+    assert abs(min(rtts) - 2 * delay_ms / 1e3) <= 0.002, rtts
 
 
 @pytest.mark.parametrize("link", PACKET_BACKENDS, indirect=True)
