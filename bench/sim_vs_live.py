@@ -5,8 +5,8 @@ prefill and KV over lengths, the decode step over batch sizes, the slowdown when
 cores), then runs each configuration of MATRIX twice from one scenario document and one seed, so
 both engines see the same arrivals and lengths: on the live engine (real processes, the tun link)
 and on the virtual engine with the calibrated profile. Nothing of those live runs goes back into
-the profile. Before the matrix, a short
-live run with another seed (60 requests at load 0.3, twice: the faster one, kept as `stack/`,
+the profile. Before the matrix, a
+live run with another seed (150 requests at load 0.3, twice: the faster one, kept as `stack/`,
 counts) measures what the live stack adds to the probes' times (gateway, broker, transport and relay on the same cores; `calibrate RUN --onto`,
 emulator/virtual/stack_factors.py); the matrix charges the profile with those factors, scaled to
 the machine's speed across that run, the one moment the stack was measured at. Each live run is
@@ -60,7 +60,11 @@ from fidelity_report import GOALS, errors_of, format_table, missed_goals, write_
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "sim_vs_live.json"
 REQUESTS = 150
-STACK_REQUESTS = 60  # 20 with --quick
+# as many requests as a configuration: two back-to-back stack runs of 60 read mean prefills 3-5 %
+# apart (287.1/273.2 ms, 254.7/262.4 ms), of 150 2.5 % (299.8/307.2 ms), where configurations
+# of 150 repeat within 1 % between matrices; every TTFT row carries that level
+STACK_REQUESTS = 150
+QUICK_STACK_REQUESTS = 20
 STACK_RUNS = 2  # 1 with --quick: the faster of two is the machine's usual speed (fold_stack)
 STACK_SEED = 7  # not the matrix's (29): none of the stack run's arrivals or lengths is one the matrix runs
 STACK_LOAD = 0.3
@@ -250,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     given, stack_references = read_profile_file(profile_path).measured, None
     if not args.no_stack and (given is None or given.stack_prefill_factor is None):
         profile_path, stack_references = fold_stack(work, profile_path, capacity,
-                                                    STACK_REQUESTS // 3 if args.quick else STACK_REQUESTS,
+                                                    QUICK_STACK_REQUESTS if args.quick else STACK_REQUESTS,
                                                     1 if args.quick else STACK_RUNS)
         profile = read_profile_file(profile_path).model.profile.model_dump(mode="json", exclude_none=True)
         capacity = capacity_per_s(profile)
