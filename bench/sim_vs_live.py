@@ -61,8 +61,8 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "sim_vs_live.json"
 REQUESTS = 150
 # as many requests as a configuration: two back-to-back stack runs of 60 read mean prefills 3-5 %
-# apart (287.1/273.2 ms, 254.7/262.4 ms), of 150 2.5 % (299.8/307.2 ms), where configurations
-# of 150 repeat within 1 % between matrices; every TTFT row carries that level
+# apart (287.1/273.2 ms, 254.7/262.4 ms), of 150 2.5 and 4.0 % (299.8/307.2, 284.7/296.2 ms):
+# the machine's own spread; every TTFT row carries the level the faster one sets
 STACK_REQUESTS = 150
 QUICK_STACK_REQUESTS = 20
 STACK_RUNS = 2  # 1 with --quick: the faster of two is the machine's usual speed (fold_stack)
