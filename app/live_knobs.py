@@ -109,10 +109,15 @@ def _send(feed: MqttFeed | None, why_no_feed: str, run_id: str, knob: Knob, payl
         st.session_state["live_refusal"] = f"Not sent: {err}"
         return
     st.session_state["live_sent"] = [*sent_knobs(run_id), SentKnob(message, sent_at_s)][-MAX_SENT_SHOWN:]
-    kept = st.session_state.get(SYNCED)
-    if kept is not None and kept[0] == run_id:
-        for name in sent_names(knob):  # once answered, the widget shows the run's value again
-            kept[1].pop(name, None)
+    synced = _of_run(SYNCED, run_id)  # the session's own dict: dropped here, for good
+    for name in sent_names(knob):  # once answered, the widget shows the run's value again
+        synced.pop(name, None)
+
+
+def _of_run(name: str, run_id: str) -> dict[str, Any]:
+    """The session's (run id, dict) under `name`, when it is `run_id`'s; else an empty dict."""
+    kept = st.session_state.get(name)
+    return kept[1] if kept is not None and kept[0] == run_id else {}
 
 
 def _from_widgets(feed: MqttFeed | None, why_no_feed: str, run_id: str, knob: Knob,
@@ -120,8 +125,7 @@ def _from_widgets(feed: MqttFeed | None, why_no_feed: str, run_id: str, knob: Kn
     """A widget's on_change or a form's Apply: its knob, from the widgets' values. A retired
     widget's echo sends nothing; an edit the run's move overtook is not sent, and says so."""
     values = {k: st.session_state[k] for k in keys}
-    kept = st.session_state.get(RETIRED)
-    retired = kept[1] if kept is not None and kept[0] == run_id else {}
+    retired = _of_run(RETIRED, run_id)
     match origin(values, retired):
         case Origin.ECHO:
             return
@@ -138,8 +142,7 @@ def _sync(run_id: str, view: RunView, scenario: Scenario | None, start_threshold
           now_s: float) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], set[str]]:
     """(the run's values, the synced ones, the widgets' values, the knobs waiting for an answer)."""
     run = knob_values(scenario, view.latest, start_threshold)
-    kept = st.session_state.get(SYNCED)
-    synced = dict(kept[1]) if kept is not None and kept[0] == run_id else {}
+    synced = dict(_of_run(SYNCED, run_id))
     widgets = {name: st.session_state[knob_key(name)] for name in run if knob_key(name) in st.session_state}
     waiting = {name for sent in sent_knobs(run_id) if not ack_of(sent, view, now_s).is_settled
                for name in sent_names(sent.message.knob)}
@@ -153,8 +156,7 @@ def follow_run(run_id: str, view: RunView, scenario: Scenario | None, start_thre
     run, synced, widgets, waiting = _sync(run_id, view, scenario, start_threshold, now_s)
     updates = widget_updates(run, synced, widgets, waiting)
     generations = st.session_state.setdefault(GENERATIONS, {})
-    kept = st.session_state.get(RETIRED)
-    retired = kept[1] if kept is not None and kept[0] == run_id else {}
+    retired = _of_run(RETIRED, run_id)
     for name in renewed(updates, widgets):
         retired = retire(retired, knob_key(name), name, widgets[name])
         generations[name] = generations.get(name, 0) + 1

@@ -9,7 +9,8 @@ run's drain), and judges the run's record with the step's promise (app.classroom
 also checks that the run applied the burst and its end and no other rate: the 51 s and 57 s once
 measured here were runs whose open page sent the old rate back a second into the burst (a retired
 widget's echo, fixed since); with the burst held the step took 83 s, as full suites found (78-79 s).
-The Classroom page states these times (app.classroom_times). Measure on a machine with nothing else running. Live steps need root.
+The Classroom page states these times (app.classroom_times). Measure on a machine with nothing else
+running. Live steps need root.
 
     python bench/classroom_steps.py [--quick] [--check] [--steps 1,3]
 """

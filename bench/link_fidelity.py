@@ -5,8 +5,9 @@ For every backend available here, one Topology is brought up and reshaped live o
 on its own, the per-packet path). At each point our TCP probe and iperf3 (Debian's, run in the same
 namespaces one after the other) measure goodput, and a TCP echo measures RTT (its error: the least
 of RTT_SAMPLES round trips against 2 x delay, the path's delay as a sender's minimum RTT reads it;
-the median's excess, the wake-ups of relays and echo on the way, beside it). The relay's CPU seconds per GB come from /proc. The highest rate shaped to >= 0.95 on each path is set beside the ceiling the
-code announces (emulator/net/ceiling.py). Writes bench/results/link_fidelity.json; `--check`
+the median's excess, the wake-ups of relays and echo on the way, beside it). The relay's CPU
+seconds per GB come from /proc. The highest rate shaped to >= 0.95 on each path is set beside the
+ceiling the code announces (emulator/net/ceiling.py). Writes bench/results/link_fidelity.json; `--check`
 enforces the [Links] targets and issue 28's (>= 0.95 of 2.5 Gbit/s, RTT error <= 1 ms).
 
 `--backends host` measures issue 30's inter-host path instead: the rehearsed hosts (namespaces on a
