@@ -28,6 +28,7 @@ from typing import Any
 from emulator.control.types import Cluster
 from emulator.live.launcher import WorkerPlan, WorkerProcesses, worker_env
 from emulator.live.ray_placement import RayNode
+from emulator.net.ledger import process_start_time
 from emulator.paths import REPO_ROOT
 from emulator.wire.worker_settings import WorkerSettings
 
@@ -37,6 +38,8 @@ CALL_TIMEOUT_S = 1.0  # an actor on a live node answers in milliseconds; the loo
 START_TIMEOUT_S = 60.0  # the actor's process starts on its node first (seconds on a busy machine)
 LOST_EXIT_CODE = -signal.SIGKILL  # a worker whose actor (or node) is gone: as if killed
 MAX_LOG_TAIL_BYTES = 256 * 1024  # what comes back of a worker's log when the run closes
+HOST_DIR_PREFIX = "prf-worker-host-"  # a WorkerHost's private dir in the node's temp dir
+OWNER_FILE = "owner"  # in it: the actor's pid and start time (ledger.process_start_time)
 
 
 def _die_with_parent(parent_pid: int) -> None:
@@ -56,6 +59,29 @@ def _die_with_parent(parent_pid: int) -> None:
         pass
 
 
+def _owner_of(pid: int) -> str:
+    return f"{pid} {process_start_time(pid)}"
+
+
+def sweep_host_dirs(root: Path | None = None) -> list[Path]:
+    """Remove the private dirs of worker hosts whose actor process is gone (an actor killed, or its
+    node's raylet, never runs `close`): this user's, 0700, with an OWNER_FILE naming a pid that no
+    longer runs with that start time. Another live host's dir is never touched. The dirs removed."""
+    removed = []
+    for path in (root or Path(tempfile.gettempdir())).glob(f"{HOST_DIR_PREFIX}*"):
+        try:
+            info = path.lstat()
+            if not path.is_dir() or path.is_symlink() or info.st_uid != os.getuid() or info.st_mode & 0o077:
+                continue
+            pid_text, _, start = (path / OWNER_FILE).read_text()[:64].partition(" ")
+        except (OSError, UnicodeDecodeError):
+            continue
+        if pid_text.isdigit() and _owner_of(int(pid_text)) != f"{pid_text} {start}":
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
 class WorkerHost:
     """A Ray actor (made remote in RayWorkerProcesses) owning one worker process on its node.
 
@@ -64,7 +90,9 @@ class WorkerHost:
 
     def __init__(self, spawn_name: str) -> None:
         self.spawn_name = spawn_name
-        self.dir = Path(tempfile.mkdtemp(prefix=f"prf-{spawn_name}-"))  # 0700: settings and log
+        sweep_host_dirs()
+        self.dir = Path(tempfile.mkdtemp(prefix=HOST_DIR_PREFIX))  # 0700: settings and log
+        (self.dir / OWNER_FILE).write_text(_owner_of(os.getpid()))
         self.proc: subprocess.Popen | None = None
 
     def where(self) -> tuple[str, str]:
@@ -203,7 +231,8 @@ class RayWorkerProcesses(WorkerProcesses):
 
     def close(self) -> None:
         """Bring each worker's log back to the run's log dir, then end its actor (and so its worker).
-        Every actor is asked at once: a lost node costs one CALL_TIMEOUT_S, not one per worker."""
+        Every actor is asked at once: a lost node costs one CALL_TIMEOUT_S, not one per worker.
+        Then the private dirs of this host's actors that died without closing go."""
         import ray
 
         names = list(self.actors)
@@ -214,6 +243,7 @@ class RayWorkerProcesses(WorkerProcesses):
         answers_within([self.actors[name].close.remote() for name in names], CALL_TIMEOUT_S)
         for actor in self.actors.values():
             ray.kill(actor)
+        sweep_host_dirs()  # a lost node's actors on this host left theirs (other hosts sweep at their next start)
 
 
 def answers_within(refs: list[Any], timeout_s: float) -> list[Any]:
