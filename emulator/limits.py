@@ -69,6 +69,8 @@ MAX_STEP_S = 3_600.0  # one prefill, or one decode step (the profile's decode_st
 MAX_HOST_CORES = 4_096
 MAX_BUSY_WORKERS = 1_024
 MAX_SLOWDOWN = 1_000.0
+# A host's loss_rate_factor (scenario/parts.HostSpec): outside, not the stack's effect on TCP but a broken run
+MIN_LOSS_RATE_FACTOR, MAX_LOSS_RATE_FACTOR = 0.1, 10.0
 MAX_PROFILE_FILE_BYTES = 256 << 10
 MIN_INTERVAL_S = 0.1  # the scheduler's loops: fewer than 10 decisions per (simulated) second
 MIN_SPEED_FACTOR = 1 / MAX_SPEED_FACTOR

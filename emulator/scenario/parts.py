@@ -29,11 +29,13 @@ from emulator.limits import (
     MAX_PROFILE_POINTS,
     MAX_REQUESTS,
     MAX_SEED,
+    MAX_LOSS_RATE_FACTOR,
     MAX_SLOWDOWN,
     MAX_SPEED_FACTOR,
     MAX_STEP_S,
     MAX_TOKENS,
     MIN_INTERVAL_S,
+    MIN_LOSS_RATE_FACTOR,
     MIN_SPEED_FACTOR,
 )
 from emulator.validation import FIELD_ERROR, lines_error
@@ -86,10 +88,14 @@ Slowdown = Annotated[float, Field(strict=True, gt=0, le=MAX_SLOWDOWN)]
 class HostSpec(Section):
     """The one machine every worker of a live run shares (`calibrate --machine` measures it): its
     cores, and `busy_slowdown[n - 1]`, the factor a worker's compute time is multiplied by while n
-    workers are busy at once (1.0 for one: the tables were measured alone)."""
+    workers are busy at once (1.0 for one: the tables were measured alone). `loss_rate_factor`:
+    the share of the loss-limited rate (emulator/virtual/tcp.py's, fitted on a quiet host) a lossy
+    link's connections keep while the live stack runs on this host (a lossy stack run measures it,
+    emulator/virtual/stack_factors.py); 1: as on a quiet host."""
 
     cores: Annotated[int, Field(strict=True, ge=1, le=MAX_HOST_CORES)]
     busy_slowdown: tuple[Slowdown, ...] = Field(min_length=1, max_length=MAX_BUSY_WORKERS)
+    loss_rate_factor: Annotated[float, Field(strict=True, ge=MIN_LOSS_RATE_FACTOR, le=MAX_LOSS_RATE_FACTOR)] = 1.0
 
 
 class ProfileSpec(Section):
@@ -352,6 +358,8 @@ SECTION_HINTS = {
     "cores": f"use a whole number of cores, 1 to {MAX_HOST_CORES:,}",
     "busy_slowdown": (f"give 1 to {MAX_BUSY_WORKERS:,} factors, 1.0 first (one busy worker), each "
                       f"above 0 and at most {MAX_SLOWDOWN:,.0f}"),
+    "loss_rate_factor": (f"give the share of the loss-limited rate kept, {MIN_LOSS_RATE_FACTOR:g} to "
+                         f"{MAX_LOSS_RATE_FACTOR:g} (1: a quiet host)"),
     "kv_tail_mib": "give the last layer's MiB per length, positive and at most that length's kv_mib",
     "profile_file": "name a profile YAML file (`python -m emulator calibrate SCENARIO --machine` writes one)",
     "instances": f"use a whole number of instances, at most {MAX_INSTANCES:,}",

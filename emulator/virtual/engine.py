@@ -33,7 +33,7 @@ from emulator.virtual.core import Simulator
 from emulator.virtual.costs import CostModel
 from emulator.virtual.gateway import Gateway
 from emulator.virtual.link import FluidLink
-from emulator.virtual.loops import Arrivals, Progress, RunLoops, RunStopped, StopCheck, link_states
+from emulator.virtual.loops import Arrivals, Progress, RunLoops, RunStopped, StopCheck, scenario_link_states
 from emulator.workload.build import arrival_horizon_s, build_workload, num_due
 from emulator.workload.coverage import WorkloadCoverage
 
@@ -116,7 +116,7 @@ def simulate(scenario: Scenario, *, until: float | None = None, progress: Progre
     budget = budget or EndBudget.of(scenario.duration_s, len(requests), scenario.drain_s)
     costs = make_costs(scenario, plane)
     sim = Simulator()
-    to_local, to_remote = link_states(scenario.link, scenario.transport.connections)
+    to_local, to_remote = scenario_link_states(scenario, scenario.link)
     local = scenario.clusters.local
     n_p = start_n_p(scenario, plane)
     gateway = Gateway(sim, plane, costs, FluidLink(sim, to_local, random.Random(f"{scenario.seed}:to_local")),

@@ -23,7 +23,7 @@ from emulator.telemetry.metrics import check_row, sorted_percentile
 from emulator.virtual.core import Simulator
 from emulator.virtual.gateway import Gateway
 from emulator.virtual.link import LinkState
-from emulator.virtual.tcp import PACKET_BYTES, WIRE_PER_BYTE, smoothed_rtt_s
+from emulator.virtual.tcp import LOSS_C, LOSS_C_AFTER_IDLE, PACKET_BYTES, WIRE_PER_BYTE, smoothed_rtt_s
 from emulator.workload.build import num_due
 
 log = logging.getLogger(__name__)
@@ -41,16 +41,27 @@ class RunStopped(Exception):
         self.by, self.at_s = by, at_s
 
 
-def link_states(spec: Any, connections: int) -> tuple[LinkState, LinkState]:
+def link_states(spec: Any, connections: int, loss_rate_factor: float = 1.0) -> tuple[LinkState, LinkState]:
     """(remote -> local, local -> remote) of a scenario LinkSpec with `connections` TCP connections
     per transfer (transport.connections); the RTT spans both delays, the buffer is each direction's
-    queue_packets of full segments, each KV byte what the shaper counts of it with its headers."""
-    to_local, to_remote = spec.to_local, spec.to_remote
-    rtt_s = to_local.delay_s + to_remote.delay_s
-    return (LinkState(to_local.rate_bytes_per_s, to_local.delay_s, to_local.loss_pct / 100, rtt_s,
-                      connections, to_local.queue_packets * PACKET_BYTES, wire_per_byte=WIRE_PER_BYTE),
-            LinkState(to_remote.rate_bytes_per_s, to_remote.delay_s, to_remote.loss_pct / 100, rtt_s,
-                      connections, to_remote.queue_packets * PACKET_BYTES, wire_per_byte=WIRE_PER_BYTE))
+    queue_packets of full segments, each KV byte what the shaper counts of it with its headers, the
+    loss-limited rates scaled by the host's `loss_rate_factor` (profile.host)."""
+    rtt_s = spec.to_local.delay_s + spec.to_remote.delay_s
+
+    def state(way: Any) -> LinkState:
+        return LinkState(way.rate_bytes_per_s, way.delay_s, way.loss_pct / 100, rtt_s, connections,
+                         way.queue_packets * PACKET_BYTES, loss_c=LOSS_C * loss_rate_factor,
+                         loss_c_after_idle=LOSS_C_AFTER_IDLE * loss_rate_factor, wire_per_byte=WIRE_PER_BYTE)
+
+    return state(spec.to_local), state(spec.to_remote)
+
+
+def scenario_link_states(scenario: Scenario, spec: Any) -> tuple[LinkState, LinkState]:
+    """link_states of `spec` (the scenario's link, or a timeline's reshape of it) as the scenario's
+    run carries it: its transport's connections, its profile's host's loss_rate_factor."""
+    profile = scenario.model.measured_profile
+    host = None if profile is None else profile.host
+    return link_states(spec, scenario.transport.connections, 1.0 if host is None else host.loss_rate_factor)
 
 
 class Arrivals:
@@ -193,7 +204,7 @@ class RunLoops:
         """What the core asks of the run outside its requests and nodes: the fluid link, the
         arrival clock, the logs. (Pause and resume the core refuses: no wall clock to hold.)"""
         if isinstance(act, ev.ReshapeLink):
-            to_local, to_remote = link_states(act.spec, self.scenario.transport.connections)
+            to_local, to_remote = scenario_link_states(self.scenario, act.spec)
             self.gateway.link.set_state(to_local)
             self.egress.set_capacity(self.sim.now, _capacity_bit_per_s(to_local))
             self.gateway.reverse_link.set_state(to_remote)

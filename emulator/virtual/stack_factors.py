@@ -12,18 +12,28 @@ at 700-1,024, x0.87 at 1,600-2,048), so the prefill correction is a line, Tukey'
 through (virtual, live) seconds: overhead + factor x the table, levelled to the live prefills'
 total (`levelled`); decode keeps the median ratio of TPOTs. The profile's times are corrected
 by them; `measured` keeps the figures.
+
+On a lossy link the live stack also slows TCP: its relay and the receiver's ACKs wait for cores the
+workers hold, so a loss-limited connection's rate falls below what tcp.py's constant (fitted on a
+quiet host) gives; three fidelity matrices' 1 % loss runs read 0.43-0.48 s from a remote prefill's
+end to its first token, the fluid 0.38-0.39. A lossy stack run measures it too: the profile's
+host `loss_rate_factor` is the factor on that rate whose replay gives the live run's mean time from
+a remote prefill's end to its first token (`fit_loss_rate_factor`).
 """
 
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from emulator.auto_rate import is_auto, recorded_rate, with_rate
+from emulator.control.types import Route
 from emulator.errors import CalibrationError
+from emulator.limits import MAX_LOSS_RATE_FACTOR, MIN_LOSS_RATE_FACTOR
 from emulator.scenario import Scenario, parse_scenario
 from emulator.scenario.model_section import ProfileFile, significant, write_profile_file
 from emulator.telemetry.recorder import load_run
@@ -34,6 +44,9 @@ MAX_OVERHEAD_S = 1.0  # a fixed cost per prefill above this is a broken run, not
 MIN_SPREAD = 1.5  # the outer thirds' median prefills this far apart, or the line is a ratio through 0
 POLISH_STEPS, POLISH_TOLERANCE = 20, 1e-6  # the resistant line's slope polish (converges in a few)
 STALL_LINES = 2.0  # a live prefill over this many times its line is a stall, not the stack's cost
+LOSS_FIT_STEPS = 8  # replays of the lossy stack run; the search settles in 3-4
+LOSS_FIT_TOLERANCE = 0.01  # the replay's mean time after the prefill this close to the live run's
+LOSS_FIT_GIVE_UP = 0.25  # no factor replays it closer: not the stack's effect on TCP
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +169,62 @@ def with_stack(loaded: ProfileFile, factors: StackFactors) -> ProfileFile:
 def write_with_stack(loaded: ProfileFile, run_dir: Path, path: Path) -> Path:
     measured = loaded.measured
     assert measured is not None and measured.stack_prefill_factor is not None
+    host = loaded.model.profile.host
+    loss = "" if host is None or host.loss_rate_factor == 1.0 else f", the loss-limited rate x{host.loss_rate_factor:g}"
     return write_profile_file(loaded, path, f"prefill {measured.stack_prefill_s or 0:g} s + x{measured.stack_prefill_factor:g} "
-                              f"and decode "
-                              f"x{measured.stack_decode_factor:g} for the live stack, from the live run {run_dir} by "
-                              "`python -m emulator calibrate SCENARIO RUN_DIR --onto PROFILE`.")
+                              f"and decode x{measured.stack_decode_factor:g}{loss} for the live stack, from the live "
+                              f"run {run_dir} by `python -m emulator calibrate SCENARIO RUN_DIR --onto PROFILE`.")
+
+
+def after_prefill_s(live: pd.DataFrame, virtual: pd.DataFrame) -> tuple[float, float]:
+    """(live, virtual) mean seconds from a remote prefill's end to its first token (the cache on the
+    link, then its decode join), over requests routed remote and completed on both engines;
+    CalibrationError in one line when fewer than MIN_MATCHED are."""
+    both = live[(live["status"] == "completed") & (live["route"] == Route.PRFAAS.value)].merge(
+        virtual[(virtual["status"] == "completed") & (virtual["route"] == Route.PRFAAS.value)],
+        on="id", how="inner", suffixes=("_live", "_virtual"))
+    virtual_s, live_s = _seconds(both, "first_token_s", "prefill_end_s")
+    if len(live_s) < MIN_MATCHED:
+        raise CalibrationError(f"lossy stack run: {len(live_s)} remote requests completed on both engines (need "
+                               f"{MIN_MATCHED}); record a longer live run of the scenario")
+    return statistics.fmean(live_s), statistics.fmean(virtual_s)
+
+
+def fit_loss_rate_factor(replay: Callable[[float], tuple[float, float]]) -> float:
+    """The loss_rate_factor whose replay matches the live run: `replay(factor)` gives (live, virtual)
+    after_prefill_s with the profile's host at that factor. A smaller factor only lengthens the
+    time, so the search keeps a bracket and steps by the ratio (the time is about inversely
+    proportional to the rate; a step leaving the bracket halves it instead), until within
+    LOSS_FIT_TOLERANCE or LOSS_FIT_STEPS replays; the closest factor seen. CalibrationError when
+    none came within LOSS_FIT_GIVE_UP (the live time lies outside what the factor's range gives)."""
+    low, high, factor = MIN_LOSS_RATE_FACTOR, MAX_LOSS_RATE_FACTOR, 1.0
+    best, best_miss = factor, float("inf")
+    for _ in range(LOSS_FIT_STEPS):
+        live_s, virtual_s = replay(factor)
+        miss = virtual_s / live_s - 1.0
+        if abs(miss) < best_miss:
+            best, best_miss = factor, abs(miss)
+        if abs(miss) <= LOSS_FIT_TOLERANCE:
+            break
+        if miss > 0:  # the replay is slow: more rate
+            low = factor
+        else:
+            high = factor
+        step = factor * (1.0 + miss)
+        factor = step if low < step < high else (low * high) ** 0.5
+    if best_miss > LOSS_FIT_GIVE_UP:
+        raise CalibrationError(f"lossy stack run: no loss_rate_factor in {MIN_LOSS_RATE_FACTOR:g}-{MAX_LOSS_RATE_FACTOR:g} "
+                               f"replays its remote caches within {LOSS_FIT_GIVE_UP:.0%} (closest {best:g}, {best_miss:.0%} off): "
+                               "not the stack's effect on TCP; check the run's link and record it again")
+    return best
+
+
+def with_loss_rate_factor(loaded: ProfileFile, factor: float) -> ProfileFile:
+    """`loaded` with its host's loss_rate_factor set to `factor` (a profile without a host is
+    refused: the factor is the shared host's)."""
+    if loaded.model.profile.host is None:
+        raise CalibrationError("profile: has no host (calibrate --machine measures one); the loss rate factor "
+                               "belongs to the host the live stack shares")
+    doc = loaded.model_dump(mode="json")
+    doc["model"]["profile"]["host"]["loss_rate_factor"] = significant(factor)
+    return ProfileFile.model_validate(doc)

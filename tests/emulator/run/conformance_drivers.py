@@ -35,7 +35,7 @@ from emulator.virtual.core import Simulator
 from emulator.virtual.costs import CostModel
 from emulator.virtual.gateway import Gateway as VirtualGateway
 from emulator.virtual.link import FluidLink
-from emulator.virtual.loops import link_states
+from emulator.virtual.loops import scenario_link_states
 from emulator.virtual.nodes import DecodeNode, PrefillNode
 from emulator.wire import protocol as p
 from tests.emulator.run.core_case import BLOCK_TOKENS, DOC, ROOT, spec
@@ -233,7 +233,7 @@ class VirtualDriver:
         plane, scenario = plane_and_scenario()
         local = scenario.clusters.local
         self.sim = Simulator()
-        to_local, to_remote = link_states(scenario.link, scenario.transport.connections)
+        to_local, to_remote = scenario_link_states(scenario, scenario.link)
         self.gateway = VirtualGateway(
             self.sim, plane, CostModel.from_inputs(plane.inputs, plane.profile_source), FluidLink(self.sim, to_local),
             FluidLink(self.sim, to_remote), num_remote=scenario.clusters.remote.instances, num_local=local.instances,

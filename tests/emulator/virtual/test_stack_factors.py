@@ -15,7 +15,16 @@ import yaml
 from emulator.__main__ import main
 from emulator.errors import CalibrationError
 from emulator.live.machine_profile import MachineProfile, plan_machine, profile_file_of, write_machine_profile
-from emulator.virtual.stack_factors import StackFactors, factors_of, resistant_line, with_stack
+from emulator.scenario.model_section import write_profile_file
+from emulator.virtual.stack_factors import (
+    LOSS_FIT_TOLERANCE,
+    StackFactors,
+    factors_of,
+    fit_loss_rate_factor,
+    resistant_line,
+    with_loss_rate_factor,
+    with_stack,
+)
 from emulator.scenario import load_scenario
 from emulator.scenario.model_section import read_profile_file
 from emulator.virtual.engine import run_virtual
@@ -136,6 +145,67 @@ def test_a_run_with_known_extra_costs_reads_back_as_those_factors(tmp_path: Path
     assert stacked.measured.stack_prefill_factor == pytest.approx(1.25, rel=0.02)
     assert stacked.measured.stack_decode_factor == pytest.approx(1.5, rel=0.02)
     assert stacked.model.profile.prefill_s["cpu"][-1] == pytest.approx(1.6 * 1.25, rel=0.02)
+
+
+def test_the_loss_fit_finds_the_factor_whose_replay_matches_within_its_tolerance() -> None:
+    """A replay's time after the prefill: a fixed part (delay, decode join) plus the loss-limited
+    part, inversely proportional to the rate; the search must not assume the fixed part away."""
+    def after(factor: float) -> float:
+        return 0.06 + 0.33 / factor
+
+    for truth in (0.62, 0.87, 1.0, 2.4):
+        tries: list[float] = []
+
+        def replay(factor: float, truth: float = truth) -> tuple[float, float]:
+            tries.append(factor)
+            return after(truth), after(factor)
+
+        found = fit_loss_rate_factor(replay)
+        assert abs(after(found) / after(truth) - 1) <= LOSS_FIT_TOLERANCE
+        assert len(tries) <= 5, tries
+
+
+def test_a_live_time_no_factor_replays_is_refused() -> None:
+    with pytest.raises(CalibrationError, match="no loss_rate_factor in 0.1-10 replays its remote caches within 25%"):
+        fit_loss_rate_factor(lambda factor: (30.0, 0.06 + 0.33 / factor))
+
+
+@pytest.mark.slow
+def test_a_lossy_run_with_a_known_loss_rate_factor_reads_back_as_that_factor(tmp_path: Path) -> None:
+    """A stand-in for the live run: the virtual engine with the stack's costs and its lossy link's
+    connections at 0.7 of the quiet host's rate; `calibrate --onto` must find all three."""
+    scenario = load_scenario(QUICKSTART)
+    profile_path = write_machine_profile(_measured(), scenario, tmp_path / "profile.yaml")
+    stand_in = write_machine_profile(_measured(tuple(t * 1.25 for t in PREFILL_S), tuple(t * 1.5 for t in STEP_S)),
+                                     scenario, tmp_path / "stand-in.yaml")
+    write_profile_file(with_loss_rate_factor(read_profile_file(stand_in), 0.7), stand_in, "a test's stand-in")
+    doc = yaml.safe_load(QUICKSTART.read_text())
+    doc["link"] = {"bandwidth_mbit": 200, "delay_ms": 20, "loss_pct": 1.0}
+    doc["workload"]["arrival"]["rate_per_s"] = 0.3
+    doc["duration_s"] = 200
+    scenario_path = tmp_path / "scenario.yaml"
+    scenario_path.write_text(yaml.safe_dump(doc))
+    as_run = {**doc, "engine": "virtual", "model": {**doc["model"], "profile_file": str(stand_in)}}
+    (tmp_path / "as-run.yaml").write_text(yaml.safe_dump(as_run))
+    run_virtual(load_scenario(tmp_path / "as-run.yaml"), tmp_path / "run")
+
+    out = tmp_path / "stacked.yaml"
+    assert main(["calibrate", str(scenario_path), str(tmp_path / "run"), "--onto", str(profile_path),
+                 "--out", str(out)]) == 0
+    stacked = read_profile_file(out)
+    host = stacked.model.profile.host
+    assert host is not None and host.loss_rate_factor == pytest.approx(0.7, rel=0.04)
+    assert stacked.measured is not None and stacked.measured.stack_prefill_factor == pytest.approx(1.25, rel=0.02)
+    header = " ".join(line[2:] for line in out.read_text().splitlines() if line.startswith("# "))
+    assert f"the loss-limited rate x{host.loss_rate_factor:g} for the live stack" in header
+
+
+def test_a_lossless_stack_run_leaves_the_loss_rate_factor_at_one(tmp_path: Path) -> None:
+    loaded = profile_file_of(_measured(), load_scenario(QUICKSTART), date="2026-01-01", git_sha="abc")
+    assert loaded.model.profile.host is not None and loaded.model.profile.host.loss_rate_factor == 1.0
+    assert "loss_rate_factor" not in write_profile_file(loaded, tmp_path / "p.yaml", "test").read_text()
+    moved = with_loss_rate_factor(loaded, 0.8123456)
+    assert moved.model.profile.host is not None and moved.model.profile.host.loss_rate_factor == 0.81235
 
 
 def test_onto_without_a_run_is_refused_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
