@@ -2,24 +2,23 @@
 
 Calibrates once (`python -m emulator calibrate BASE --machine`: the model timed on this machine,
 prefill and KV over lengths, the decode step over batch sizes, the slowdown when workers share
-cores), then runs each configuration of MATRIX twice from one scenario document and one seed, so
-both engines see the same arrivals and lengths: on the live engine (real processes, the tun link)
-and on the virtual engine with the calibrated profile. Nothing of those live runs goes back into
-the profile. Before the matrix, a
-live run with another seed and link (150 requests at load 0.3, 1 % loss, 2 x 15 ms; twice: the
-faster one, kept as `stack/`, counts) measures what the live stack adds to the probes' times
-(gateway, broker, transport and relay on the same cores) and to a lossy link's rate (`calibrate RUN
---onto`, emulator/virtual/stack_factors.py); the matrix charges the profile with those factors, scaled to
-the machine's speed across that run, the one moment the stack was measured at. Each live run is
-bracketed by the profile's reference prefill timed again (emulator/live/speed_reference.py), and
-`machine_drift` in the results says how far the machine's speed moved from that moment: scaling
-each virtual run by its readings made it worse (one matrix: live remote prefills within 3 % of each
-other over 7 of 9 runs, readings 0.959-1.161 of the stack run's), so the readings only say when a
-run's machine was not the calibrated one. `--replay
-RESULTS` runs the virtual side again, with this commit, against an earlier matrix's live runs (its
-stack run, references and scenarios), for a change to the virtual engine or the calibration. Per
-configuration it reports, live vs virtual, TTFT mean/P50/P90/P99, TPOT mean, throughput, the share
-routed remote and mean egress, with each one's error (virtual / live - 1).
+cores), then runs each configuration of MATRIX from one scenario document and one seed on both
+engines, so both see the same arrivals and lengths: first every configuration on the live engine
+(real processes, the tun link), then each on the virtual engine with the calibrated profile.
+Nothing of those live runs goes back into the profile. Before the matrix, a live run with another
+seed and link (150 requests at load 0.3, 1 % loss, 2 x 15 ms; twice: the faster one, kept as
+`stack/`, counts) measures what the live stack adds to the probes' times (gateway, broker,
+transport and relay on the same cores) and to a lossy link's rate (`calibrate RUN --onto`,
+emulator/virtual/stack_factors.py), the profile scaled to the machine's speed across that run.
+Each live run is bracketed by the profile's reference prefill timed again
+(emulator/live/speed_reference.py; `machine_drift` in the results: how far the machine's speed
+was from the stack run's), and the virtual runs charge the profile at the mean of those readings,
+the machine's speed across the matrix (`matrix_speed`; one reading alone misses its run's speed by
+up to 9.5 points). `--replay RESULTS` runs the virtual side again, with this commit, against an
+earlier matrix's live runs (its stack run, references and scenarios), for a change to the virtual
+engine or the calibration. Per configuration it reports, live vs virtual, TTFT mean/P50/P90/P99,
+TPOT mean, throughput, the share routed remote and mean egress, with each one's error (virtual /
+live - 1).
 
 Load is a share of the capacity the calibration measured (Eq. 6 of the throughput model over the
 profile's workers, slowed by the profile's measured sharing when all of them are busy).
@@ -188,12 +187,12 @@ def across(references: list[float]) -> float:
     return statistics.fmean(references) if len(references) < 3 else statistics.median(references)
 
 
-def run_pair(config: Config, profile_path: Path, rate: float, requests: int, work: Path,
+def run_live(config: Config, profile_path: Path, rate: float, requests: int, work: Path,
              bracket: bool = True) -> dict[str, Any]:
-    """One configuration on both engines from one scenario file: it names the machine profile
-    (`model.profile_file`, a copy beside it), which the live engine ignores and the virtual engine
-    charges. `bracket`: time the reference prefill around the live run (machine_drift; ~35 s of
-    probes and settling that only report, left out of --quick)."""
+    """One configuration's live run, from the scenario file both engines run: it names the machine
+    profile (`model.profile_file`, a copy beside it), which the live engine ignores and the virtual
+    engine charges. `bracket`: time the reference prefill around it (the machine's speed; ~35 s of
+    probes and settling, left out of --quick). The row `run_virtual_side` completes."""
     folder = work / config.name
     folder.mkdir(parents=True, exist_ok=True)
     doc = config.document(rate, requests)
@@ -202,16 +201,14 @@ def run_pair(config: Config, profile_path: Path, rate: float, requests: int, wor
     scenario = folder / "scenario.yaml"
     scenario.write_text(yaml.safe_dump(doc, sort_keys=False))
     loaded = read_profile_file(profile_path)
-    runs, references = {}, [reference_now(loaded).value] if bracket else []
-    for engine in ("live", "virtual"):
-        if engine == "virtual" and bracket:  # the live run is over: how far the machine moved from the profile's speed
-            references = speed_across(references[0], lambda: reference_now(loaded).value)[1]
-        started = time.monotonic()
-        emulator("run", str(scenario), "--engine", engine, "--out", str(folder / engine), "--no-broker",
-                 log=folder / f"{engine}.log")
-        runs[engine] = metrics(folder / engine)
-        print(f"  {config.name} {engine}: {runs[engine]['completed']}/{runs[engine]['requests']} completed, "
-              f"TTFT mean {runs[engine]['ttft_mean_s']:.3f} s ({time.monotonic() - started:.0f} s)", flush=True)
+    before = reference_now(loaded).value if bracket else None
+    started = time.monotonic()
+    emulator("run", str(scenario), "--engine", "live", "--out", str(folder / "live"), "--no-broker",
+             log=folder / "live.log")
+    live = metrics(folder / "live")
+    print(f"  {config.name} live: {live['completed']}/{live['requests']} completed, "
+          f"TTFT mean {live['ttft_mean_s']:.3f} s ({time.monotonic() - started:.0f} s)", flush=True)
+    references = [] if before is None else speed_across(before, lambda: reference_now(loaded).value)[1]
     drift = machine_drift(loaded, references) if references else None
     if drift is not None:
         print(f"  {config.name}: reference prefill {references[0]:.4f} s before, "
@@ -219,8 +216,37 @@ def run_pair(config: Config, profile_path: Path, rate: float, requests: int, wor
               f"{1 + drift:.3f} of the profile's speed{' (drifted)' if abs(drift) > DRIFT_NOTE else ''}", flush=True)
     return {"name": config.name, "what": config.what, "load": config.load, "rate_per_s": rate,
             "reference_s": references, "machine_drift": None if drift is None else round(drift, 4),
-            "duration_s": doc["duration_s"], "live": runs["live"], "virtual": runs["virtual"],
-            "error": errors_of(runs["live"], runs["virtual"]), "runs": str(folder)}
+            "duration_s": doc["duration_s"], "live": live, "runs": str(folder)}
+
+
+def matrix_speed(stacked: Path, rows: list[dict[str, Any]]) -> Path:
+    """The profile every virtual run charges: `stacked` (the machine's speed across the stack run)
+    scaled to the mean of the configurations' reference readings, the machine's speed across the
+    matrix, written beside it as profile-matrix.yaml; `stacked` itself when none was read (--quick).
+    A reading is one probe's seconds around a run of minutes: in three matrices a run's speed, read
+    from its own solo prefills against the virtual run's, was 0-13 % off the stack run's and its
+    reading missed it by up to 9.5 points, while each matrix's mean reading came within 1.2 points
+    of its runs' mean speed (13:27: -3.4 % against -4.0; 15:37: +7.9 against +6.7; 20:31: +8.6
+    against +7.8)."""
+    readings = [across(row["reference_s"]) for row in rows if row.get("reference_s")]
+    if not readings:
+        return stacked
+    return write_rescaled(rescaled(read_profile_file(stacked), statistics.fmean(readings)),
+                          stacked.with_name("profile-matrix.yaml"))
+
+
+def run_virtual_side(row: dict[str, Any], profile_path: Path, out: str = "virtual") -> dict[str, Any]:
+    """`row`'s scenario on the virtual engine charging `profile_path` (a copy beside it), judged
+    against its live run."""
+    folder = Path(row["runs"])
+    shutil.copyfile(profile_path, folder / "profile.yaml")
+    started = time.monotonic()
+    emulator("run", str(folder / "scenario.yaml"), "--engine", "virtual", "--out", str(folder / out),
+             "--no-broker", log=folder / f"{out}.log")
+    virtual = metrics(folder / out)
+    print(f"  {row['name']} {out}: {virtual['completed']}/{virtual['requests']} completed, "
+          f"TTFT mean {virtual['ttft_mean_s']:.3f} s ({time.monotonic() - started:.0f} s)", flush=True)
+    return {**row, "virtual": virtual, "error": errors_of(row["live"], virtual)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -268,11 +294,14 @@ def main(argv: list[str] | None = None) -> int:
         profile = read_profile_file(profile_path).model.profile.model_dump(mode="json", exclude_none=True)
         capacity = capacity_per_s(profile)
         print(f"capacity (with the live stack): {capacity:.3f} requests/s", flush=True)
-    rows = [run_pair(config, profile_path, config.load * capacity, requests, work, bracket=not args.quick)
-            for config in MATRIX if config.name in names]
+    lives = [run_live(config, profile_path, config.load * capacity, requests, work, bracket=not args.quick)
+             for config in MATRIX if config.name in names]
+    charged = matrix_speed(profile_path, lives)
+    print(f"the virtual side charges {charged} (the machine's mean speed across the matrix)", flush=True)
+    rows = [run_virtual_side(row, charged) for row in lives]
     result = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "load_at_start": os.getloadavg()[0]},
               "requests_per_config": requests, "capacity_per_s": capacity, "stack_reference_s": stack_references,
-              "configs": rows, "work": str(work), **described(profile_path, git_sha)}
+              "configs": rows, "work": str(work), **described(charged, git_sha)}
     return finish(args, result, started)
 
 
@@ -292,8 +321,9 @@ def described(profile_path: Path, git_sha: str) -> dict[str, Any]:
 
 def replay(earlier: Path) -> dict[str, Any]:
     """`earlier`'s matrix with the virtual side run again by this checkout: the stack factors
-    measured again from its stack run, each configuration's profile scaled by its recorded
-    references, the virtual run in <config>/replay/ beside the live one it is judged against."""
+    measured again from its stack run, charged at the mean of its configurations' recorded
+    readings (matrix_speed), each virtual run in <config>/replay/ beside the live one it is judged
+    against."""
     old, git_sha = json.loads(earlier.read_text()), head_sha()
     work = Path(old["work"])
     base = read_profile_file(work / "profile.yaml")
@@ -302,22 +332,18 @@ def replay(earlier: Path) -> dict[str, Any]:
     if stack_references:
         scaled = write_rescaled(rescaled(base, across(stack_references)), work / "stack" / "replay-profile.yaml")
     stacked = measure_stack(work, scaled)
+    charged = matrix_speed(stacked, old["configs"])
     rows = []
     for row in old["configs"]:
         folder = work / row["name"] / "replay"
         folder.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(work / row["name"] / "scenario.yaml", folder / "scenario.yaml")
-        shutil.copyfile(stacked, folder / "profile.yaml")
-        emulator("run", str(folder / "scenario.yaml"), "--engine", "virtual", "--out", str(folder / "virtual"),
-                 "--no-broker", log=folder / "virtual.log")
-        live, virtual = metrics(work / row["name"] / "live"), metrics(folder / "virtual")
-        print(f"  {row['name']}: TTFT mean live {live['ttft_mean_s']:.3f} s, virtual {virtual['ttft_mean_s']:.3f} s",
-              flush=True)
+        live = metrics(work / row["name"] / "live")
         drift = machine_drift(read_profile_file(stacked), row["reference_s"]) if row.get("reference_s") else None
-        rows.append({**row, "machine_drift": None if drift is None else round(drift, 4),
-                     "live": live, "virtual": virtual, "error": errors_of(live, virtual), "runs": str(folder)})
+        rows.append(run_virtual_side({**row, "machine_drift": None if drift is None else round(drift, 4),
+                                      "live": live, "runs": str(folder)}, charged))
     return {**{k: old[k] for k in ("machine", "requests_per_config", "capacity_per_s", "work") if k in old},
-            "stack_reference_s": stack_references, "configs": rows, **described(stacked, git_sha),
+            "stack_reference_s": stack_references, "configs": rows, **described(charged, git_sha),
             "replay_of": {"date": old["date"], "git_sha": old["git_sha"], "results": str(earlier)}}
 
 

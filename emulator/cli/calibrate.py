@@ -12,7 +12,8 @@ reference prefill is timed again and PROFILE's times are scaled to this machine'
 `python -m emulator calibrate SCENARIO.yaml RUN_DIR --onto PROFILE [--out FILE]`: RUN_DIR is a
 short live run of SCENARIO; it is replayed on the virtual engine with the machine profile PROFILE
 and PROFILE's times are multiplied by what the live stack added per request (prefill and TPOT,
-emulator/virtual/stack_factors.py), written to FILE (default: PROFILE itself).
+emulator/virtual/stack_factors.py) and, when the run's link is lossy, its host's loss_rate_factor
+set to what the stack left of the loss-limited rate; written to FILE (default: PROFILE itself).
 
 Argument wiring only; the fit is emulator.virtual.calibrate, the comparison
 emulator.telemetry.compare, the machine profile emulator.live.machine_profile.
@@ -21,6 +22,7 @@ emulator.telemetry.compare, the machine profile emulator.live.machine_profile.
 from __future__ import annotations
 
 import argparse
+import itertools
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -53,8 +55,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         help="--machine: time PROFILE's reference prefill again (about 10 s) and scale its times "
                              "to this machine's speed now, for a run long after the calibration")
     parser.add_argument("--onto", type=Path, default=None, metavar="PROFILE",
-                        help="RUN_DIR: fold what the live stack added in that run (prefill, TPOT) into the machine "
-                             "profile PROFILE instead of fitting a profile of its own")
+                        help="RUN_DIR: fold what the live stack added in that run (prefill, TPOT; on a lossy link the "
+                             "loss-limited rate) into the machine profile PROFILE instead of fitting a profile of its own")
     parser.add_argument("--out", type=Path, default=None,
                         help="RUN_DIR: where the replay and its profile.yaml go (default: RUN_DIR-calibrated); "
                              "--machine: the profile file (default: profiles/PRESET-SIZE-HOST.yaml)")
@@ -154,9 +156,10 @@ def _fit_loss(scenario: Scenario, run_dir: Path, live: pd.DataFrame, stacked: Pr
     from emulator.telemetry.recorder import load_run
     from emulator.virtual.stack_factors import after_prefill_s, fit_loss_rate_factor, replay_scenario, with_loss_rate_factor
 
+    tries = itertools.count()
     with tempfile.TemporaryDirectory(prefix="prf-loss-replay-") as work:
         def replay(factor: float) -> tuple[float, float]:
-            folder = Path(work) / f"x{factor:.6g}"
+            folder = Path(work) / f"try-{next(tries)}"
             folder.mkdir()
             profile = write_profile_file(with_loss_rate_factor(stacked, factor), folder / "profile.yaml", "a loss fit's try")
             run_virtual(replay_scenario(scenario, run_dir, profile), folder / "run")

@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 
 from emulator.scenario import parse_scenario
+from emulator.scenario.model_section import ProfileFile, read_profile_file, write_profile_file
 from emulator.virtual.engine import run_virtual
 from emulator.workload.build import build_requests
 from tests.bench.scripts import BENCH, load_bench
@@ -66,6 +67,23 @@ def test_two_agreeing_references_give_their_mean_and_a_disagreeing_pair_a_third_
     readings = iter([0.145])
     reference_s, taken = bench.speed_across(0.140, lambda: next(readings))  # within 10 %: two readings
     assert reference_s == pytest.approx(0.1425) and taken == [0.140, 0.145]
+
+
+def test_the_virtual_side_charges_the_machines_mean_speed_across_the_matrix(tmp_path: Path) -> None:
+    bench = load_bench("sim_vs_live")
+    measured = {"kind": "machine", "preset": "kimi-linear-mini", "size": "small", "busy_op_tokens": 512,
+                "reference_prefill_s": 0.2}
+    stacked = write_profile_file(ProfileFile.model_validate({"measured": measured, "model": {"profile": PROFILE}}),
+                                 tmp_path / "profile-stack.yaml", "a test's")
+    rows = [{"reference_s": [0.2, 0.24]}, {"reference_s": [0.25, 0.21, 0.26]}, {"reference_s": []}]
+    charged = bench.matrix_speed(stacked, rows)  # readings 0.22 and 0.25 (the disturbed 0.21 set aside)
+    assert charged == tmp_path / "profile-matrix.yaml"
+    scaled = read_profile_file(charged)
+    assert scaled.measured is not None and scaled.measured.speed_scale == pytest.approx(0.235 / 0.2)
+    before, after = read_profile_file(stacked).model.profile, scaled.model.profile
+    assert after.prefill_s["cpu"] == pytest.approx([t * 0.235 / 0.2 for t in before.prefill_s["cpu"]], rel=1e-4)
+    assert after.kv_mib == before.kv_mib
+    assert bench.matrix_speed(stacked, [{"reference_s": []}, {"name": "quick"}]) == stacked  # --quick reads none
 
 
 def test_metrics_of_a_virtual_run_of_a_matrix_scenario(matrix: ModuleType, tmp_path: Path) -> None:
