@@ -22,20 +22,13 @@ emulator.telemetry.compare, the machine profile emulator.live.machine_profile.
 from __future__ import annotations
 
 import argparse
-import itertools
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from emulator.errors import ScenarioError
 from emulator.scenario import Scenario, load_scenario
 from emulator.telemetry.compare import compare_runs, format_table
 from emulator.virtual.calibrate import calibrated_scenario, profile_from_run, write_profile
 from emulator.virtual.engine import run_virtual
-
-if TYPE_CHECKING:
-    import pandas as pd
-
-    from emulator.scenario.model_section import ProfileFile
 
 COMMANDS = ("calibrate",)
 
@@ -127,8 +120,8 @@ def _rescale(profile_path: Path, out: Path) -> int:
 def _onto(scenario: Scenario, run_dir: Path, profile_path: Path, out: Path) -> int:
     import tempfile
 
-    from emulator.virtual.stack_factors import (factors_of, replay_scenario, with_loss_rate_factor, with_stack,
-                                                write_with_stack)
+    from emulator.virtual.stack_factors import (factors_of, loss_rate_factor_of, replay_scenario,
+                                                with_loss_rate_factor, with_stack, write_with_stack)
     from emulator.scenario.model_section import read_profile_file
     from emulator.telemetry.recorder import load_run
 
@@ -139,30 +132,10 @@ def _onto(scenario: Scenario, run_dir: Path, profile_path: Path, out: Path) -> i
     stacked = with_stack(loaded, factors)
     is_lossy = scenario.link.to_local.loss_pct > 0
     if is_lossy:
-        stacked = with_loss_rate_factor(stacked, _fit_loss(scenario, run_dir, live, stacked))
+        stacked = with_loss_rate_factor(stacked, loss_rate_factor_of(scenario, run_dir, live, stacked))
     path = write_with_stack(stacked, run_dir, out)
     host = stacked.model.profile.host
     print(f"live stack over the profile ({factors.requests} requests): prefill {factors.prefill_s * 1e3:.1f} ms + "
           f"x{factors.prefill:.3f}, decode x{factors.decode:.3f}"
           f"{f', loss-limited rate x{host.loss_rate_factor:g}' if is_lossy and host else ''}\nprofile: {path}")
     return 0
-
-
-def _fit_loss(scenario: Scenario, run_dir: Path, live: pd.DataFrame, stacked: ProfileFile) -> float:
-    """The host's loss_rate_factor that replays the lossy live run's remote caches (stack_factors)."""
-    import tempfile
-
-    from emulator.scenario.model_section import write_profile_file
-    from emulator.telemetry.recorder import load_run
-    from emulator.virtual.stack_factors import after_prefill_s, fit_loss_rate_factor, replay_scenario, with_loss_rate_factor
-
-    tries = itertools.count()
-    with tempfile.TemporaryDirectory(prefix="prf-loss-replay-") as work:
-        def replay(factor: float) -> tuple[float, float]:
-            folder = Path(work) / f"try-{next(tries)}"
-            folder.mkdir()
-            profile = write_profile_file(with_loss_rate_factor(stacked, factor), folder / "profile.yaml", "a loss fit's try")
-            run_virtual(replay_scenario(scenario, run_dir, profile), folder / "run")
-            return after_prefill_s(live, load_run(folder / "run")[0])
-
-        return fit_loss_rate_factor(replay)

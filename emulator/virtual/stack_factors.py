@@ -23,7 +23,9 @@ a remote prefill's end to its first token (`fit_loss_rate_factor`).
 
 from __future__ import annotations
 
+import itertools
 import statistics
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +39,7 @@ from emulator.limits import MAX_LOSS_RATE_FACTOR, MIN_LOSS_RATE_FACTOR
 from emulator.scenario import Scenario, parse_scenario
 from emulator.scenario.model_section import ProfileFile, significant, write_profile_file
 from emulator.telemetry.recorder import load_run
+from emulator.virtual.engine import run_virtual
 
 MIN_MATCHED = 10  # prefills seen on both engines; fewer is one slow spell, not the stack
 MIN_FACTOR, MAX_FACTOR = 0.5, 5.0  # outside: another machine or a broken run, not the stack's overhead
@@ -228,3 +231,18 @@ def with_loss_rate_factor(loaded: ProfileFile, factor: float) -> ProfileFile:
     doc = loaded.model_dump(mode="json")
     doc["model"]["profile"]["host"]["loss_rate_factor"] = significant(factor)
     return ProfileFile.model_validate(doc)
+
+
+def loss_rate_factor_of(scenario: Scenario, run_dir: Path, live: pd.DataFrame, stacked: ProfileFile) -> float:
+    """The host's loss_rate_factor that replays the lossy live run in `run_dir` (its requests:
+    `live`) with `stacked`, the profile its stack factors are already in (fit_loss_rate_factor)."""
+    tries = itertools.count()
+    with tempfile.TemporaryDirectory(prefix="prf-loss-replay-") as work:
+        def replay(factor: float) -> tuple[float, float]:
+            folder = Path(work) / f"try-{next(tries)}"
+            profile = write_profile_file(with_loss_rate_factor(stacked, factor), folder / "profile.yaml",
+                                         "a loss fit's try")
+            run_virtual(replay_scenario(scenario, run_dir, profile), folder / "run")
+            return after_prefill_s(live, load_run(folder / "run")[0])
+
+        return fit_loss_rate_factor(replay)
