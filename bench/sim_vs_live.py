@@ -235,16 +235,16 @@ def matrix_speed(stacked: Path, rows: list[dict[str, Any]]) -> Path:
                           stacked.with_name("profile-matrix.yaml"))
 
 
-def run_virtual_side(row: dict[str, Any], profile_path: Path, out: str = "virtual") -> dict[str, Any]:
+def run_virtual_side(row: dict[str, Any], profile_path: Path) -> dict[str, Any]:
     """`row`'s scenario on the virtual engine charging `profile_path` (a copy beside it), judged
     against its live run."""
     folder = Path(row["runs"])
     shutil.copyfile(profile_path, folder / "profile.yaml")
     started = time.monotonic()
-    emulator("run", str(folder / "scenario.yaml"), "--engine", "virtual", "--out", str(folder / out),
-             "--no-broker", log=folder / f"{out}.log")
-    virtual = metrics(folder / out)
-    print(f"  {row['name']} {out}: {virtual['completed']}/{virtual['requests']} completed, "
+    emulator("run", str(folder / "scenario.yaml"), "--engine", "virtual", "--out", str(folder / "virtual"),
+             "--no-broker", log=folder / "virtual.log")
+    virtual = metrics(folder / "virtual")
+    print(f"  {row['name']} virtual: {virtual['completed']}/{virtual['requests']} completed, "
           f"TTFT mean {virtual['ttft_mean_s']:.3f} s ({time.monotonic() - started:.0f} s)", flush=True)
     return {**row, "virtual": virtual, "error": errors_of(row["live"], virtual)}
 

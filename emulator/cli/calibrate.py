@@ -118,24 +118,12 @@ def _rescale(profile_path: Path, out: Path) -> int:
 
 
 def _onto(scenario: Scenario, run_dir: Path, profile_path: Path, out: Path) -> int:
-    import tempfile
+    from emulator.virtual.stack_factors import stacked_profile, write_with_stack
 
-    from emulator.virtual.stack_factors import (factors_of, loss_rate_factor_of, replay_scenario,
-                                                with_loss_rate_factor, with_stack, write_with_stack)
-    from emulator.scenario.model_section import read_profile_file
-    from emulator.telemetry.recorder import load_run
-
-    loaded, live = read_profile_file(profile_path), load_run(run_dir)[0]
-    with tempfile.TemporaryDirectory(prefix="prf-stack-replay-") as replay:
-        run_virtual(replay_scenario(scenario, run_dir, profile_path), replay)
-        factors = factors_of(live, load_run(replay)[0])
-    stacked = with_stack(loaded, factors)
-    is_lossy = scenario.link.to_local.loss_pct > 0
-    if is_lossy:
-        stacked = with_loss_rate_factor(stacked, loss_rate_factor_of(scenario, run_dir, live, stacked))
+    stacked, factors = stacked_profile(scenario, run_dir, profile_path)
     path = write_with_stack(stacked, run_dir, out)
     host = stacked.model.profile.host
+    loss = f", loss-limited rate x{host.loss_rate_factor:g}" if scenario.link.to_local.loss_pct > 0 and host else ""
     print(f"live stack over the profile ({factors.requests} requests): prefill {factors.prefill_s * 1e3:.1f} ms + "
-          f"x{factors.prefill:.3f}, decode x{factors.decode:.3f}"
-          f"{f', loss-limited rate x{host.loss_rate_factor:g}' if is_lossy and host else ''}\nprofile: {path}")
+          f"x{factors.prefill:.3f}, decode x{factors.decode:.3f}{loss}\nprofile: {path}")
     return 0

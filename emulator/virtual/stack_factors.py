@@ -37,7 +37,7 @@ from emulator.control.types import Route
 from emulator.errors import CalibrationError
 from emulator.limits import MAX_LOSS_RATE_FACTOR, MIN_LOSS_RATE_FACTOR
 from emulator.scenario import Scenario, parse_scenario
-from emulator.scenario.model_section import ProfileFile, significant, write_profile_file
+from emulator.scenario.model_section import ProfileFile, read_profile_file, significant, write_profile_file
 from emulator.telemetry.recorder import load_run
 from emulator.virtual.engine import run_virtual
 
@@ -233,16 +233,28 @@ def with_loss_rate_factor(loaded: ProfileFile, factor: float) -> ProfileFile:
     return ProfileFile.model_validate(doc)
 
 
-def loss_rate_factor_of(scenario: Scenario, run_dir: Path, live: pd.DataFrame, stacked: ProfileFile) -> float:
-    """The host's loss_rate_factor that replays the lossy live run in `run_dir` (its requests:
-    `live`) with `stacked`, the profile its stack factors are already in (fit_loss_rate_factor)."""
-    tries = itertools.count()
-    with tempfile.TemporaryDirectory(prefix="prf-loss-replay-") as work:
-        def replay(factor: float) -> tuple[float, float]:
-            folder = Path(work) / f"try-{next(tries)}"
-            profile = write_profile_file(with_loss_rate_factor(stacked, factor), folder / "profile.yaml",
-                                         "a loss fit's try")
-            run_virtual(replay_scenario(scenario, run_dir, profile), folder / "run")
-            return after_prefill_s(live, load_run(folder / "run")[0])
+def stacked_profile(scenario: Scenario, run_dir: Path, profile_path: Path) -> tuple[ProfileFile, StackFactors]:
+    """The machine profile in `profile_path` with what the live stack added in the run in `run_dir`
+    (of `scenario`): its prefill and decode factors, and on a lossy link the host's
+    loss_rate_factor fitted on top of them. Each replay runs in a temporary folder."""
+    loaded, live = read_profile_file(profile_path), load_run(run_dir)[0]
+    with tempfile.TemporaryDirectory(prefix="prf-stack-replay-") as work:
+        factors = factors_of(live, _replayed(scenario, run_dir, loaded, Path(work) / "stack"))
+        stacked = with_stack(loaded, factors)
+        if scenario.link.to_local.loss_pct > 0:
+            tries = itertools.count()
 
-        return fit_loss_rate_factor(replay)
+            def replay(factor: float) -> tuple[float, float]:
+                tried = with_loss_rate_factor(stacked, factor)
+                return after_prefill_s(live, _replayed(scenario, run_dir, tried, Path(work) / f"loss-{next(tries)}"))
+
+            stacked = with_loss_rate_factor(stacked, fit_loss_rate_factor(replay))
+    return stacked, factors
+
+
+def _replayed(scenario: Scenario, run_dir: Path, profile: ProfileFile, folder: Path) -> pd.DataFrame:
+    """The requests of `scenario`'s run in `run_dir` replayed on the virtual engine with `profile`
+    (written into `folder` for the replay to read)."""
+    path = write_profile_file(profile, folder / "profile.yaml", "a stack replay's profile")
+    run_virtual(replay_scenario(scenario, run_dir, path), folder / "run")
+    return load_run(folder / "run")[0]
