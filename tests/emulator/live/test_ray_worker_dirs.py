@@ -10,8 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from emulator.live.ray_workers import HOST_DIR_PREFIX, OWNER_FILE, WorkerHost, sweep_host_dirs
 
+pytestmark = pytest.mark.live  # each test starts worker-host processes
 REPO = Path(__file__).resolve().parents[3]
 MAKE_HOST = ("import sys, time; from emulator.live.ray_workers import WorkerHost; "
              "print(WorkerHost('remote-prefill-0').dir, flush=True); time.sleep(600)")
