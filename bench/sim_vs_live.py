@@ -51,8 +51,8 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from emulator.live.speed_reference import reference_now, rescaled, write_rescaled  # noqa: E402
-from emulator.scenario.model_section import ProfileFile, read_profile_file  # noqa: E402
+from emulator.live.speed_reference import reference_now, rescaled, with_compute_factor, write_rescaled  # noqa: E402
+from emulator.scenario.model_section import ProfileFile, read_profile_file, write_profile_file  # noqa: E402
 from emulator.telemetry.run_files import RunFolder  # noqa: E402
 from fidelity_matrix import MATRIX, QUICK, Config, base_document, capacity_per_s, metrics  # noqa: E402
 from fidelity_report import GOALS, errors_of, format_table, missed_goals, write_report  # noqa: E402
@@ -220,19 +220,26 @@ def run_live(config: Config, profile_path: Path, rate: float, requests: int, wor
 
 
 def matrix_speed(stacked: Path, rows: list[dict[str, Any]]) -> Path:
-    """The profile every virtual run charges: `stacked` (the machine's speed across the stack run)
-    scaled to the mean of the configurations' reference readings, the machine's speed across the
+    """The profile every virtual run charges: `stacked` (its tables the machine's speed across the
+    stack run, as the live runs' scheduler reads them) with its host's compute factor the mean of
+    the configurations' reference readings over the stack run's, the machine's speed across the
     matrix, written beside it as profile-matrix.yaml; `stacked` itself when none was read (--quick).
     A reading is one probe's seconds around a run of minutes: in three matrices a run's speed, read
     from its own solo prefills against the virtual run's, was 0-13 % off the stack run's and its
     reading missed it by up to 9.5 points, while each matrix's mean reading came within 1.2 points
     of its runs' mean speed (13:27: -3.4 % against -4.0; 15:37: +7.9 against +6.7; 20:31: +8.6
-    against +7.8)."""
+    against +7.8). The factor, not rescaled tables: the live scheduler re-plans when its prefills
+    run off its profile by more than its hysteresis (at 01:44 on 2026-12-08 it raised t at 3 s on
+    local prefills x1.21 the profile's speed), and the virtual one then sees the same drift."""
     readings = [across(row["reference_s"]) for row in rows if row.get("reference_s")]
     if not readings:
         return stacked
-    return write_rescaled(rescaled(read_profile_file(stacked), statistics.fmean(readings)),
-                          stacked.with_name("profile-matrix.yaml"))
+    charged = with_compute_factor(read_profile_file(stacked), statistics.fmean(readings))
+    host = charged.model.profile.host
+    assert host is not None
+    return write_profile_file(charged, stacked.with_name("profile-matrix.yaml"),
+                              f"{stacked.name} charged at x{host.compute_factor:g} its tables' compute time, the "
+                              "machine's mean speed across the matrix's live runs (bench/sim_vs_live.py).")
 
 
 def run_virtual_side(row: dict[str, Any], profile_path: Path) -> dict[str, Any]:

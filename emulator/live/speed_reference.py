@@ -17,6 +17,7 @@ import statistics
 from pathlib import Path
 
 from emulator.errors import CalibrationError
+from emulator.limits import MAX_COMPUTE_FACTOR, MIN_COMPUTE_FACTOR
 from emulator.live.cpu_meter import Metered, foreign_cores, least_disturbed, read_cpu
 from emulator.live.machine_probes import ProbeProcess, started_probes
 from emulator.scenario.model_section import ProfileFile, Provenance, significant, write_profile_file
@@ -24,7 +25,7 @@ from emulator.scenario.model_section import ProfileFile, Provenance, significant
 REFERENCE_REPS = 7
 WARMUP_REPS = 2  # a fresh probe's first prefills run cold (allocator, page faults): 0.19 s against 0.15 s warm
 ANSWER_S = 120.0
-MIN_SCALE, MAX_SCALE = 0.2, 5.0  # outside: not drift, another machine or a broken probe
+MIN_SCALE, MAX_SCALE = MIN_COMPUTE_FACTOR, MAX_COMPUTE_FACTOR  # outside: not drift, another machine or a broken probe
 
 
 def time_reference(probe: ProbeProcess, tokens: int, reps: int = REFERENCE_REPS) -> float:
@@ -79,6 +80,27 @@ def rescaled(loaded: ProfileFile, reference_s: float) -> ProfileFile:
     doc = loaded.model_dump(mode="json")
     doc["model"]["profile"] = profile
     doc["measured"]["speed_scale"] = round(scale, 4)
+    return ProfileFile.model_validate(doc)
+
+
+def with_compute_factor(loaded: ProfileFile, reference_s: float) -> ProfileFile:
+    """`loaded` with its tables as they are and its host's compute factor reference_s over the
+    reference its tables stand for (its reference times its speed scale): the virtual engine
+    charges the machine's speed now, while its scheduler models with the tables a live run's
+    scheduler reads from the same file (the live engine ignores the factor)."""
+    measured = _measured(loaded)
+    assert measured.reference_prefill_s is not None
+    tables_s = measured.reference_prefill_s * (measured.speed_scale or 1.0)
+    factor = reference_s / tables_s
+    if loaded.model.profile.host is None:
+        raise CalibrationError("the profile has no host section (written by calibrate --machine); "
+                               "calibrate --machine again to get one")
+    if not MIN_SCALE <= factor <= MAX_SCALE:
+        raise CalibrationError(f"the reference prefill took {reference_s:.4f} s now against {tables_s:.4f} s in "
+                               f"the profile's tables (x{factor:.2f}): not this machine's drift; calibrate "
+                               "--machine again on this machine")
+    doc = loaded.model_dump(mode="json")
+    doc["model"]["profile"]["host"]["compute_factor"] = round(factor, 4)
     return ProfileFile.model_validate(doc)
 
 

@@ -77,7 +77,8 @@ def profile_tables(scenario: Scenario) -> ProfileTables:
 class HostCosts:
     """What a profile says beyond the throughput model's inputs, for the virtual engine's nodes:
     the decode step by batch size on the local device (speed factor applied; None: T_decode at
-    every size), and the host every worker shares (empty slowdown: none)."""
+    every size), and the host every worker shares (empty slowdown: none), whose compute takes
+    `compute_factor` times the tables' (the costs only: the scheduler's model keeps the tables)."""
 
     decode_step_by_batch_s: PiecewiseLinear | None
     busy_slowdown: tuple[float, ...]
@@ -85,6 +86,7 @@ class HostCosts:
     kv_tail_bytes: PiecewiseLinear | None = None  # the last layer's bytes by input length, if measured
     decode_context: PiecewiseLinear | None = None  # the step's factor by mean prompt length, if measured
     layer_bytes: Callable[[int], tuple[int, ...]] | None = None  # each layer's bytes by length: a preset's own
+    compute_factor: float = 1.0
 
 
 def host_costs(scenario: Scenario) -> HostCosts:
@@ -105,7 +107,7 @@ def host_costs(scenario: Scenario) -> HostCosts:
     tail = None if not profile.kv_tail_mib else PiecewiseLinear(
         tuple(map(float, profile.lengths_tokens)), tuple(mib * MIB for mib in profile.kv_tail_mib))
     return HostCosts(curve, () if host is None else tuple(host.busy_slowdown), 0 if host is None else host.cores,
-                     tail, context, layers)
+                     tail, context, layers, 1.0 if host is None else host.compute_factor)
 
 
 def workload_lengths(scenario: Scenario, requests: list[RequestSpec] | None = None) -> tuple[LengthSamples, float]:

@@ -17,6 +17,7 @@ from emulator.control.types import Affinity, NodeId, PrefixRule, RoutePolicy
 from emulator.limits import (
     MAX_BUSY_WORKERS,
     MAX_CACHE_MIB,
+    MAX_COMPUTE_FACTOR,
     MAX_DECODE_BATCH,
     MAX_DEVICES,
     MAX_DURATION_S,
@@ -26,14 +27,15 @@ from emulator.limits import (
     MAX_INSTANCES,
     MAX_INTERVAL_S,
     MAX_KV_MIB,
+    MAX_LOSS_RATE_FACTOR,
     MAX_PROFILE_POINTS,
     MAX_REQUESTS,
     MAX_SEED,
-    MAX_LOSS_RATE_FACTOR,
     MAX_SLOWDOWN,
     MAX_SPEED_FACTOR,
     MAX_STEP_S,
     MAX_TOKENS,
+    MIN_COMPUTE_FACTOR,
     MIN_INTERVAL_S,
     MIN_LOSS_RATE_FACTOR,
     MIN_SPEED_FACTOR,
@@ -91,11 +93,15 @@ class HostSpec(Section):
     workers are busy at once (1.0 for one: the tables were measured alone). `loss_rate_factor`:
     the share of the loss-limited rate (emulator/virtual/tcp.py's, fitted on a quiet host) a lossy
     link's connections keep while the live stack runs on this host (a lossy stack run measures it,
-    emulator/virtual/stack_factors.py); 1: as on a quiet host."""
+    emulator/virtual/stack_factors.py); 1: as on a quiet host. `compute_factor`: the host's compute
+    time over the tables' (1.1: 10 % slower), which the virtual engine charges while the scheduler
+    keeps the tables, as a live run's scheduler keeps its profile while the machine drifts (the
+    live engine's host is the machine itself: it ignores both factors)."""
 
     cores: Annotated[int, Field(strict=True, ge=1, le=MAX_HOST_CORES)]
     busy_slowdown: tuple[Slowdown, ...] = Field(min_length=1, max_length=MAX_BUSY_WORKERS)
     loss_rate_factor: Annotated[float, Field(strict=True, ge=MIN_LOSS_RATE_FACTOR, le=MAX_LOSS_RATE_FACTOR)] = 1.0
+    compute_factor: Annotated[float, Field(strict=True, ge=MIN_COMPUTE_FACTOR, le=MAX_COMPUTE_FACTOR)] = 1.0
 
 
 class ProfileSpec(Section):
@@ -360,6 +366,8 @@ SECTION_HINTS = {
                       f"above 0 and at most {MAX_SLOWDOWN:,.0f}"),
     "loss_rate_factor": (f"give the share of the loss-limited rate kept, {MIN_LOSS_RATE_FACTOR:g} to "
                          f"{MAX_LOSS_RATE_FACTOR:g} (1: a quiet host)"),
+    "compute_factor": (f"give the host's compute time over the profile's, {MIN_COMPUTE_FACTOR:g} to "
+                       f"{MAX_COMPUTE_FACTOR:g} (1: as profiled)"),
     "kv_tail_mib": "give the last layer's MiB per length, positive and at most that length's kv_mib",
     "profile_file": "name a profile YAML file (`python -m emulator calibrate SCENARIO --machine` writes one)",
     "instances": f"use a whole number of instances, at most {MAX_INSTANCES:,}",

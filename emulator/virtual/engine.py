@@ -5,6 +5,7 @@ summary.json, report.html). Baseline configurations and saturation runs are in b
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import logging
 import random
@@ -153,9 +154,17 @@ def simulate(scenario: Scenario, *, until: float | None = None, progress: Progre
 
 def make_costs(scenario: Scenario, plane: ControlPlane) -> CostModel:
     """The plane's inputs as costs, with what the profile adds (the decode step by batch size and
-    context, the host every worker shares: emulator.plane.inputs.host_costs)."""
+    context, the host every worker shares: emulator.plane.inputs.host_costs). The host's compute
+    factor scales the compute the nodes charge, not the plane's inputs the scheduler models with."""
     host = host_costs(scenario)
-    return CostModel.from_inputs(plane.inputs, plane.profile_source, decode_batch=host.decode_step_by_batch_s,
+    inputs, factor = plane.inputs, host.compute_factor
+    batch = host.decode_step_by_batch_s
+    if factor != 1.0:
+        inputs = dataclasses.replace(inputs, prefill_remote_s=inputs.prefill_remote_s.scaled(factor),
+                                     prefill_local_s=inputs.prefill_local_s.scaled(factor),
+                                     decode_step_s=inputs.decode_step_s * factor)
+        batch = None if batch is None else batch.scaled(factor)
+    return CostModel.from_inputs(inputs, plane.profile_source, decode_batch=batch,
                                  busy_slowdown=host.busy_slowdown, host_cores=host.host_cores,
                                  kv_tail_bytes=host.kv_tail_bytes, decode_context=host.decode_context,
                                  layer_bytes=host.layer_bytes)

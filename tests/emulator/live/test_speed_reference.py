@@ -7,7 +7,7 @@ import pytest
 
 from emulator.errors import CalibrationError
 from emulator.live.machine_profile import MachineProfile, plan_machine, profile_file_of
-from emulator.live.speed_reference import WARMUP_REPS, reference_now, rescaled, time_reference
+from emulator.live.speed_reference import WARMUP_REPS, reference_now, rescaled, time_reference, with_compute_factor
 from emulator.scenario import load_scenario
 from tests.emulator.live.test_machine_profile import QUICKSTART
 
@@ -48,6 +48,22 @@ def test_a_rescaled_profile_rescales_from_its_original_times() -> None:
 def test_a_ratio_past_drift_is_refused_in_one_line() -> None:
     with pytest.raises(CalibrationError, match=r"x10.00\): not this machine's drift; calibrate --machine again"):
         rescaled(_profile(), 2.0)
+
+
+def test_a_compute_factor_is_the_reading_over_the_reference_the_tables_stand_for() -> None:
+    """On a rescaled profile too (its tables stand for 0.3 s): the tables stay, the host says how
+    much slower the machine computes now."""
+    once = rescaled(_profile(), 0.3)
+    charged = with_compute_factor(once, 0.36)
+    assert charged.model.profile.prefill_s == once.model.profile.prefill_s
+    assert charged.model.profile.host is not None and charged.model.profile.host.compute_factor == 1.2
+    assert with_compute_factor(_profile(), 0.15).model.profile.host.compute_factor == 0.75  # type: ignore[union-attr]
+    with pytest.raises(CalibrationError, match=r"0.3000 s in the profile's tables \(x10.00\): not this machine's drift"):
+        with_compute_factor(once, 3.0)
+    doc = _profile().model_dump(mode="json")
+    doc["model"]["profile"]["host"] = None
+    with pytest.raises(CalibrationError, match="no host section"):
+        with_compute_factor(type(once).model_validate(doc), 0.2)
 
 
 def test_a_profile_without_a_reference_says_how_to_get_one() -> None:

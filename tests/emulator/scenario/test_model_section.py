@@ -87,6 +87,9 @@ def test_a_profile_without_them_has_neither() -> None:
     ({"host": {"cores": 2, "busy_slowdown": [1.0], "loss_rate_factor": limits.MAX_LOSS_RATE_FACTOR * 2}},
      "model.profile.host.loss_rate_factor: 20.0 is invalid (input should be less than or equal to 10); give the "
      "share of the loss-limited rate kept, 0.1 to 10 (1: a quiet host)"),
+    ({"host": {"cores": 2, "busy_slowdown": [1.0], "compute_factor": 0.1}},
+     "model.profile.host.compute_factor: 0.1 is invalid (input should be greater than or equal to 0.2); give the "
+     "host's compute time over the profile's, 0.2 to 5 (1: as profiled)"),
     ({"host": {"cores": 2, "busy_slowdown": [2.0, 3.0]}},
      "model.profile.host.busy_slowdown: starts at 2; one busy worker is the reference"),
     ({"decode_batch_sizes": [1, 2, 2]}, "model.profile.decode_batch_sizes: [1, 2, 2] is not 2 or more strictly"),

@@ -59,6 +59,33 @@ def test_two_overlapping_prefills_take_their_table_time_times_the_slowdown_when_
     assert (b.prefill_start_s, b.prefill_end_s) == (0.0, 1.5)
 
 
+def test_the_hosts_compute_factor_multiplies_every_charge_and_not_the_schedulers_model() -> None:
+    """As the first test, on a host 25 % slower than the tables: a 4.0 s x 1.25, b 1.0 s x 1.5 x
+    1.25; the routes stay (the run core's board reads the tables), and the scheduler, fed those
+    prefills, reads the remote cluster at x0.8 the profile's speed and the local one at x0.8 / 1.5
+    (b shared the host), as a live scheduler reads a slower machine than its profile."""
+    doc = copy.deepcopy(BOX)
+    doc["model"]["profile"]["host"] = {**HOST, "compute_factor": 1.25}
+    doc["scheduler"] = {"short_term": {"enabled": True, "interval_s": 1}, "long_term": {"enabled": False}}
+    requests = [RequestSpec("a", 0.0, 4000, 1), RequestSpec("b", 0.0, 1000, 1)]
+    result = simulate(parse_scenario(doc, Path.cwd()), requests=requests)
+    a, b = sorted(result.records, key=lambda r: r.id)
+    assert (a.route, b.route) == ("prfaas", "local")
+    assert (a.prefill_end_s, b.prefill_end_s) == (pytest.approx(5.0), pytest.approx(1.875))
+    scheduler = result.gateway.core.scheduler
+    assert scheduler is not None
+    assert (scheduler.estimates.speed_remote, scheduler.estimates.speed_local) == (pytest.approx(0.8), pytest.approx(0.8 / 1.5))
+    assert result.plane.inputs.prefill_local_s.at(1000.0) == pytest.approx(1.0)  # the model keeps the table
+
+
+def test_a_decode_step_on_a_slower_host_is_the_batch_tables_times_its_compute_factor() -> None:
+    records = run([RequestSpec("r1", 0.0, 1000, 101), RequestSpec("r2", 0.0, 1000, 101)],
+                  host={**HOST, "compute_factor": 0.5})
+    assert (records["r1"].prefill_end_s, records["r2"].prefill_end_s) == (0.5, 1.0)
+    assert records["r1"].tpot_s == pytest.approx(0.020 * 1.5 * 0.5, rel=1e-12)
+    assert records["r2"].tpot_s == pytest.approx(0.040 * 0.5, rel=1e-12)
+
+
 def test_without_a_host_the_same_prefills_take_their_table_time() -> None:
     records = run([RequestSpec("a", 0.0, 4000, 1), RequestSpec("b", 0.0, 1000, 1)], host=None)
     assert (records["a"].prefill_end_s, records["b"].prefill_end_s) == (4.0, 1.0)
