@@ -13,8 +13,8 @@ emulator/virtual/stack_factors.py), the profile scaled to the machine's speed ac
 Each live run is bracketed by the profile's reference prefill timed again
 (emulator/live/speed_reference.py; `machine_drift` in the results: how far the machine's speed
 was from the stack run's), and the virtual runs charge the profile at the mean of those readings,
-the machine's speed across the matrix (`matrix_speed`; one reading alone misses its run's speed by
-up to 9.5 points). `--replay RESULTS` runs the virtual side again, with this commit, against an
+the machine's speed across the matrix, as the host's compute factor (`matrix_speed`; one reading
+alone misses its run's speed by up to 9.5 points). `--replay RESULTS` runs the virtual side again, with this commit, against an
 earlier matrix's live runs (its stack run, references and scenarios), for a change to the virtual
 engine or the calibration. Per configuration it reports, live vs virtual, TTFT mean/P50/P90/P99,
 TPOT mean, throughput, the share routed remote and mean egress, with each one's error (virtual /
