@@ -71,8 +71,8 @@ MAX_BUSY_WORKERS = 1_024
 MAX_SLOWDOWN = 1_000.0
 # A host's loss_rate_factor (scenario/parts.HostSpec): outside, not the stack's effect on TCP but a broken run
 MIN_LOSS_RATE_FACTOR, MAX_LOSS_RATE_FACTOR = 0.1, 10.0
-# A host's compute_factor (scenario/parts.HostSpec): outside, not drift but another machine (as
-# speed_reference's MIN_SCALE and MAX_SCALE)
+# A host's compute_factor (scenario/parts.HostSpec) and any reading against a profile's reference
+# (live/speed_reference): outside, not drift but another machine or a broken probe
 MIN_COMPUTE_FACTOR, MAX_COMPUTE_FACTOR = 0.2, 5.0
 MAX_PROFILE_FILE_BYTES = 256 << 10
 MIN_INTERVAL_S = 0.1  # the scheduler's loops: fewer than 10 decisions per (simulated) second

@@ -25,7 +25,6 @@ from emulator.scenario.model_section import ProfileFile, Provenance, significant
 REFERENCE_REPS = 7
 WARMUP_REPS = 2  # a fresh probe's first prefills run cold (allocator, page faults): 0.19 s against 0.15 s warm
 ANSWER_S = 120.0
-MIN_SCALE, MAX_SCALE = MIN_COMPUTE_FACTOR, MAX_COMPUTE_FACTOR  # outside: not drift, another machine or a broken probe
 
 
 def time_reference(probe: ProbeProcess, tokens: int, reps: int = REFERENCE_REPS) -> float:
@@ -63,11 +62,7 @@ def rescaled(loaded: ProfileFile, reference_s: float) -> ProfileFile:
     measured = _measured(loaded)
     assert measured.reference_prefill_s is not None
     base = measured.speed_scale or 1.0  # a rescaled file's times already carry its factor
-    scale = reference_s / measured.reference_prefill_s
-    if not MIN_SCALE <= scale <= MAX_SCALE:
-        raise CalibrationError(f"the reference prefill took {reference_s:.4f} s now against "
-                               f"{measured.reference_prefill_s:.4f} s in the profile (x{scale:.2f}): not this "
-                               "machine's drift; calibrate --machine again on this machine")
+    scale = _drift(reference_s, measured.reference_prefill_s, "the profile")
     profile = loaded.model.profile.model_dump(mode="json")
     factor = scale / base
 
@@ -90,18 +85,24 @@ def with_compute_factor(loaded: ProfileFile, reference_s: float) -> ProfileFile:
     scheduler reads from the same file (the live engine ignores the factor)."""
     measured = _measured(loaded)
     assert measured.reference_prefill_s is not None
-    tables_s = measured.reference_prefill_s * (measured.speed_scale or 1.0)
-    factor = reference_s / tables_s
     if loaded.model.profile.host is None:
         raise CalibrationError("the profile has no host section (written by calibrate --machine); "
                                "calibrate --machine again to get one")
-    if not MIN_SCALE <= factor <= MAX_SCALE:
-        raise CalibrationError(f"the reference prefill took {reference_s:.4f} s now against {tables_s:.4f} s in "
-                               f"the profile's tables (x{factor:.2f}): not this machine's drift; calibrate "
-                               "--machine again on this machine")
+    factor = _drift(reference_s, measured.reference_prefill_s * (measured.speed_scale or 1.0), "the profile's tables")
     doc = loaded.model_dump(mode="json")
     doc["model"]["profile"]["host"]["compute_factor"] = round(factor, 4)
     return ProfileFile.model_validate(doc)
+
+
+def _drift(reference_s: float, against_s: float, where: str) -> float:
+    """reference_s over against_s (`where`'s reference), refused in one line outside the compute
+    factor's bounds: not drift but another machine or a broken probe."""
+    ratio = reference_s / against_s
+    if not MIN_COMPUTE_FACTOR <= ratio <= MAX_COMPUTE_FACTOR:
+        raise CalibrationError(f"the reference prefill took {reference_s:.4f} s now against {against_s:.4f} s in "
+                               f"{where} (x{ratio:.2f}): not this machine's drift; calibrate --machine again on "
+                               "this machine")
+    return ratio
 
 
 def _measured(loaded: ProfileFile) -> Provenance:
